@@ -1,0 +1,42 @@
+"""rdmem: working memory for LLM agents that never overflows and forgets wisely.
+
+>>> from rdmem import compact
+>>> out = compact([{"role": "user", "content": "hi"}], budget=100, policy="window")
+>>> out.messages
+[{'role': 'user', 'content': 'hi'}]
+"""
+
+from .compaction import Compaction, UnitDecision, compact
+from .embed import CachedEmbedder, Embedder, SentenceTransformerEmbedder
+from .manager import MemoryManager
+from .policies import POLICIES, Policy, get_policy, register_policy
+from .reconstruct import is_valid_history, validate_history
+from .summarize import ExtractiveSummarizer, LLMSummarizer, Summarizer, SummarizerError
+from .tokens import Tokenizer, get_tokenizer
+from .units import MemoryUnit, Rung
+
+__all__ = [
+    "compact",
+    "Compaction",
+    "UnitDecision",
+    "MemoryManager",
+    "MemoryUnit",
+    "Rung",
+    "POLICIES",
+    "Policy",
+    "get_policy",
+    "register_policy",
+    "Tokenizer",
+    "get_tokenizer",
+    "Embedder",
+    "CachedEmbedder",
+    "SentenceTransformerEmbedder",
+    "Summarizer",
+    "ExtractiveSummarizer",
+    "LLMSummarizer",
+    "SummarizerError",
+    "is_valid_history",
+    "validate_history",
+]
+
+__version__ = "0.1.0"

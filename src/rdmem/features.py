@@ -1,0 +1,187 @@
+"""Cheap, deterministic features of a message's text (no model calls).
+
+Everything here is regular expressions and word lists, so it runs in
+microseconds per message and the same text always gives the same features.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+__all__ = ["Features", "extract_features", "content_words", "STOPWORDS"]
+
+STOPWORDS = frozenset(
+    """a about above after again against all am an and any are aren't as at be because been before being below
+    between both but by can can't cannot could couldn't did didn't do does doesn't doing don't down during each
+    few for from further had hadn't has hasn't have haven't having he he'd he'll he's her here here's hers herself
+    him himself his how how's i i'd i'll i'm i've if in into is isn't it it's its itself let's me more most mustn't
+    my myself no nor not of off on once only or other ought our ours ourselves out over own same shan't she she'd
+    she'll she's should shouldn't so some such than that that's the their theirs them themselves then there there's
+    these they they'd they'll they're they've this those through to too under until up very was wasn't we we'd
+    we'll we're we've were weren't what what's when when's where where's which while who who's whom why why's
+    with won't would wouldn't you you'd you'll you're you've your yours yourself yourselves yes yeah oh ok okay
+    just really also so well like got get gets getting go going gone will shall may might must im ive dont cant
+    thats thanks thank hey hi hello wow lol haha much many lot lots one thing things something anything
+    know think see sure great good nice cool awesome totally definitely absolutely""".split()
+)
+
+_WORD = re.compile(r"[A-Za-z][A-Za-z'\-]*[A-Za-z]|[A-Za-z]|\d+(?:[.,:]\d+)*|[\u4e00-\u9fff]")
+_CAP_WORD = re.compile(r"\b[A-Z][a-zA-Z'\-]+(?:\s+[A-Z][a-zA-Z'\-]+)*")
+_SENT_START = re.compile(r"(?:^|[.!?]\s+|\n|:\s+)([A-Z][a-zA-Z'\-]+)")
+_NUMBER = re.compile(r"(?<![\w.])[-+]?\$?\d+(?:[.,:/]\d+)*%?")
+_MONTHS = (
+    "january|february|march|april|may|june|july|august|september|october|november|december|"
+    "jan|feb|mar|apr|jun|jul|aug|sep|sept|oct|nov|dec"
+)
+_DATE = re.compile(
+    r"\b(?:\d{4}-\d{1,2}-\d{1,2}|\d{1,2}/\d{1,2}(?:/\d{2,4})?|"
+    rf"\d{{1,2}}(?:st|nd|rd|th)?\s+(?:of\s+)?(?:{_MONTHS})\b\.?(?:,?\s+\d{{4}})?|"
+    rf"(?:{_MONTHS})\.?\s+\d{{1,2}}(?:st|nd|rd|th)?(?:,?\s+\d{{4}})?|"
+    rf"(?:{_MONTHS})\s+\d{{4}}|"
+    r"(?:19|20)\d{2}|"
+    r"(?:yesterday|today|tomorrow|tonight|last\s+(?:week|month|year|night|weekend|summer|winter|spring|fall)|"
+    r"next\s+(?:week|month|year|weekend)|this\s+(?:week|month|year|weekend)|"
+    r"(?:monday|tuesday|wednesday|thursday|friday|saturday|sunday)|\d+\s+(?:days?|weeks?|months?|years?)\s+ago))\b"
+    r"|\d{1,2}:\d{2}\s*(?:am|pm)?|\d{4}年|\d{1,2}月\d{1,2}[日号]",
+    re.IGNORECASE,
+)
+_DIRECTIVE = re.compile(
+    r"\b(?:remember(?:\s+that|\s+this|\s+to)?|don'?t\s+forget|do\s+not\s+forget|never\s+forget|keep\s+in\s+mind|"
+    r"make\s+sure(?:\s+to)?|from\s+now\s+on|going\s+forward|always\s+\w+|never\s+\w+|note\s+that|"
+    r"please\s+note|important:|my\s+preference\s+is|i\s+prefer)\b"
+    r"|记住|别忘了|不要忘记|以后都|以后要|今后|务必|一定要|切记|永远不要|总是"
+    r"|n'oublie\s+pas|souviens-toi|recuerda|no\s+olvides|merk\s+dir|vergiss\s+nicht|覚えて|忘れないで",
+    re.IGNORECASE,
+)
+_CORRECTION = re.compile(
+    r"\b(?:actually|correction|i\s+meant|i\s+mean,|not\s+anymore|no\s+longer|changed\s+my\s+mind|"
+    r"on\s+second\s+thought|scratch\s+that|instead|rather\s+than|but\s+not|update:|wait,|sorry,\s+i)\b"
+    r"|其实|更正|改成|不再|算了",
+    re.IGNORECASE,
+)
+_QUESTION_START = re.compile(
+    r"^(?:who|what|when|where|why|how|which|whose|whom|do|does|did|is|are|was|were|can|could|would|will|should|"
+    r"have|has|had)\b",
+    re.IGNORECASE,
+)
+_FIRST_PERSON = re.compile(r"\b(?:i|i'm|i've|i'd|i'll|my|mine|me|we|our|we're|we've)\b", re.IGNORECASE)
+_EVENT = re.compile(
+    r"\b(?:went|visited|started|joined|bought|moved|got|married|born|graduated|adopted|finished|won|lost|met|"
+    r"signed|travel(?:l)?ed|attended|painted|ran|read|wrote|made|took|gave|received|celebrated|launched|"
+    r"quit|hired|left|began|learned|created|built|planning|plan|decided|will)\b",
+    re.IGNORECASE,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Features:
+    """What a message contains, as seen by scorers and selectors."""
+
+    entities: tuple[str, ...] = ()
+    numbers: tuple[str, ...] = ()
+    dates: tuple[str, ...] = ()
+    directive: bool = False
+    question: bool = False
+    correction: bool = False
+    first_person: bool = False
+    event: bool = False
+    tool_call: bool = False
+    tool_result: bool = False
+    n_content_words: int = 0
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "entities": list(self.entities),
+            "numbers": list(self.numbers),
+            "dates": list(self.dates),
+            "directive": self.directive,
+            "question": self.question,
+            "correction": self.correction,
+            "first_person": self.first_person,
+            "event": self.event,
+            "tool_call": self.tool_call,
+            "tool_result": self.tool_result,
+            "n_content_words": self.n_content_words,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, object]) -> Features:
+        return cls(
+            entities=tuple(data.get("entities", ())),  # type: ignore[arg-type]
+            numbers=tuple(data.get("numbers", ())),  # type: ignore[arg-type]
+            dates=tuple(data.get("dates", ())),  # type: ignore[arg-type]
+            directive=bool(data.get("directive", False)),
+            question=bool(data.get("question", False)),
+            correction=bool(data.get("correction", False)),
+            first_person=bool(data.get("first_person", False)),
+            event=bool(data.get("event", False)),
+            tool_call=bool(data.get("tool_call", False)),
+            tool_result=bool(data.get("tool_result", False)),
+            n_content_words=int(data.get("n_content_words", 0)),  # type: ignore[arg-type]
+        )
+
+
+def tokenize_words(text: str) -> list[str]:
+    """Lower-cased word tokens (Latin words, numbers, single CJK characters)."""
+    return [w.lower() for w in _WORD.findall(text)]
+
+
+def content_words(text: str) -> list[str]:
+    """Word tokens that carry content: no stopwords, no one-letter words."""
+    return [w for w in tokenize_words(text) if w not in STOPWORDS and (len(w) > 1 or "\u4e00" <= w <= "\u9fff")]
+
+
+def _entities(text: str) -> tuple[str, ...]:
+    sentence_initial = {m.group(1) for m in _SENT_START.finditer(text)}
+    found: list[str] = []
+    for m in _CAP_WORD.finditer(text):
+        phrase = m.group(0)
+        words = phrase.split()
+        # A capitalised first word of a sentence is only an entity when it is not a common word.
+        if len(words) == 1 and phrase in sentence_initial and phrase.lower() in STOPWORDS | _COMMON_CAPS:
+            continue
+        if phrase.lower() in STOPWORDS or phrase in ("I", "I'm", "I've", "I'd", "I'll"):
+            continue
+        if phrase not in found:
+            found.append(phrase)
+    return tuple(found)
+
+
+_COMMON_CAPS = frozenset(
+    "the this that these those it its my your our their his her we they you he she what when where why how which "
+    "who yes no oh wow hey hi hello thanks thank sure great good nice cool awesome sounds that's it's i'm".split()
+)
+
+
+def extract_features(text: str, role: str, *, has_tool_calls: bool = False) -> Features:
+    """Features of one message.
+
+    Directives count only in ``user`` and ``system`` messages: a tool result
+    saying "remember to ..." is not the user's instruction.
+
+    >>> f = extract_features("Remember: my sister Ana visits on 12 May.", "user")
+    >>> f.directive, f.entities, f.dates
+    (True, ('Ana',), ('12 May',))
+    >>> extract_features("Remember to rotate the keys.", "tool").directive
+    False
+    """
+    stripped = text.strip()
+    is_directive = role in ("user", "system") and bool(_DIRECTIVE.search(text))
+    sentences = re.split(r"(?<=[.!?])\s+", stripped)
+    question = "?" in text or "？" in text or any(_QUESTION_START.match(s) for s in sentences if s)
+    dates = tuple(dict.fromkeys(m.group(0).strip() for m in _DATE.finditer(text)))
+    numbers = tuple(dict.fromkeys(m.group(0) for m in _NUMBER.finditer(text)))
+    return Features(
+        entities=_entities(text),
+        numbers=numbers,
+        dates=dates,
+        directive=is_directive,
+        question=question,
+        correction=bool(_CORRECTION.search(text)) and role in ("user", "system", "assistant"),
+        first_person=bool(_FIRST_PERSON.search(text)),
+        event=bool(_EVENT.search(text)),
+        tool_call=has_tool_calls,
+        tool_result=role == "tool",
+        n_content_words=len(set(content_words(text))),
+    )

@@ -1,0 +1,303 @@
+"""MemoryManager: a session's memory, streamed in message by message."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from .compaction import Compaction, compact_units
+from .embed import Embedder, get_embedder
+from .features import content_words
+from .policies import Policy, get_policy
+from .scoring import embed_text
+from .store import Store, StoredUnit, open_store
+from .summarize import Summarizer
+from .tokens import Tokenizer, get_tokenizer
+from .units import MemoryUnit, group_units, make_unit, normalize_messages
+
+__all__ = ["MemoryManager"]
+
+
+class MemoryManager:
+    """Working memory under a token budget, with everything else archived, never lost.
+
+    Messages stream in with :meth:`add`. When the working set passes
+    ``high × budget`` tokens it is compacted down to ``low × budget``; what
+    leaves goes to the archive tier. Between compactions the working set only
+    grows at its end, so the prompt prefix stays stable for inference-engine
+    prefix caches. :meth:`context` builds what the model sees, from the working
+    set and, for a query, the best archived units too.
+
+    Parameters
+    ----------
+    budget:
+        Tokens the model may be sent (per-message overhead included).
+    policy:
+        A name from :data:`rdmem.POLICIES` or a policy object.
+    store:
+        ``None``/``"memory://"`` (in-process), ``"sqlite:///path.db"``,
+        ``"postgresql://..."``, or a store object.
+    session:
+        The session id inside the store.
+    high, low:
+        Watermarks as fractions of ``budget`` (``0 < low <= high``).
+    archive_candidates:
+        How many archived units a query may bring back into competition.
+
+    >>> mem = MemoryManager(budget=40, policy="window", tokenizer=len, message_overhead=0)
+    >>> for i in range(10):
+    ...     _ = mem.add(role="user", content=f"note {i:02d}")
+    >>> mem.working_ids()
+    ['m5', 'm6', 'm7', 'm8', 'm9']
+    """
+
+    def __init__(
+        self,
+        budget: int,
+        policy: str | Policy = "rd",
+        *,
+        store: str | Store | None = None,
+        session: str = "default",
+        tokenizer: str | Tokenizer | Callable[[str], int] = "cl100k_base",
+        message_overhead: int | None = None,
+        embedder: Embedder | str | None = None,
+        summarizer: Summarizer | None = None,
+        high: float = 1.0,
+        low: float = 0.8,
+        markers: bool = True,
+        archive_candidates: int = 200,
+    ) -> None:
+        if isinstance(budget, bool) or not isinstance(budget, (int, np.integer)):
+            raise TypeError(f"budget must be an int number of tokens, got {type(budget).__name__}")
+        if budget <= 0:
+            raise ValueError(f"budget must be > 0 tokens, got {budget}")
+        if not (0 < low <= high):
+            raise ValueError(f"watermarks must satisfy 0 < low <= high, got low={low!r}, high={high!r}")
+        if not isinstance(session, str) or not session:
+            raise ValueError(f"session must be a non-empty string, got {session!r}")
+        if isinstance(archive_candidates, bool) or not isinstance(archive_candidates, int) or archive_candidates < 0:
+            raise ValueError(f"archive_candidates must be an int >= 0, got {archive_candidates!r}")
+        self.budget = int(budget)
+        self.policy = get_policy(policy)
+        self.session = session
+        self.high = float(high)
+        self.low = float(low)
+        self.markers = markers
+        self.archive_candidates = archive_candidates
+        self.summarizer = summarizer
+        self._tokenizer_spec = tokenizer
+        self._overhead = message_overhead
+        self._embedder_spec = embedder
+        self._store_spec = store
+        self._state: _State | None = None
+
+    # -- lazy state -------------------------------------------------------
+    @property
+    def tokenizer(self) -> Tokenizer:
+        return self._load().tokenizer
+
+    def _load(self) -> _State:
+        if self._state is None:
+            tok = get_tokenizer(self._tokenizer_spec, message_overhead=self._overhead)
+            store = open_store(self._store_spec)
+            st = _State(tok, store)
+            for su in store.load(self.session):
+                unit = make_unit(su.id, su.message, su.seq, tok)
+                if su.embedding is not None:
+                    unit.embedding = np.asarray(su.embedding, dtype=np.float32)
+                st.append(unit, su.tier)
+            group_units(st.units)
+            self._state = st
+        return self._state
+
+    @property
+    def _embedder(self) -> Embedder | None:
+        if self.policy.needs_embeddings or self._embedder_spec is not None:
+            return get_embedder(self._embedder_spec)
+        return None
+
+    # -- writing -----------------------------------------------------------
+    def add(self, message: Mapping[str, Any] | None = None, /, **fields: Any) -> str:
+        """Append one message (a dict, or ``role=``, ``content=``, ``id=``... keywords); return its id.
+
+        The message is stored before this returns; the working set is
+        compacted if it passed the high watermark.
+        """
+        if message is not None and fields:
+            raise TypeError("pass either a message dict or keyword fields, not both")
+        msg = dict(message) if message is not None else fields
+        if not isinstance(msg, dict):
+            raise TypeError(f"message must be a dict, got {type(message).__name__}")
+        st = self._load()
+        index = len(st.units)
+        if "id" not in msg or msg["id"] is None:
+            msg["id"] = f"m{index}"
+        ((mid, clean),) = normalize_messages([msg])
+        if mid in st.by_id:
+            raise ValueError(f"session {self.session!r} already has a message with id {mid!r}")
+        unit = make_unit(mid, clean, index, st.tokenizer)
+        emb = self._embedder
+        if emb is not None:
+            unit.embedding = emb.embed([embed_text(unit)])[0]
+        self._store.append(self.session, [_to_stored(unit, "working")])
+        st.append(unit, "working")
+        group_units(st.units)
+        if st.working_tokens() > self.high * self.budget:
+            self._compact_working()
+        return mid
+
+    def extend(self, messages: Sequence[Mapping[str, Any]]) -> list[str]:
+        """Add several messages in order (one :meth:`add` each); return their ids."""
+        return [self.add(m) for m in messages]
+
+    def _compact_working(self) -> None:
+        st = self._load()
+        working = st.working_units()
+        target = max(int(self.low * self.budget), 1)
+        result = compact_units(
+            working,
+            budget=target,
+            policy=self.policy,
+            tokenizer=st.tokenizer,
+            embedder=self._embedder,
+            summarizer=self.summarizer,
+            markers=self.markers,
+            now=len(st.units),
+            doc_freq=(st.df, len(st.units)),
+        )
+        kept = set(result.kept_ids)
+        leaving = [u.id for u in working if u.id not in kept]
+        if leaving:
+            self._store.set_tier(self.session, leaving, "archive")
+            for i in leaving:
+                st.set_tier(i, "archive")
+            self._store.log_compaction(
+                self.session,
+                {"archived": leaving, "kept": len(kept), "budget": target, "policy": self.policy.name},
+            )
+
+    # -- reading -----------------------------------------------------------
+    def working_ids(self) -> list[str]:
+        """Ids of the units in working memory, in order."""
+        return [u.id for u in self._load().working_units()]
+
+    def archived_ids(self) -> list[str]:
+        st = self._load()
+        return [u.id for u in st.units if st.tier[u.id] == "archive"]
+
+    def context(self, query: str | None = None, *, budget: int | None = None) -> Compaction:
+        """What the model should see now, within ``budget`` (default: the manager's).
+
+        Without a query: the working set, compacted if it does not fit. With a
+        query: the working set plus the archived units that best match the
+        query (lexical + dense), all competing in one budgeted selection.
+        """
+        st = self._load()
+        budget = self.budget if budget is None else budget
+        if isinstance(budget, bool) or not isinstance(budget, int) or budget <= 0:
+            raise ValueError(f"budget must be an int > 0 tokens, got {budget!r}")
+        if query is not None and not isinstance(query, str):
+            raise TypeError(f"query must be a string or None, got {type(query).__name__}")
+        cands = st.working_units()
+        if query and self.archive_candidates and any(t == "archive" for t in st.tier.values()):
+            emb = self._embedder
+            qvec = emb.embed([query])[0] if emb is not None else None
+            hits = self._store.search(self.session, query, qvec, k=self.archive_candidates, tier="archive")
+            extra = {st.by_id[i].index for i, _ in hits if i in st.by_id}
+            cands = sorted(cands + [st.units[j] for j in extra], key=lambda u: u.index)
+            cands = _whole_groups(cands, st.units)
+        return compact_units(
+            cands,
+            budget=budget,
+            policy=self.policy,
+            query=query,
+            tokenizer=st.tokenizer,
+            embedder=self._embedder,
+            summarizer=self.summarizer,
+            markers=self.markers,
+            now=len(st.units),
+            doc_freq=(st.df, len(st.units)),
+        )
+
+    def messages(self, query: str | None = None) -> list[dict[str, Any]]:
+        """The messages for the next model call (``context(query).messages``)."""
+        return self.context(query).messages
+
+    @property
+    def _store(self) -> Store:
+        return self._load().store
+
+    def close(self) -> None:
+        if self._state is not None:
+            self._state.store.close()
+            self._state = None
+
+    def __enter__(self) -> MemoryManager:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __len__(self) -> int:
+        return len(self._load().units)
+
+
+class _State:
+    """Run-time state of a manager (kept apart from its parameters)."""
+
+    def __init__(self, tokenizer: Tokenizer, store: Store) -> None:
+        self.tokenizer = tokenizer
+        self.store = store
+        self.units: list[MemoryUnit] = []
+        self.by_id: dict[str, MemoryUnit] = {}
+        self.tier: dict[str, str] = {}
+        self.df: Counter[str] = Counter()
+        self._working: dict[str, MemoryUnit] = {}
+        self._working_tokens = 0
+
+    def append(self, unit: MemoryUnit, tier: str) -> None:
+        self.units.append(unit)
+        self.by_id[unit.id] = unit
+        self.tier[unit.id] = "archive"
+        self.set_tier(unit.id, tier)
+        self.df.update(set(content_words(unit.text)))
+
+    def set_tier(self, uid: str, tier: str) -> None:
+        unit = self.by_id[uid]
+        if tier == "working" and uid not in self._working:
+            self._working[uid] = unit
+            self._working_tokens += unit.tokens
+        elif tier != "working" and uid in self._working:
+            del self._working[uid]
+            self._working_tokens -= unit.tokens
+        self.tier[uid] = tier
+
+    def working_units(self) -> list[MemoryUnit]:
+        return sorted(self._working.values(), key=lambda u: u.index)
+
+    def working_tokens(self) -> int:
+        return self._working_tokens
+
+
+def _whole_groups(cands: list[MemoryUnit], all_units: list[MemoryUnit]) -> list[MemoryUnit]:
+    """Add the rest of any tool-call group a candidate belongs to."""
+    groups = {u.group for u in cands}
+    have = {u.id for u in cands}
+    extra = [u for u in all_units if u.group in groups and u.id not in have]
+    return sorted(cands + extra, key=lambda u: u.index) if extra else cands
+
+
+def _to_stored(unit: MemoryUnit, tier: str) -> StoredUnit:
+    return StoredUnit(
+        id=unit.id,
+        seq=unit.index,
+        message=unit.message,
+        tokens=unit.tokens,
+        features=unit.features.as_dict(),
+        embedding=unit.embedding,
+        tier=tier,  # type: ignore[arg-type]
+    )
+

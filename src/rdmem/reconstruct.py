@@ -1,0 +1,114 @@
+"""Rendering a selection back into chat messages, and what makes a history valid."""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping, Sequence
+from typing import Any
+
+from .units import MemoryUnit
+
+__all__ = ["render", "elision_marker", "summary_message", "validate_history", "is_valid_history"]
+
+
+def elision_marker(n_messages: int) -> dict[str, Any]:
+    """The visible stand-in for a span of ``n_messages`` left out of the context."""
+    noun = "message" if n_messages == 1 else "messages"
+    return {"role": "user", "content": f"[rdmem: {n_messages} {noun} omitted]"}
+
+
+def summary_message(summary: str, n_messages: int) -> dict[str, Any]:
+    return {"role": "system", "content": f"[rdmem: summary of {n_messages} earlier messages]\n{summary}"}
+
+
+def hidden_before(units: Sequence[MemoryUnit]) -> list[int]:
+    """How many messages not in ``units`` at all (already archived) precede each unit.
+
+    Units carry their position in the whole history (``index``), so a jump in
+    indices is a span that left the context earlier.
+    """
+    out, prev = [], -1
+    for u in units:
+        out.append(max(u.index - prev - 1, 0))
+        prev = u.index
+    return out
+
+
+def render(
+    units: Sequence[MemoryUnit],
+    contents: Mapping[int, str | None],
+    *,
+    summary: str | None = None,
+    summarized: Collection[int] = (),
+    markers: bool = True,
+) -> list[dict[str, Any]]:
+    """Messages for the chosen units, chronological, pinned system messages first.
+
+    ``contents`` maps a unit's position in ``units`` to the content it is sent
+    with (``None``: its original message, verbatim). Positions not in
+    ``contents`` are left out; each maximal run of them becomes one elision
+    marker when ``markers`` is true, except positions in ``summarized``, which
+    the summary stands for. The summary goes right after the pinned system
+    messages.
+    """
+    head: list[dict[str, Any]] = []
+    body: list[dict[str, Any]] = []
+    gap = 0
+    hidden = hidden_before(units)
+    for pos, u in enumerate(units):
+        gap += hidden[pos]
+        if pos not in contents:
+            if not u.pinned and pos not in summarized:
+                gap += 1
+            continue
+        msg = dict(u.message)
+        if contents[pos] is not None:
+            msg["content"] = contents[pos]
+        if u.pinned:
+            head.append(msg)
+            continue
+        if gap and markers:
+            body.append(elision_marker(gap))
+        gap = 0
+        body.append(msg)
+    if gap and markers and body:
+        body.append(elision_marker(gap))
+    if summary:
+        head.append(summary_message(summary, len(summarized)))
+    return head + body
+
+
+def validate_history(messages: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Problems that make a history invalid for the OpenAI chat API (empty list: valid).
+
+    System/developer messages come first; every tool message answers a call of
+    the assistant message right before its run of tool messages; every call is
+    answered.
+    """
+    problems: list[str] = []
+    seen_other = False
+    pending: set[str] = set()
+    for i, m in enumerate(messages):
+        role = m.get("role")
+        if role in ("system", "developer"):
+            if seen_other:
+                problems.append(f"message {i}: {role} message after the conversation started")
+            continue
+        seen_other = True
+        if role == "tool":
+            tid = m.get("tool_call_id")
+            if tid not in pending:
+                problems.append(f"message {i}: tool result {tid!r} without its call")
+            pending.discard(tid)
+            continue
+        if pending:
+            problems.append(f"message {i}: tool call(s) {sorted(pending)} not answered")
+            pending = set()
+        if role == "assistant" and m.get("tool_calls"):
+            pending = {c.get("id") for c in m["tool_calls"]}
+    if pending:
+        problems.append(f"end: tool call(s) {sorted(pending)} not answered")
+    return problems
+
+
+def is_valid_history(messages: Sequence[Mapping[str, Any]]) -> bool:
+    return not validate_history(messages)

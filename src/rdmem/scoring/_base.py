@@ -1,0 +1,109 @@
+"""What every scorer sees, and the scorer protocol."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+
+from ..embed import Embedder, get_embedder
+from ..features import content_words
+from ..units import MemoryUnit
+
+__all__ = ["Scorer", "ScoringContext"]
+
+
+@dataclass
+class ScoringContext:
+    """The units to score, the query, and lazily computed shared quantities.
+
+    Quantities that several scorers need (embeddings, IDF, the query's
+    vector) are computed once here, on first use, so a policy that needs no
+    embeddings never loads a model.
+    """
+
+    units: Sequence[MemoryUnit]
+    query: str | None = None
+    embedder: Embedder | None = None
+    now: int | None = None
+    doc_freq: tuple[Counter[str], int] | None = None
+    _cache: dict[str, object] = field(default_factory=dict, repr=False)
+
+    def __len__(self) -> int:
+        return len(self.units)
+
+    @property
+    def current_index(self) -> int:
+        """The position of "now": one past the newest unit."""
+        if self.now is not None:
+            return self.now
+        return (max(u.index for u in self.units) + 1) if self.units else 0
+
+    @cached_property
+    def _embedder(self) -> Embedder:
+        return self.embedder if self.embedder is not None else get_embedder()
+
+    @cached_property
+    def embeddings(self) -> np.ndarray:
+        """Unit vectors, one row per unit (computed for units that lack one)."""
+        missing = [u for u in self.units if u.embedding is None]
+        if missing:
+            vecs = self._embedder.embed([embed_text(u) for u in missing])
+            for u, v in zip(missing, vecs, strict=True):
+                u.embedding = v
+        if not self.units:
+            return np.zeros((0, 1), dtype=np.float32)
+        return np.stack([np.asarray(u.embedding, dtype=np.float32) for u in self.units])
+
+    @cached_property
+    def query_embedding(self) -> np.ndarray | None:
+        if not self.query:
+            return None
+        return self._embedder.embed([self.query])[0]
+
+    @cached_property
+    def unit_words(self) -> list[list[str]]:
+        return [content_words(u.text) for u in self.units]
+
+    @cached_property
+    def _df(self) -> tuple[Counter[str], int]:
+        if self.doc_freq is not None:
+            return self.doc_freq
+        df: Counter[str] = Counter()
+        for words in self.unit_words:
+            df.update(set(words))
+        return df, len(self.units)
+
+    def idf_of(self, word: str) -> float:
+        """Smoothed inverse document frequency over the history (units as documents).
+
+        ``doc_freq`` lets a caller supply counts over a longer history than the
+        units being scored (a memory manager's whole session)."""
+        df, n = self._df
+        return math.log((max(n, 1) + 1) / (df.get(word, 0) + 0.5))
+
+
+def embed_text(unit: MemoryUnit) -> str:
+    """The text embedded for a unit: its content, or its tool calls when it has none."""
+    if unit.text:
+        return unit.text
+    calls = unit.message.get("tool_calls") or ()
+    return " ".join(str((c.get("function") or {}).get("name", "")) for c in calls) or unit.role
+
+
+@runtime_checkable
+class Scorer(Protocol):
+    """Maps a scoring context to one utility per unit (higher means keep).
+
+    ``needs_embeddings`` tells the caller whether the scorer will touch
+    ``ctx.embeddings`` (so policies that do not need a model never load one).
+    """
+
+    needs_embeddings: bool
+
+    def score(self, ctx: ScoringContext) -> np.ndarray: ...

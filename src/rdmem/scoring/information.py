@@ -1,0 +1,17 @@
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ._base import ScoringContext
+
+
+@dataclass(frozen=True)
+class Information:
+    """Information content: the sum of IDF over a unit's distinct content words."""
+
+    needs_embeddings: bool = False
+
+    def score(self, ctx: ScoringContext) -> np.ndarray:
+        return np.array([sum(max(ctx.idf_of(w), 0.0) for w in set(words)) for words in ctx.unit_words])

@@ -1,0 +1,32 @@
+"""Selection algorithms: pure functions ``(values, costs, budget) -> indices``.
+
+Each returns the ascending indices of the chosen items; total cost never
+exceeds the budget. ``SELECTORS`` maps names to them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from .greedy import by_value, greedy, suffix, topk
+from .knapsack import knapsack
+
+__all__ = ["SELECTORS", "get_selector", "knapsack", "greedy", "by_value", "topk", "suffix"]
+
+Selector = Callable[[np.ndarray, np.ndarray, int], np.ndarray]
+
+SELECTORS: dict[str, Selector] = {
+    "knapsack": knapsack,
+    "greedy": greedy,
+    "by_value": by_value,
+    "suffix": suffix,
+}
+
+
+def get_selector(name: str) -> Selector:
+    try:
+        return SELECTORS[name]
+    except KeyError:
+        raise ValueError(f"unknown selector {name!r}; choose one of {', '.join(sorted(SELECTORS))}") from None

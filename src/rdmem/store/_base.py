@@ -1,0 +1,68 @@
+"""The store protocol: every unit of every session, forever, with its tier."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol, runtime_checkable
+
+import numpy as np
+
+__all__ = ["Store", "StoredUnit", "SessionInfo", "Tier", "StoreError"]
+
+Tier = Literal["working", "archive"]
+
+
+class StoreError(RuntimeError):
+    """The store cannot be used: unreachable, corrupt, or written by a newer rdmem."""
+
+
+@dataclass
+class StoredUnit:
+    """One message as persisted: the original message, its order, cost, features, vector and tier."""
+
+    id: str
+    seq: int
+    message: dict[str, Any]
+    tokens: int
+    features: dict[str, Any] = field(default_factory=dict)
+    embedding: np.ndarray | None = None
+    tier: Tier = "working"
+
+
+@dataclass(frozen=True)
+class SessionInfo:
+    session: str
+    units: int
+    working: int
+    archived: int
+    created: float
+    updated: float
+
+
+@runtime_checkable
+class Store(Protocol):
+    """Persistence for memory managers. All writes are durable when the call returns.
+
+    ``search`` ranks a session's units of one tier (or all) for a query,
+    fusing lexical and dense retrieval; it returns ``(id, score)`` pairs, best
+    first.
+    """
+
+    def append(self, session: str, units: Sequence[StoredUnit]) -> None: ...
+
+    def load(self, session: str) -> list[StoredUnit]: ...
+
+    def set_tier(self, session: str, ids: Sequence[str], tier: Tier) -> None: ...
+
+    def log_compaction(self, session: str, record: dict[str, Any]) -> None: ...
+
+    def search(
+        self, session: str, query: str, query_embedding: np.ndarray | None, *, k: int, tier: Tier | None = None
+    ) -> list[tuple[str, float]]: ...
+
+    def sessions(self) -> list[SessionInfo]: ...
+
+    def delete_session(self, session: str) -> None: ...
+
+    def close(self) -> None: ...
