@@ -155,6 +155,8 @@ class _Parser(argparse.ArgumentParser):
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from .store import StoreError
+
     parser = build_parser()
     parser.__class__ = _Parser
     for action in parser._actions:
@@ -170,6 +172,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"rdmem: error: {exc}", file=sys.stderr)
         return 2
     except (ValueError, TypeError) as exc:
+        print(f"rdmem: error: {exc}", file=sys.stderr)
+        return 2
+    except StoreError as exc:  # unreachable database, corrupt or newer store file
         print(f"rdmem: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -10,13 +10,13 @@ import numpy as np
 
 from .compaction import Compaction, compact_units
 from .embed import Embedder, get_embedder
-from .features import content_words
+from .features import Features, content_words
 from .policies import Policy, get_policy
 from .scoring import embed_text
 from .store import Store, StoredUnit, open_store
 from .summarize import Summarizer
 from .tokens import Tokenizer, get_tokenizer
-from .units import MemoryUnit, group_units, make_unit, normalize_messages
+from .units import MemoryUnit, make_unit, normalize_messages
 
 __all__ = ["MemoryManager"]
 
@@ -104,12 +104,13 @@ class MemoryManager:
             tok = get_tokenizer(self._tokenizer_spec, message_overhead=self._overhead)
             store = open_store(self._store_spec)
             st = _State(tok, store)
-            for su in store.load(self.session):
-                unit = make_unit(su.id, su.message, su.seq, tok)
+            # Positions, not stored seqs, index the units: two processes writing one session may share seqs.
+            for position, su in enumerate(store.load(self.session)):
+                feats = Features.from_dict(su.features) if su.features else None
+                unit = make_unit(su.id, su.message, position, tok, features=feats)
                 if su.embedding is not None:
                     unit.embedding = np.asarray(su.embedding, dtype=np.float32)
                 st.append(unit, su.tier)
-            group_units(st.units)
             self._state = st
         return self._state
 
@@ -144,7 +145,6 @@ class MemoryManager:
             unit.embedding = emb.embed([embed_text(unit)])[0]
         self._store.append(self.session, [_to_stored(unit, "working")])
         st.append(unit, "working")
-        group_units(st.units)
         if st.working_tokens() > self.high * self.budget:
             self._compact_working()
         return mid
@@ -202,13 +202,13 @@ class MemoryManager:
         if query is not None and not isinstance(query, str):
             raise TypeError(f"query must be a string or None, got {type(query).__name__}")
         cands = st.working_units()
-        if query and self.archive_candidates and any(t == "archive" for t in st.tier.values()):
+        if query and self.archive_candidates and st.archived:
             emb = self._embedder
             qvec = emb.embed([query])[0] if emb is not None else None
             hits = self._store.search(self.session, query, qvec, k=self.archive_candidates, tier="archive")
             extra = {st.by_id[i].index for i, _ in hits if i in st.by_id}
             cands = sorted(cands + [st.units[j] for j in extra], key=lambda u: u.index)
-            cands = _whole_groups(cands, st.units)
+            cands = _whole_groups(cands, st.members)
         return compact_units(
             cands,
             budget=budget,
@@ -255,13 +255,25 @@ class _State:
         self.by_id: dict[str, MemoryUnit] = {}
         self.tier: dict[str, str] = {}
         self.df: Counter[str] = Counter()
+        self.members: dict[int, list[MemoryUnit]] = {}  # group -> its units
+        self.archived = 0
+        self._call_owner: dict[str, int] = {}
         self._working: dict[str, MemoryUnit] = {}
         self._working_tokens = 0
 
     def append(self, unit: MemoryUnit, tier: str) -> None:
+        # Incremental :func:`group_units`: earlier groups never change when a unit is appended.
+        owner = self._call_owner.get(str(unit.message.get("tool_call_id"))) if unit.role == "tool" else None
+        if owner is None:
+            owner = len(self.members)
+            for call in unit.message.get("tool_calls") or ():
+                self._call_owner[call["id"]] = owner
+        unit.group = owner
+        self.members.setdefault(owner, []).append(unit)
         self.units.append(unit)
         self.by_id[unit.id] = unit
         self.tier[unit.id] = "archive"
+        self.archived += 1
         self.set_tier(unit.id, tier)
         self.df.update(set(content_words(unit.text)))
 
@@ -273,6 +285,7 @@ class _State:
         elif tier != "working" and uid in self._working:
             del self._working[uid]
             self._working_tokens -= unit.tokens
+        self.archived += (tier != "working") - (self.tier[uid] != "working")
         self.tier[uid] = tier
 
     def working_units(self) -> list[MemoryUnit]:
@@ -282,11 +295,10 @@ class _State:
         return self._working_tokens
 
 
-def _whole_groups(cands: list[MemoryUnit], all_units: list[MemoryUnit]) -> list[MemoryUnit]:
+def _whole_groups(cands: list[MemoryUnit], members: Mapping[int, list[MemoryUnit]]) -> list[MemoryUnit]:
     """Add the rest of any tool-call group a candidate belongs to."""
-    groups = {u.group for u in cands}
     have = {u.id for u in cands}
-    extra = [u for u in all_units if u.group in groups and u.id not in have]
+    extra = [m for g in {u.group for u in cands} for m in members.get(g, ()) if m.id not in have]
     return sorted(cands + extra, key=lambda u: u.index) if extra else cands
 
 

@@ -121,8 +121,13 @@ def encode_units(messages: Iterable[Mapping[str, Any]], tokenizer: Tokenizer, *,
     return units
 
 
-def make_unit(mid: str, msg: dict[str, Any], index: int, tokenizer: Tokenizer) -> MemoryUnit:
+def make_unit(
+    mid: str, msg: dict[str, Any], index: int, tokenizer: Tokenizer, *, features: Features | None = None
+) -> MemoryUnit:
+    """One unit from a clean message; ``features`` skips extraction (e.g. features read back from a store)."""
     text = content_text(msg.get("content"))
+    if features is None:
+        features = extract_features(text, msg["role"], has_tool_calls=bool(msg.get("tool_calls")))
     return MemoryUnit(
         id=mid,
         index=index,
@@ -130,7 +135,7 @@ def make_unit(mid: str, msg: dict[str, Any], index: int, tokenizer: Tokenizer) -
         message=msg,
         text=text,
         tokens=tokenizer.message_tokens(msg),
-        features=extract_features(text, msg["role"], has_tool_calls=bool(msg.get("tool_calls"))),
+        features=features,
         digest=text_digest(text),
     )
 

@@ -21,9 +21,23 @@ def open_store(url: str | Store | None) -> Store:
     if url.startswith("sqlite:///"):
         from .sqlite import SQLiteStore
 
-        return SQLiteStore(url[len("sqlite:///"):])
+        path, _, params = url[len("sqlite:///"):].partition("?")
+        if not path:
+            raise ValueError(f"store URL {url!r} has no file path; use sqlite:///relative.db or sqlite:////abs/path.db")
+        options = _query_options(url, params, allowed=("synchronous",))
+        return SQLiteStore(path, **options)
     if url.startswith(("postgresql://", "postgres://")):
         from .postgres import PostgresStore
 
         return PostgresStore(url)
     raise ValueError(f"unknown store URL {url!r}; use one of {', '.join(_SCHEMES)}")
+
+
+def _query_options(url: str, params: str, *, allowed: tuple[str, ...]) -> dict[str, str]:
+    from urllib.parse import parse_qsl
+
+    options = dict(parse_qsl(params, keep_blank_values=True))
+    unknown = sorted(set(options) - set(allowed))
+    if unknown:
+        raise ValueError(f"store URL {url!r}: unknown option {unknown[0]!r}; allowed: {', '.join(allowed)}")
+    return options

@@ -5,8 +5,17 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Sequence
+from functools import lru_cache
+
+import numpy as np
 
 from ..features import content_words
+
+
+@lru_cache(maxsize=1 << 16)
+def _doc_words(text: str) -> tuple[str, ...]:
+    # Every search re-reads the same archived texts; tokenizing them once per process is enough.
+    return tuple(content_words(text))
 
 
 def lexical_rank(texts: Sequence[str], query: str, *, k1: float = 1.2, b: float = 0.75) -> list[int]:
@@ -14,7 +23,7 @@ def lexical_rank(texts: Sequence[str], query: str, *, k1: float = 1.2, b: float 
     terms = set(content_words(query))
     if not terms:
         return []
-    docs = [content_words(t) for t in texts]
+    docs = [_doc_words(t) for t in texts]
     n = len(docs)
     avg = max(sum(len(d) for d in docs) / max(n, 1), 1.0)
     df = Counter(w for d in docs for w in set(d) if w in terms)
@@ -38,3 +47,31 @@ def rank_fusion(rankings: Sequence[Sequence[int]], *, k: int = 60) -> list[tuple
         for r, i in enumerate(ranking):
             fused[int(i)] = fused.get(int(i), 0.0) + 1.0 / (k + r + 1)
     return sorted(fused.items(), key=lambda x: (-x[1], x[0]))
+
+
+def query_terms(query: str, *, limit: int = 32) -> list[str]:
+    """The distinct content words of a query, in order (at most ``limit``), for full-text engines."""
+    return list(dict.fromkeys(content_words(query)))[:limit]
+
+
+def top_k_dense(
+    matrix: np.ndarray, query_embedding: np.ndarray, k: int, allowed: np.ndarray | None = None
+) -> np.ndarray:
+    """Row indices of the ``k`` rows most cosine-similar to the query, best first (ties: lower row first).
+
+    Rows are unit vectors, so the dot product is the cosine. ``allowed`` is a
+    boolean mask; rows outside it are never returned.
+    """
+    n = matrix.shape[0]
+    if n == 0 or k <= 0:
+        return np.zeros(0, dtype=np.int64)
+    sims = matrix @ np.asarray(query_embedding, dtype=np.float32)
+    if allowed is not None:
+        sims = np.where(allowed, sims, -np.inf)
+        n = int(allowed.sum())
+    k = min(k, n)
+    if k <= 0:
+        return np.zeros(0, dtype=np.int64)
+    part = np.argpartition(-sims, k - 1)[:k] if k < len(sims) else np.arange(len(sims))
+    order = np.lexsort((part, -sims[part]))
+    return part[order]

@@ -23,9 +23,13 @@ class MemoryStore:
 
     def append(self, session: str, units: Sequence[StoredUnit]) -> None:
         bucket = self._units.setdefault(session, {})
+        seen: set[str] = set()
         for u in units:
             if u.id in bucket:
                 raise StoreError(f"session {session!r} already has a unit with id {u.id!r}")
+            if u.id in seen:
+                raise StoreError(f"session {session!r}: unit id {u.id!r} appears twice in one append")
+            seen.add(u.id)
         now = time.time()
         for u in units:
             bucket[u.id] = replace(u, message=dict(u.message), features=dict(u.features))
@@ -36,6 +40,8 @@ class MemoryStore:
         return sorted((replace(u) for u in self._units.get(session, {}).values()), key=lambda u: u.seq)
 
     def set_tier(self, session: str, ids: Sequence[str], tier: Tier) -> None:
+        if tier not in ("working", "archive"):
+            raise ValueError(f"tier must be one of working, archive, got {tier!r}")
         bucket = self._units.get(session, {})
         for i in ids:
             if i in bucket:
@@ -50,7 +56,9 @@ class MemoryStore:
     def search(
         self, session: str, query: str, query_embedding: np.ndarray | None, *, k: int, tier: Tier | None = None
     ) -> list[tuple[str, float]]:
-        units = [u for u in self.load(session) if tier is None or u.tier == tier]
+        # Read the bucket in place: copying every unit (as load() does) on each search dominated query time.
+        bucket = self._units.get(session, {}).values()
+        units = sorted((u for u in bucket if tier is None or u.tier == tier), key=lambda u: u.seq)
         if not units or k <= 0:
             return []
         rankings = [lexical_rank([str(u.message.get("content") or "") for u in units], query)]

@@ -1,0 +1,137 @@
+"""``rdmem sessions list|show|export|delete --store URL [SESSION]``: look into a store from the shell.
+
+Thin: parse, call the store, format. ``export`` writes the session's original
+messages as JSONL, each with its ``id``; adding them back in order with
+:meth:`rdmem.MemoryManager.add` gives the same messages.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from ..cli import SUBCOMMANDS, CLIError
+from . import Store, open_store
+
+__all__ = ["register", "export_lines"]
+
+_ACTIONS = ("list", "show", "export", "delete")
+
+
+def export_lines(store: Store, session: str) -> list[str]:
+    """The session's messages as JSON lines (original message plus its ``id``), in order."""
+    return [json.dumps({"id": u.id, **u.message}, ensure_ascii=False) for u in store.load(session)]
+
+
+def _when(t: float) -> str:
+    return datetime.fromtimestamp(t, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _open(url: str) -> Store:
+    if url.startswith("sqlite:///"):
+        path = url[len("sqlite:///"):].partition("?")[0]
+        if path and not Path(path).exists():  # reading commands must not create an empty store
+            raise CLIError(f"{path}: no such store file")
+    return open_store(url)
+
+
+def _cmd_sessions(args: argparse.Namespace) -> int:
+    if not args.store:
+        raise CLIError("--store is required (or set RDMEM_STORE), e.g. --store sqlite:///memory.db")
+    if args.action == "list" and args.session is not None:
+        raise CLIError("'sessions list' takes no SESSION")
+    if args.action != "list" and args.session is None:
+        raise CLIError(f"'sessions {args.action}' needs a SESSION (see 'rdmem sessions list --store URL')")
+    store = _open(args.store)
+    try:
+        infos = {i.session: i for i in store.sessions()}
+        if args.action == "list":
+            if args.json:
+                json.dump([_info_dict(i) for i in infos.values()], sys.stdout, indent=2)
+                sys.stdout.write("\n")
+            else:
+                width = max([len(s) for s in infos] + [7])
+                print(f"{'session':<{width}}  {'units':>7}  {'working':>7}  {'archived':>8}  updated")
+                for i in infos.values():
+                    print(f"{i.session:<{width}}  {i.units:>7}  {i.working:>7}  {i.archived:>8}  {_when(i.updated)}")
+            return 0
+        info = infos.get(args.session)
+        if info is None:
+            raise CLIError(f"no session {args.session!r} in this store (see 'rdmem sessions list')")
+        if args.action == "show":
+            _show(store, info, as_json=args.json)
+        elif args.action == "export":
+            lines = export_lines(store, args.session)
+            if args.output:
+                Path(args.output).write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+                print(f"wrote {len(lines)} messages to {args.output}", file=sys.stderr)
+            else:
+                for line in lines:
+                    sys.stdout.write(line + "\n")
+        else:
+            store.delete_session(args.session)
+            print(f"deleted session {args.session!r} ({info.units} messages)")
+        return 0
+    finally:
+        store.close()
+
+
+def _info_dict(info: Any) -> dict[str, Any]:
+    return {
+        "session": info.session,
+        "units": info.units,
+        "working": info.working,
+        "archived": info.archived,
+        "created": _when(info.created),
+        "updated": _when(info.updated),
+    }
+
+
+def _show(store: Store, info: Any, *, as_json: bool) -> None:
+    units = store.load(info.session)
+    log = store.compaction_log(info.session)
+    working = [u for u in units if u.tier == "working"]
+    data = dict(
+        _info_dict(info),
+        tokens=sum(u.tokens for u in units),
+        working_tokens=sum(u.tokens for u in working),
+        compactions=len(log),
+        working_ids=[u.id for u in working],
+    )
+    if as_json:
+        json.dump(data, sys.stdout, indent=2, ensure_ascii=False)
+        sys.stdout.write("\n")
+        return
+    print(f"session   {info.session}")
+    print(f"units     {info.units} ({data['tokens']} tokens): {info.working} working "
+          f"({data['working_tokens']} tokens), {info.archived} archived")
+    print(f"created   {data['created']}")
+    print(f"updated   {data['updated']}")
+    print(f"compactions {len(log)}")
+    print("working   " + " ".join(data["working_ids"]))
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser(
+        "sessions",
+        help="list, show, export (JSONL) or delete the sessions of a store",
+        description="rdmem sessions list|show|export|delete --store URL [SESSION]",
+    )
+    p.add_argument("action", choices=_ACTIONS, help="what to do")
+    p.add_argument("session", nargs="?", default=None, help="the session (not for 'list')")
+    p.add_argument(
+        "--store",
+        default=os.environ.get("RDMEM_STORE"),
+        help="store URL: sqlite:///path.db or postgresql://... (default: $RDMEM_STORE)",
+    )
+    p.add_argument("--json", action="store_true", help="list/show: print JSON")
+    p.add_argument("--output", "-o", default=None, help="export: write to this file instead of stdout")
+    p.set_defaults(func=_cmd_sessions)
+
+
+SUBCOMMANDS["sessions"] = register
