@@ -287,49 +287,75 @@ def compact_units(
         costs[b_idx] = sum(unit_cost[int(i)] for i in b)
     values = problem.block_values(plan.scores) if len(plan.scores) else np.zeros(len(local_blocks))
 
-    is_pinned = [u.pinned for u in units]
-    hidden = hidden_before(units)
+    # Precomputed once: total() runs for every block the fill loop tries, so it must not walk
+    # the units in Python (that made query-time compaction quadratic in the history).
+    hidden_arr = np.asarray(hidden_before(units), dtype=np.int64)
+    open_base = np.array([not u.pinned for u in units], dtype=bool)
+    block_pos = [np.array([cand_pos[int(i)] for i in b], dtype=np.int64) for b in local_blocks]
+    marker_memo: dict[int, int] = {}
+    summary_memo: dict[tuple[str, int], int] = {}
+
+    def render_cost(chosen: Iterable[int], summary: str | None) -> tuple[int, int]:
+        """Tokens of the non-pinned part of the render, mirroring :func:`render` exactly, and the
+        largest elision marker in it (tokens)."""
+        chosen = sorted(chosen)
+        used = int(costs[chosen].sum()) if chosen else 0
+        biggest = 0
+        if markers and chosen:
+            kept = np.zeros(len(units), dtype=bool)
+            kept[np.concatenate([block_pos[b] for b in chosen])] = True
+            # Each maximal run of left-out units (plus units archived before them) becomes one
+            # marker; pinned and summarized units are not counted in a run.
+            gap_step = open_base & ~kept
+            if summary and summarized:
+                gap_step[[cand_pos[i] for i in summarized]] = False
+            running = np.cumsum(hidden_arr + gap_step)
+            kept_pos = np.flatnonzero(kept)
+            at = running[kept_pos]
+            gaps = np.diff(at, prepend=0).tolist()
+            gaps.append(int(running[-1] - at[-1]))
+            for g in gaps:
+                if g:
+                    c = marker_memo.get(g)
+                    if c is None:
+                        c = marker_memo[g] = _marker_cost(tok, int(g))
+                    used += c
+                    biggest = max(biggest, c)
+        if summary:
+            key = (summary, len(summarized))
+            if key not in summary_memo:
+                summary_memo[key] = tok.message_tokens(summary_message(summary, len(summarized)))
+            used += summary_memo[key]
+        return used, biggest
 
     def total(chosen: Iterable[int], summary: str | None) -> int:
-        """Tokens of the non-pinned part of the render, mirroring :func:`render` exactly."""
-        chosen = sorted(chosen)
-        used = sum(int(costs[b]) for b in chosen)
-        if markers:
-            kept = np.zeros(len(units), dtype=bool)
-            for b in chosen:
-                kept[[cand_pos[int(i)] for i in local_blocks[b]]] = True
-            skipped = {cand_pos[i] for i in summarized} if summary else set()
-            gap = 0
-            any_kept = False
-            for p in range(len(units)):
-                gap += hidden[p]
-                if kept[p]:
-                    if gap:
-                        used += _marker_cost(tok, gap)
-                    gap, any_kept = 0, True
-                elif not is_pinned[p] and p not in skipped:
-                    gap += 1
-            if gap and any_kept:
-                used += _marker_cost(tok, gap)
-        if summary:
-            used += tok.message_tokens(summary_message(summary, len(summarized)))
-        return used
+        return render_cost(chosen, summary)[0]
 
     chosen = set(plan.chosen)
     ratio = values / np.maximum(costs, 1)
     # Repair: markers and summaries can push a plan over; drop the least valuable per token first.
-    while chosen and total(chosen, summary_text) > avail:
-        worst = min(chosen, key=lambda b: (ratio[b], -b))
-        chosen.discard(worst)
+    if chosen and total(chosen, summary_text) > avail:
+        # ratio does not change while dropping, so "drop the worst, recount" walks one sorted order.
+        for worst in sorted(chosen, key=lambda b: (ratio[b], -b)):
+            chosen.discard(worst)
+            if not chosen or total(chosen, summary_text) <= avail:
+                break
     if summary_text and total(chosen, summary_text) > avail:
         room = avail - total(chosen, None) - tok.message_tokens(summary_message("", len(summarized)))
         summary_text = tok.truncate(summary_text, room) if room > 0 else None
         if summary_text is None or total(chosen, summary_text) > avail:
             summary_text, summarized = None, []
     if plan.fill:
+        used, biggest = render_cost(chosen, summary_text)
         for b in sorted(set(range(len(local_blocks))) - chosen, key=lambda b: (-ratio[b], -b)):
-            if values[b] > 0 and total(chosen | {b}, summary_text) <= avail:
+            # Adding a block removes at most the one marker of the gap it sits in, so
+            # used + cost - biggest is a lower bound: skip the exact count when even that overflows.
+            if values[b] <= 0 or used + int(costs[b]) - biggest > avail:
+                continue
+            new_used, new_biggest = render_cost(chosen | {b}, summary_text)
+            if new_used <= avail:
                 chosen.add(b)
+                used, biggest = new_used, new_biggest
 
     # Nothing fits at all: cut the most valuable block rather than send nothing.
     if not chosen and not summary_text and local_blocks and avail > 0:
