@@ -10,10 +10,15 @@ from collections.abc import Callable
 
 import numpy as np
 
+from .coverage import coverage, coverage_objective
 from .greedy import by_value, greedy, suffix, topk
 from .knapsack import knapsack
+from .mckp import mckp, mckp_exact, mckp_lp
 
-__all__ = ["SELECTORS", "get_selector", "knapsack", "greedy", "by_value", "topk", "suffix"]
+__all__ = [
+    "SELECTORS", "get_selector", "knapsack", "greedy", "by_value", "topk", "suffix",
+    "mckp", "mckp_exact", "mckp_lp", "coverage", "coverage_objective",
+]
 
 Selector = Callable[[np.ndarray, np.ndarray, int], np.ndarray]
 
