@@ -100,9 +100,9 @@ def _hull_segments(v: np.ndarray, c: np.ndarray, avail: np.ndarray):
         nxt = np.minimum.accumulate(np.where(hs, pos, p)[:, ::-1], axis=1)[:, ::-1]
         nxt = np.concatenate([nxt[:, 1:], np.full((n, 1), p)], axis=1)
         inner = hs & (prev >= 0) & (nxt < p)
-        pa, pb = np.clip(prev, 0, p - 1), np.clip(nxt, 0, p - 1)
-        ca, cb = np.take_along_axis(csf, pa, 1), np.take_along_axis(csf, pb, 1)
-        va, vb = np.take_along_axis(vs, pa, 1), np.take_along_axis(vs, pb, 1)
+        pa, pb = np.minimum(np.maximum(prev, 0), p - 1), np.minimum(nxt, p - 1)
+        ca, cb = csf[rows, pa], csf[rows, pb]
+        va, vb = vs[rows, pa], vs[rows, pb]
         lhs = (vs - va) * (cb - ca)
         rhs = (vb - va) * (csf - ca)
         under = inner & (lhs <= rhs + _EPS * np.maximum(np.abs(lhs), np.abs(rhs)))
