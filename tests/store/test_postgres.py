@@ -1,0 +1,100 @@
+"""PostgreSQL specifics: pgvector HNSW, schema versions, unreachable servers, many writers."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import psycopg
+import pytest
+
+from rdmem.store import StoredUnit, StoreError, open_store
+from rdmem.store.postgres import SCHEMA_VERSION, PostgresStore
+
+
+def test_schema_extension_and_hnsw_index(pg_fresh_url, minilm):
+    store = open_store(pg_fresh_url)
+    texts = ["my cat sleeps all day", "the stock market fell"]
+    vecs = minilm.embed(texts)
+    store.append("s", [StoredUnit(f"u{i}", i, {"role": "user", "content": t}, 5, {}, vecs[i]) for i, t in enumerate(texts)])
+    with psycopg.connect(pg_fresh_url) as conn:
+        assert conn.execute("SELECT value FROM rdmem_meta WHERE key = 'schema_version'").fetchone()[0] == str(SCHEMA_VERSION)
+        assert conn.execute("SELECT 1 FROM pg_extension WHERE extname = 'vector'").fetchone()
+        (indexdef,) = conn.execute(
+            "SELECT indexdef FROM pg_indexes WHERE indexname = %s", (f"rdmem_units_hnsw_{vecs.shape[1]}",)
+        ).fetchone()
+        assert "hnsw" in indexdef and "vector_cosine_ops" in indexdef
+        # The planner uses the HNSW index for the dense query once the table is not tiny.
+        conn.execute("SET enable_seqscan = off")
+        d = vecs.shape[1]
+        plan = "\n".join(r[0] for r in conn.execute(
+            f"EXPLAIN SELECT uid FROM rdmem_units WHERE session = 's' AND tier = 'working' AND dim = {d} "
+            f"ORDER BY embedding::vector({d}) <=> %s::vector({d}) LIMIT 5", (str(vecs[0].tolist()),)))
+        assert f"rdmem_units_hnsw_{d}" in plan
+    store.close()
+
+
+def test_newer_schema_version_is_refused_and_nothing_written(pg_fresh_url):
+    PostgresStore(pg_fresh_url).close()
+    with psycopg.connect(pg_fresh_url, autocommit=True) as conn:
+        conn.execute("UPDATE rdmem_meta SET value = %s WHERE key = 'schema_version'", (str(SCHEMA_VERSION + 1),))
+        before = conn.execute("SELECT count(*) FROM pg_class").fetchone()[0]
+    with pytest.raises(StoreError, match=rf"newer rdmem \(schema version {SCHEMA_VERSION + 1}\); "
+                       rf"this rdmem reads schema version {SCHEMA_VERSION} at most"):
+        PostgresStore(pg_fresh_url)
+    with psycopg.connect(pg_fresh_url) as conn:
+        assert conn.execute("SELECT count(*) FROM pg_class").fetchone()[0] == before
+        assert conn.execute("SELECT value FROM rdmem_meta WHERE key = 'schema_version'").fetchone()[0] == str(
+            SCHEMA_VERSION + 1)
+
+
+def test_unreachable_database_names_the_host_not_the_password():
+    with pytest.raises(StoreError, match=r"cannot connect to PostgreSQL at 127\.0\.0\.1:1/agents") as info:
+        open_store("postgresql://rdmem:s3cr3t-pw@127.0.0.1:1/agents")
+    assert "s3cr3t-pw" not in str(info.value)
+
+
+def test_unknown_host_is_a_store_error():
+    with pytest.raises(StoreError, match=r"cannot connect to PostgreSQL at no-such-host\.invalid:5432/db"):
+        PostgresStore("postgresql://u:pw@no-such-host.invalid/db", connect_timeout=2)
+
+
+def test_many_writers_lose_nothing(pg_url, session_name):
+    """Eight threads, each with its own connection, append to one session at once."""
+    n_threads, per_thread = 8, 25
+    rng = np.random.default_rng(0)
+    vecs = rng.normal(size=(n_threads * per_thread, 16)).astype(np.float32)
+    vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+    errors: list[BaseException] = []
+    barrier = threading.Barrier(n_threads)
+
+    def writer(t: int) -> None:
+        store = PostgresStore(pg_url)
+        try:
+            barrier.wait()
+            for j in range(per_thread):
+                n = t * per_thread + j
+                store.append(session_name, [StoredUnit(f"t{t}-{j}", j, {"role": "user", "content": f"note {n}"},
+                                                       5, {}, vecs[n])])
+                if j % 5 == 4:
+                    store.set_tier(session_name, [f"t{t}-{j - 4}"], "archive")
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+        finally:
+            store.close()
+
+    threads = [threading.Thread(target=writer, args=(t,)) for t in range(n_threads)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert errors == []
+    store = PostgresStore(pg_url)
+    ids = [u.id for u in store.load(session_name)]
+    assert len(ids) == len(set(ids)) == n_threads * per_thread
+    info = {i.session: i for i in store.sessions()}[session_name]
+    assert info.archived == n_threads * (per_thread // 5)
+    hits = store.search(session_name, "unmatched", vecs[7], k=3)
+    assert hits[0][0] == "t0-7"
+    store.delete_session(session_name)
+    store.close()

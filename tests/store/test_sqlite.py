@@ -1,0 +1,150 @@
+"""SQLite specifics: the file format, refusing files it must not touch, caches across connections."""
+
+from __future__ import annotations
+
+import hashlib
+import sqlite3
+
+import pytest
+
+from rdmem.store import StoredUnit, StoreError, open_store
+from rdmem.store.sqlite import SCHEMA_VERSION, SQLiteStore
+
+
+def unit(i: int, text: str, tier: str = "working") -> StoredUnit:
+    return StoredUnit(f"u{i}", i, {"role": "user", "content": text}, 5, {}, None, tier)
+
+
+def digest(path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_new_file_gets_wal_and_a_versioned_schema(tmp_path):
+    path = tmp_path / "m.db"
+    with SQLiteStore(path) as store:
+        store.append("s", [unit(0, "hello")])
+    conn = sqlite3.connect(path)
+    assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()[0] == str(SCHEMA_VERSION)
+    tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    assert {"meta", "units", "units_fts", "sessions", "compactions"} <= tables
+
+
+def test_open_store_url_forms(tmp_path):
+    store = open_store(f"sqlite:///{tmp_path / 'a.db'}?synchronous=normal")
+    assert isinstance(store, SQLiteStore) and store.synchronous == "normal"
+    store.close()
+    with pytest.raises(ValueError, match="unknown option 'fsync'; allowed: synchronous"):
+        open_store(f"sqlite:///{tmp_path / 'a.db'}?fsync=0")
+    with pytest.raises(ValueError, match="synchronous must be one of full, normal, got 'off'"):
+        open_store(f"sqlite:///{tmp_path / 'a.db'}?synchronous=off")
+    with pytest.raises(ValueError, match="has no file path"):
+        open_store("sqlite:///")
+
+
+def test_unknown_scheme_lists_the_valid_ones():
+    with pytest.raises(ValueError, match=r"unknown store URL 'mysql://x/y'; use one of memory://, sqlite:///, postgresql://"):
+        open_store("mysql://x/y")
+
+
+def test_newer_schema_version_is_refused_and_nothing_written(tmp_path):
+    path = tmp_path / "m.db"
+    with SQLiteStore(path) as store:
+        store.append("s", [unit(0, "hello")])
+    conn = sqlite3.connect(path)
+    conn.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION + 1),))
+    conn.commit()
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    conn.close()
+    before = digest(path)
+    with pytest.raises(StoreError, match=rf"{path}.*newer rdmem \(schema version {SCHEMA_VERSION + 1}\); "
+                       rf"this rdmem reads schema version {SCHEMA_VERSION} at most"):
+        SQLiteStore(path)
+    assert digest(path) == before
+
+
+@pytest.mark.parametrize("content", [b"this is not a database at all\n" * 40, b"SQLite format 2\x00" + bytes(4080)])
+def test_corrupt_file_is_refused_and_left_alone(tmp_path, content):
+    path = tmp_path / "m.db"
+    path.write_bytes(content)
+    with pytest.raises(StoreError, match=rf"SQLite store {path}: not an SQLite database"):
+        open_store(f"sqlite:///{path}")
+    assert path.read_bytes() == content
+
+
+def test_damaged_sqlite_file_is_refused(tmp_path):
+    path = tmp_path / "m.db"
+    with SQLiteStore(path) as store:
+        store.append("s", [unit(i, f"text {i}") for i in range(50)])
+    data = bytearray(path.read_bytes())
+    data[100:4096] = b"\xff" * (4096 - 100)  # the schema page, after the header
+    path.write_bytes(bytes(data))
+    with pytest.raises(StoreError, match=rf"SQLite store {path}"):
+        SQLiteStore(path)
+    assert path.read_bytes() == bytes(data)
+
+
+def test_foreign_sqlite_database_is_not_written_to(tmp_path):
+    path = tmp_path / "other.db"
+    conn = sqlite3.connect(path)
+    conn.execute("CREATE TABLE invoices (n INTEGER)")
+    conn.commit()
+    conn.close()
+    before = digest(path)
+    with pytest.raises(StoreError, match="an SQLite database but not an rdmem store \\(tables: invoices\\)"):
+        SQLiteStore(path)
+    assert digest(path) == before
+
+
+def test_missing_directory_is_a_store_error(tmp_path):
+    with pytest.raises(StoreError, match="does not exist"):
+        SQLiteStore(tmp_path / "no" / "such" / "m.db")
+
+
+def test_use_after_close_is_a_store_error(tmp_path):
+    store = SQLiteStore(tmp_path / "m.db")
+    store.close()
+    with pytest.raises(StoreError, match="used after close"):
+        store.load("s")
+
+
+def test_search_cache_sees_another_connections_writes(tmp_path):
+    a, b = SQLiteStore(tmp_path / "m.db"), SQLiteStore(tmp_path / "m.db")
+    a.append("s", [unit(0, "apples and pears", "archive")])
+    assert [i for i, _ in a.search("s", "bananas", None, k=5)] == []
+    b.append("s", [unit(1, "bananas are yellow", "archive")])
+    assert [i for i, _ in a.search("s", "bananas", None, k=5)] == ["u1"]
+    b.set_tier("s", ["u1"], "working")
+    assert [i for i, _ in a.search("s", "bananas", None, k=5, tier="archive")] == []
+    b.delete_session("s")
+    assert a.search("s", "apples", None, k=5) == []
+    a.close()
+    b.close()
+
+
+def test_dense_index_follows_appends_and_tier_moves(tmp_path, minilm):
+    texts = ["my cat sleeps all day", "the stock market fell", "a kitten chased a mouse", "interest rates rose"]
+    vecs = minilm.embed(texts)
+    with SQLiteStore(tmp_path / "m.db") as store:
+        store.append("s", [StoredUnit(f"u{i}", i, {"role": "user", "content": t}, 5, {}, vecs[i], "archive")
+                           for i, t in enumerate(texts[:2])])
+        q = minilm.embed(["pets"])[0]
+        assert store.search("s", "pets", q, k=1)[0][0] == "u0"
+        store.append("s", [StoredUnit(f"u{i}", i, {"role": "user", "content": t}, 5, {}, vecs[i], "archive")
+                           for i, t in enumerate(texts) if i >= 2])
+        assert {i for i, _ in store.search("s", "pets", q, k=2)} == {"u0", "u2"}
+        store.set_tier("s", ["u0"], "working")
+        assert store.search("s", "pets", q, k=1, tier="archive")[0][0] == "u2"
+        loaded = {u.id: u.embedding for u in store.load("s")}
+        assert not loaded["u0"].flags.writeable  # views of the search matrix, shared with the caller
+
+
+def test_check_is_clean_after_writes_and_deletes(tmp_path):
+    with SQLiteStore(tmp_path / "m.db") as store:
+        for s in ("a", "b"):
+            store.append(s, [unit(i, f"message {i} about {s}") for i in range(20)])
+        store.set_tier("a", [f"u{i}" for i in range(10)], "archive")
+        store.delete_session("a")
+        assert store.check() == []
+        assert [i for i, _ in store.search("b", "message", None, k=3)]
+        assert store.disk_bytes() > 0
