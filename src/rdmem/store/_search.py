@@ -13,9 +13,14 @@ from ..features import content_words
 
 
 @lru_cache(maxsize=1 << 16)
-def _doc_words(text: str) -> tuple[str, ...]:
-    # Every search re-reads the same archived texts; tokenizing them once per process is enough.
-    return tuple(content_words(text))
+def _doc_stats(text: str) -> tuple[int, dict[str, tuple[int, int]]]:
+    """A text's number of content words and, per distinct word, (rank of first occurrence, count).
+
+    Every search re-reads the same archived texts: counting their words once per process is enough.
+    """
+    words = content_words(text)
+    counts = Counter(words)
+    return len(words), {w: (rank, counts[w]) for rank, w in enumerate(counts)}
 
 
 def lexical_rank(texts: Sequence[str], query: str, *, k1: float = 1.2, b: float = 0.75) -> list[int]:
@@ -23,16 +28,23 @@ def lexical_rank(texts: Sequence[str], query: str, *, k1: float = 1.2, b: float 
     terms = set(content_words(query))
     if not terms:
         return []
-    docs = [_doc_words(t) for t in texts]
-    n = len(docs)
-    avg = max(sum(len(d) for d in docs) / max(n, 1), 1.0)
-    df = Counter(w for d in docs for w in set(d) if w in terms)
+    stats = [_doc_stats(t) for t in texts]
+    n = len(stats)
+    avg = max(sum(length for length, _ in stats) / max(n, 1), 1.0)
+    df: Counter[str] = Counter()
+    hits = []
+    for i, (length, words) in enumerate(stats):
+        found = [words[t] + (t,) for t in terms if t in words]
+        if found:
+            # Sum terms in the order they first occur in the text, so scores are bit-for-bit reproducible.
+            found.sort()
+            df.update(t for _, _, t in found)
+            hits.append((i, length, found))
     scores = []
-    for i, d in enumerate(docs):
-        tf = Counter(w for w in d if w in terms)
+    for i, length, found in hits:
         s = sum(
-            math.log((n - df[t] + 0.5) / (df[t] + 0.5) + 1) * f * (k1 + 1) / (f + k1 * (1 - b + b * len(d) / avg))
-            for t, f in tf.items()
+            math.log((n - df[t] + 0.5) / (df[t] + 0.5) + 1) * f * (k1 + 1) / (f + k1 * (1 - b + b * length / avg))
+            for _, f, t in found
         )
         if s > 0:
             scores.append((s, i))
