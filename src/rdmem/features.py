@@ -29,7 +29,7 @@ STOPWORDS = frozenset(
 _WORD = re.compile(r"[A-Za-z][A-Za-z'\-]*[A-Za-z]|[A-Za-z]|\d+(?:[.,:]\d+)*|[\u4e00-\u9fff]")
 _CAP_WORD = re.compile(r"\b[A-Z][a-zA-Z'\-]+(?:\s+[A-Z][a-zA-Z'\-]+)*")
 _SENT_START = re.compile(r"(?:^|[.!?]\s+|\n|:\s+)([A-Z][a-zA-Z'\-]+)")
-_NUMBER = re.compile(r"(?<![\w.])[-+]?\$?\d+(?:[.,:/]\d+)*%?")
+_NUMBER = re.compile(r"(?<![\w.\-])[-+]?\$?\d+(?:[.,:/\-]\d+)*%?")
 _MONTHS = (
     "january|february|march|april|may|june|july|august|september|october|november|december|"
     "jan|feb|mar|apr|jun|jul|aug|sep|sept|oct|nov|dec"
@@ -46,11 +46,15 @@ _DATE = re.compile(
     r"|\d{1,2}:\d{2}\s*(?:am|pm)?|\d{4}年|\d{1,2}月\d{1,2}[日号]",
     re.IGNORECASE,
 )
+# Imperatives only: "Remember to ..." and "Always reply in French" are instructions,
+# "I remember when ..." and "I always loved painting" are not.
 _DIRECTIVE = re.compile(
-    r"\b(?:remember(?:\s+that|\s+this|\s+to)?|don'?t\s+forget|do\s+not\s+forget|never\s+forget|keep\s+in\s+mind|"
-    r"make\s+sure(?:\s+to)?|from\s+now\s+on|going\s+forward|always\s+\w+|never\s+\w+|note\s+that|"
-    r"please\s+note|important:|my\s+preference\s+is|i\s+prefer)\b"
-    r"|记住|别忘了|不要忘记|以后都|以后要|今后|务必|一定要|切记|永远不要|总是"
+    r"(?:^|[.!?;:]\s+|\n)\s*(?:please\s+|and\s+|also\s+|oh,?\s+)?"
+    r"(?:remember|always|never|make\s+sure|keep\s+in\s+mind|note\s+that|be\s+sure\s+to)\b"
+    r"|\b(?:don'?t\s+forget|do\s+not\s+forget|never\s+forget|from\s+now\s+on|going\s+forward|"
+    r"please\s+(?:remember|note|always|never)|(?:you|we)\s+(?:must|should)\s+(?:always|never)|"
+    r"my\s+preference\s+is|important:)\b"
+    r"|记住|别忘了|不要忘记|以后都|以后要|今后|务必|切记|永远不要"
     r"|n'oublie\s+pas|souviens-toi|recuerda|no\s+olvides|merk\s+dir|vergiss\s+nicht|覚えて|忘れないで",
     re.IGNORECASE,
 )
@@ -136,21 +140,34 @@ def _entities(text: str) -> tuple[str, ...]:
     sentence_initial = {m.group(1) for m in _SENT_START.finditer(text)}
     found: list[str] = []
     for m in _CAP_WORD.finditer(text):
-        phrase = m.group(0)
-        words = phrase.split()
-        # A capitalised first word of a sentence is only an entity when it is not a common word.
-        if len(words) == 1 and phrase in sentence_initial and phrase.lower() in STOPWORDS | _COMMON_CAPS:
+        words = m.group(0).split()
+        # A capitalised first word of a sentence is only part of an entity when it is not a
+        # common word ("Remember", "Always", "Meet Ana" -> "Ana").
+        if words[0] in sentence_initial and words[0].lower() in _COMMON_CAPS:
+            words = words[1:]
+        words = [w for w in words if w not in ("I", "I'm", "I've", "I'd", "I'll")] if len(words) == 1 else words
+        if not words:
             continue
-        if phrase.lower() in STOPWORDS or phrase in ("I", "I'm", "I've", "I'd", "I'll"):
+        phrase = " ".join(words)
+        if phrase.lower() in STOPWORDS or (len(words) == 1 and phrase.lower() in _CALENDAR):
             continue
         if phrase not in found:
             found.append(phrase)
     return tuple(found)
 
 
-_COMMON_CAPS = frozenset(
+_COMMON_CAPS = STOPWORDS | frozenset(
     "the this that these those it its my your our their his her we they you he she what when where why how which "
-    "who yes no oh wow hey hi hello thanks thank sure great good nice cool awesome sounds that's it's i'm".split()
+    "who yes no oh wow hey hi hello thanks thank sure great good nice cool awesome sounds that's it's i'm "
+    "remember always never please meet let make keep note don't dont do does did can could would should will "
+    "shall may might must maybe perhaps actually however nevertheless anyway and but or if then now today "
+    "tomorrow yesterday tonight here there okay ok sorry just only still even after before since because although "
+    "though once every each some any both many much more most few several another such also besides finally "
+    "first second next last sounds looks seems guess btw lol haha".split()
+)
+_CALENDAR = frozenset(
+    "january february march april may june july august september october november december "
+    "monday tuesday wednesday thursday friday saturday sunday".split()
 )
 
 

@@ -8,6 +8,7 @@ markers, repair to the exact budget, the report.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
@@ -15,10 +16,10 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 
 from .compaction import Plan, Problem
-from .scoring import Information, Lexical, Metadata, Recency, Relevance, Scorer, Weighted, seed_scorer
+from .scoring import Information, LearnedValue, Metadata, Recency, Relevance, Scorer, Weighted, seed_scorer
 from .select import get_selector
 
-__all__ = ["Policy", "ScoredPolicy", "SummaryBuffer", "POLICIES", "get_policy", "register_policy"]
+__all__ = ["Policy", "ScoredPolicy", "SummaryBuffer", "RDPolicy", "TaskMode", "TASK_MODES", "POLICIES", "get_policy", "register_policy"]
 
 
 @runtime_checkable
@@ -33,6 +34,9 @@ class Policy(Protocol):
 
 
 def _scores(scorer: Scorer, problem: Problem) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    explain_fn = getattr(scorer, "explain", None)
+    if explain_fn is not None:
+        return explain_fn(problem.ctx)
     breakdown_fn = getattr(scorer, "breakdown", None)
     if breakdown_fn is not None:
         parts = breakdown_fn(problem.ctx)
@@ -108,17 +112,104 @@ class SummaryBuffer:
         )
 
 
-def _rd_scorer() -> Weighted:
-    return Weighted(
-        terms=(
-            ("information", 1.0, Information()),
-            ("metadata", 0.5, Metadata(directive=3.0, entity=1.0, factual=1.0)),
-            ("recency", 0.3, Recency(decay=0.02)),
-            ("relevance", 2.0, Relevance()),
-            ("lexical", 1.5, Lexical()),
-        ),
-        normalize="max",
-    )
+_PLAN_RE = re.compile(r"(?im)^\s*(?:\d+[.)]|[-*]\s+\[[ x]\]|step\s+\d+)|\b(?:plan|next steps?|todo|goal|objective)\b")
+_PERSONA_RE = re.compile(r"(?i)\b(?:you are|your name is|you're playing|persona|character|in character|role ?play)\b")
+_STYLE_RE = re.compile(r"(?i)\b(?:tone|style|voice|words? or (?:less|fewer)|in (?:the )?style of|rhyme|tense|point of view)\b")
+
+
+@dataclass(frozen=True)
+class TaskMode:
+    """A documented preset: how much recency counts, and which units are never dropped.
+
+    ``protect`` names unit types kept whenever they fit: ``directive`` (user
+    instructions), ``goal`` (the first user message), ``plan`` (numbered or
+    checklist steps, "plan", "next step"), ``state`` (the latest tool result),
+    ``persona`` ("you are …", character sheets), ``style`` (tone and style
+    constraints), ``draft`` (the latest long assistant message).
+    """
+
+    name: str
+    recency: float
+    protect: tuple[str, ...]
+    description: str
+
+
+TASK_MODES: dict[str, TaskMode] = {
+    "qa": TaskMode("qa", 0.05, ("directive",), "facts: names, dates, events, preferences; chit-chat goes first"),
+    "task": TaskMode("task", 0.3, ("directive", "goal", "plan", "state"), "goal, plan and current state never dropped"),
+    "roleplay": TaskMode("roleplay", 0.4, ("directive", "persona"), "persona and character facts never dropped"),
+    "creative": TaskMode("creative", 0.4, ("directive", "style", "draft"), "style constraints and the latest draft kept"),
+}
+
+
+def _protected(units: list, kinds: tuple[str, ...]) -> np.ndarray:
+    """Which units a mode protects (see :class:`TaskMode`)."""
+    n = len(units)
+    out = np.zeros(n, dtype=bool)
+    if "directive" in kinds:
+        out |= np.array([u.features.directive for u in units], dtype=bool)
+    if "goal" in kinds:
+        first_user = next((i for i, u in enumerate(units) if u.role == "user"), None)
+        if first_user is not None:
+            out[first_user] = True
+    if "plan" in kinds:
+        out |= np.array([u.role == "assistant" and bool(_PLAN_RE.search(u.text)) for u in units], dtype=bool)
+    if "state" in kinds:
+        last_tool = next((i for i in range(n - 1, -1, -1) if units[i].role == "tool"), None)
+        if last_tool is not None:
+            out[last_tool] = True
+    if "persona" in kinds:
+        out |= np.array([bool(_PERSONA_RE.search(u.text)) and u.role != "tool" for u in units], dtype=bool)
+    if "style" in kinds:
+        out |= np.array([u.role == "user" and bool(_STYLE_RE.search(u.text)) for u in units], dtype=bool)
+    if "draft" in kinds:
+        long_ones = [i for i, u in enumerate(units) if u.role == "assistant" and u.tokens >= 150]
+        if long_ones:
+            out[long_ones[-1]] = True
+    return out
+
+
+@dataclass(frozen=True)
+class RDPolicy:
+    """Rate-distortion compaction: expected distortion avoided per token, maximised exactly.
+
+    Each unit's value is the probability that a future question needs it
+    (:class:`~rdmem.scoring.LearnedValue`; query-aware when a query is given),
+    plus a small recency term set by the task ``mode``; protected units get a
+    value above everything else. Blocks (a tool call with its results; a
+    correction with what it corrects) are chosen by an exact 0/1 knapsack on
+    token costs, then the engine fills what the elision markers left over.
+    """
+
+    name: str = "rd"
+    description: str = "rate-distortion: learned value per token (query-aware), exact knapsack, task-mode presets (default)"
+    mode: str = "qa"
+    value: Scorer = field(default_factory=LearnedValue)
+    recency_decay: float = 0.02
+
+    def __post_init__(self) -> None:
+        if self.mode not in TASK_MODES:
+            raise ValueError(f"unknown mode {self.mode!r}; choose one of {', '.join(TASK_MODES)}")
+
+    @property
+    def needs_embeddings(self) -> bool:
+        return bool(self.value.needs_embeddings)
+
+    def plan(self, problem: Problem) -> Plan:
+        mode = TASK_MODES[self.mode]
+        p, parts = _scores(self.value, problem)
+        recency = Recency(decay=self.recency_decay).score(problem.ctx)
+        values = p + mode.recency * recency * (float(p.mean()) if len(p) else 0.0)
+        protected = _protected(problem.units, mode.protect)
+        if protected.any():
+            values = np.where(protected, values + float(values.sum()) + 1.0, values)
+        parts = dict(parts)
+        parts["value"] = p
+        parts["recency"] = values - p - np.where(protected, values - p, 0.0)
+        budget = max(problem.budget - problem.marker_tokens, 0)
+        chosen = get_selector("knapsack")(problem.block_values(values), problem.block_costs(), budget)
+        reasons = {int(i): "protected (" + self.mode + " mode)" for i in np.flatnonzero(protected)}
+        return Plan(chosen=[int(b) for b in chosen], scores=values, breakdown=parts, fill=True, reasons=reasons)
 
 
 def _builtin() -> dict[str, Callable[[], Policy]]:
@@ -150,13 +241,7 @@ def _builtin() -> dict[str, Callable[[], Policy]]:
             seed_scorer(),
             selector="knapsack",
         ),
-        "rd": lambda: ScoredPolicy(
-            "rd",
-            "rate-distortion: information, bonuses and query relevance per token, exact knapsack (default)",
-            _rd_scorer(),
-            selector="knapsack",
-            fill=True,
-        ),
+        "rd": RDPolicy,
     }
 
 

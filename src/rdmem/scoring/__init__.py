@@ -12,6 +12,7 @@ from .recency import Recency
 from .relevance import Relevance
 from .seed import SeedMetadata, seed_scorer
 from .uniqueness import Uniqueness
+from .value import LearnedValue
 from .weighted import Weighted
 
 __all__ = [
@@ -28,6 +29,7 @@ __all__ = [
     "SeedMetadata",
     "Uniqueness",
     "Weighted",
+    "LearnedValue",
     "seed_scorer",
 ]
 
@@ -39,6 +41,7 @@ SCORERS: dict[str, Callable[[], Scorer]] = {
     "information": Information,
     "metadata": Metadata,
     "seed": seed_scorer,
+    "value": LearnedValue,
 }
 
 

@@ -1,0 +1,159 @@
+"""Feature matrices for the value models, computed from a :class:`~rdmem.scoring.ScoringContext`.
+
+``prior_matrix``: query-agnostic features of each unit (what kind of message
+it is). ``query_matrix``: how each unit relates to a query, plus the prior.
+Both are cheap (regexes, IDF sums, one matrix product).
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from ..scoring import Lexical, ScoringContext
+
+__all__ = ["PRIOR_FEATURES", "QUERY_FEATURES", "prior_matrix", "query_matrix", "message_body"]
+
+PRIOR_FEATURES = (
+    "log_info",
+    "info_density",
+    "log_tokens",
+    "entities",
+    "number",
+    "date",
+    "directive",
+    "is_user",
+    "is_tool",
+    "question",
+    "first_person",
+    "event",
+    "greeting",
+    "exclaim",
+    "novelty",
+)
+
+QUERY_FEATURES = (
+    "cos",
+    "cos_z",
+    "cos_rank",
+    "bm25",
+    "bm25_rank",
+    "nb_cos_z",
+    "nb_bm25",
+    "entity_overlap",
+    "when_date",
+    "prior_logit",
+    "log_tokens",
+)
+
+# A leading "[<date>] Name:" (chat exports, LoCoMo) is structure, not content.
+_PREFIX = re.compile(r"^\s*(?:\[[^\]]{1,60}\]\s*)?(?:[A-Z][\w .'-]{0,30}:\s+)?")
+_GREETING = re.compile(
+    r"^(?:hey|hi|hello|yo|good (?:morning|evening|afternoon|to see)|thanks|thank you|thx|bye|see you|take care|"
+    r"congrats|congratulations|wow|haha|lol|aw+|omg|that'?s (?:great|awesome|amazing|so cool)|sounds (?:great|good)|"
+    r"glad|nice|cool|awesome|great)\b",
+    re.IGNORECASE,
+)
+_WHEN = re.compile(r"\b(?:when|what (?:year|month|day|date|time)|how long ago|since when)\b", re.IGNORECASE)
+_QENT = re.compile(r"\b[A-Z][a-zA-Z'\-]+")
+
+
+def message_body(text: str) -> str:
+    """The text without a leading ``[date] Speaker:`` label."""
+    return _PREFIX.sub("", text, count=1)
+
+
+def prior_matrix(ctx: ScoringContext, *, novelty: bool = True) -> np.ndarray:
+    """Query-agnostic features, one row per unit (columns: :data:`PRIOR_FEATURES`)."""
+    n = len(ctx)
+    x = np.zeros((n, len(PRIOR_FEATURES)))
+    for i, (u, words) in enumerate(zip(ctx.units, ctx.unit_words, strict=True)):
+        f = u.features
+        body = message_body(u.text)
+        info = sum(max(ctx.idf_of(w), 0.0) for w in set(words))
+        x[i, :14] = (
+            np.log1p(info),
+            info / max(u.tokens, 1),
+            np.log1p(u.tokens),
+            min(len(f.entities), 6),
+            bool(f.numbers),
+            bool(f.dates),
+            f.directive,
+            u.role == "user",
+            u.role == "tool",
+            "?" in body,
+            f.first_person,
+            f.event,
+            bool(_GREETING.match(body)),
+            body.count("!") / max(len(body.split()), 1),
+        )
+    if novelty and n > 1:
+        e = ctx.embeddings
+        sim = e @ e.T
+        np.fill_diagonal(sim, -1.0)
+        x[:, 14] = 1.0 - sim.max(axis=1)
+    return x
+
+
+def _rank_feature(score: np.ndarray) -> np.ndarray:
+    """``-log1p(rank)`` with rank 0 for the best; units with score <= 0 get the worst rank."""
+    order = np.lexsort((np.arange(len(score)), -score))
+    rank = np.empty(len(score))
+    rank[order] = np.arange(len(score))
+    rank[score <= 0] = len(score)
+    return -np.log1p(rank)
+
+
+def _neighbour_max(values: np.ndarray, index: np.ndarray) -> np.ndarray:
+    """For each unit, the largest value among the units right before and after it in the history."""
+    out = np.full(len(values), values.min() if len(values) else 0.0)
+    pos = {int(k): i for i, k in enumerate(index)}
+    for i, k in enumerate(index):
+        for j in (pos.get(int(k) - 1), pos.get(int(k) + 1)):
+            if j is not None:
+                out[i] = max(out[i], values[j])
+    return out
+
+
+def query_entities(query: str) -> set[str]:
+    words = _QENT.findall(query)
+    # The first word of a question is capitalised by grammar, not because it is a name.
+    if words and query.strip().startswith(words[0]):
+        words = words[1:]
+    return {w.lower() for w in words if w.lower() not in _STOP_CAPS}
+
+
+_STOP_CAPS = frozenset("what when where who why how which did does do is are was were can could would i".split())
+
+
+def query_matrix(ctx: ScoringContext, prior_logit: np.ndarray) -> np.ndarray:
+    """Query-aware features, one row per unit (columns: :data:`QUERY_FEATURES`)."""
+    n = len(ctx)
+    x = np.zeros((n, len(QUERY_FEATURES)))
+    if n == 0 or not ctx.query:
+        return x
+    cos = ctx.embeddings @ ctx.query_embedding
+    sd = cos.std()
+    cos_z = (cos - cos.mean()) / (sd if sd > 1e-6 else 1.0)
+    bm = Lexical().score(ctx)
+    bm_n = bm / bm.max() if bm.max() > 0 else bm
+    index = np.array([u.index for u in ctx.units])
+    ents = query_entities(ctx.query)
+    when = bool(_WHEN.search(ctx.query))
+    for i, u in enumerate(ctx.units):
+        low = u.text.lower()
+        if ents:
+            x[i, 7] = sum(e in low for e in ents) / len(ents)
+        x[i, 8] = when and bool(u.features.dates)
+        x[i, 10] = np.log1p(u.tokens)
+    x[:, 0] = cos
+    x[:, 1] = cos_z
+    x[:, 2] = _rank_feature(cos)
+    x[:, 3] = bm_n
+    x[:, 4] = _rank_feature(bm)
+    x[:, 5] = _neighbour_max(cos_z, index)
+    x[:, 6] = _neighbour_max(bm_n, index)
+    x[:, 9] = prior_logit
+    return x
+

@@ -1,0 +1,54 @@
+"""The learned value model as a scorer: P(a future question needs this unit)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ._base import ScoringContext
+
+
+@dataclass(frozen=True)
+class LearnedValue:
+    """Probability that a future question needs each unit, from two logistic models.
+
+    Without a query the ``prior`` model rates what kind of message a unit is
+    (facts, events, names, dates vs. greetings and chit-chat). With a query the
+    ``query`` model adds how the unit relates to it (dense and lexical
+    relevance, their ranks, the neighbours' relevance, shared names, dates for
+    "when" questions). ``None`` uses the models shipped with rdmem;
+    ``rdmem train`` fits new ones. ``offset`` is added to the prior logit
+    (online feedback uses it per unit).
+    """
+
+    prior: object | None = None
+    query: object | None = None
+    novelty: bool = True
+    needs_embeddings: bool = True
+    logit_offsets: dict[str, float] = field(default_factory=dict, hash=False, compare=False)
+
+    def _models(self):  # type: ignore[no-untyped-def]
+        from ..learn.model import default_models
+
+        d = default_models()
+        return (self.prior or d["prior"]), (self.query or d["query"])
+
+    def explain(self, ctx: ScoringContext) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """Probabilities and each feature's share of the logit (for reports)."""
+        from ..learn.features import prior_matrix, query_matrix
+
+        if not len(ctx):
+            return np.zeros(0), {}
+        prior, query = self._models()
+        xp = prior_matrix(ctx, novelty=self.novelty)
+        logit = prior.decision(xp)
+        parts = {f"prior.{k}": v for k, v in prior.contributions(xp).items()}
+        if ctx.query:
+            xq = query_matrix(ctx, logit)
+            logit = query.decision(xq)
+            parts = {f"query.{k}": v for k, v in query.contributions(xq).items()}
+        return 1.0 / (1.0 + np.exp(-np.clip(logit, -35, 35))), parts
+
+    def score(self, ctx: ScoringContext) -> np.ndarray:
+        return self.explain(ctx)[0]
