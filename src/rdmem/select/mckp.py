@@ -17,9 +17,11 @@ cost fits the budget and the total value is (nearly) maximal:
 3. the remaining segments are still taken where they fit (an item whose next
    segment does not fit is frozen, since the leftover only shrinks), then the
    leftover is filled with any upgrade (to any available rung, on the hull or
-   not) that still fits, largest value gain first.
+   not) that still fits, largest value gain first;
+4. the same again with the critical item (owner of the first segment that
+   did not fit) upgraded first; the better of the two is returned.
 
-The result is never below ``LP optimum − value of the critical segment``
+The result is never below ``max(LP optimum − value of the critical segment, LP optimum / 2)``
 (the classic bound), which :func:`mckp_lp` reports; :func:`mckp_exact`
 solves small instances exactly by dynamic programming, for tests.
 """
@@ -140,9 +142,9 @@ def mckp(values: np.ndarray, costs: np.ndarray, budget: int) -> np.ndarray:
         Tokens available for all items together.
 
     Lagrangian / convex-hull greedy with a leftover fill (see the module
-    docstring): O(n·r³ + S log S) for S hull segments, a few ms for
-    n = 1000, r = 3. The value is at least ``mckp_lp(...).value -
-    mckp_lp(...).critical_gain`` and usually optimal. Deterministic: equal
+    docstring): O(n·r² + S log S) for S hull segments, a few ms for
+    n = 1000, r = 3. With ``lp = mckp_lp(...)`` the value is at least
+    ``max(lp.value - lp.critical_gain, lp.value / 2)`` and usually optimal. Deterministic: equal
     slopes favour the later item.
 
     >>> values = np.array([[10.0, 8.0, 3.0], [6.0, 5.0, 2.0]])
