@@ -1,0 +1,83 @@
+"""The rate-distortion plot: evidence recall (or another metric) against budget, one panel per regime."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from .runner import FULL, ORACLE, REGIMES, EvalResult
+
+__all__ = ["plot_rd_curve"]
+
+
+def plot_rd_curve(
+    result: EvalResult,
+    path: str | Path,
+    *,
+    metric: str = "evidence_recall",
+    category: str = "all",
+    dpi: int = 110,
+) -> Path:
+    """Draw ``metric`` against budget (tokens, log scale): one line per policy with its 95% band,
+    the oracle dashed, the full history as a star at its mean size; one panel per regime.
+
+    ``metric`` is a :class:`~rdmem.eval.Row` field with ``_lo``/``_hi`` bounds
+    (``evidence_recall``, ``all_evidence``, ``answer_recall``).
+    """
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as exc:  # pragma: no cover - the eval extra installs it
+        raise ImportError("plots need matplotlib: pip install 'rdmem[eval]'") from exc
+    if metric not in ("evidence_recall", "all_evidence", "answer_recall"):
+        raise ValueError(f"metric must be evidence_recall, all_evidence or answer_recall, got {metric!r}")
+    regimes = [r for r in REGIMES if any(row.regime == r for row in result.rows)]
+    fig, axes = plt.subplots(1, max(len(regimes), 1), figsize=(5.2 * max(len(regimes), 1), 4.2), sharey=True,
+                             squeeze=False)
+    budgets = list(result.config.budgets)
+    label = metric.replace("_", " ")
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for ax, regime in zip(axes[0], regimes, strict=False):
+        for k, policy in enumerate(list(result.config.policies) + [ORACLE]):
+            pts = []
+            for b in budgets:
+                try:
+                    row = result.row(regime, policy, b, category)
+                except KeyError:
+                    continue
+                v = getattr(row, metric)
+                if not math.isnan(v):
+                    pts.append((b, v, getattr(row, f"{metric}_lo"), getattr(row, f"{metric}_hi")))
+            if not pts:
+                continue
+            xs, ys, lo, hi = zip(*pts, strict=True)
+            if policy == ORACLE:
+                ax.plot(xs, ys, "k--", lw=1.4, label="oracle")
+            else:
+                color = colors[k % len(colors)]
+                ax.plot(xs, ys, "o-", color=color, lw=1.6, ms=4, label=policy)
+                ax.fill_between(xs, lo, hi, color=color, alpha=0.12, lw=0)
+        try:
+            full = result.row(regime, FULL, None, category)
+            if not math.isnan(getattr(full, metric)):
+                ax.plot([full.tokens_mean], [getattr(full, metric)], "k*", ms=11, label=f"full history ({full.tokens_mean:,.0f} tok)")
+        except KeyError:
+            pass
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(budgets)
+        ax.set_xticklabels([f"{b:,}" for b in budgets], fontsize=8)
+        ax.minorticks_off()
+        ax.set_xlabel("budget (tokens)")
+        ax.set_title(f"{regime} regime")
+        ax.set_ylim(0, 1.02)
+        ax.grid(alpha=0.3)
+    axes[0][0].set_ylabel(label)
+    axes[0][-1].legend(fontsize=8, loc="lower right")
+    fig.tight_layout()
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=dpi)
+    plt.close(fig)
+    return out
