@@ -93,6 +93,8 @@ class MemoryManager:
         self._embedder_spec = embedder
         self._store_spec = store
         self._state: _State | None = None
+        self._feedback_delta: np.ndarray | None = None
+        self._tuned_policy: Policy | None = None
 
     # -- lazy state -------------------------------------------------------
     @property
@@ -160,7 +162,7 @@ class MemoryManager:
         result = compact_units(
             working,
             budget=target,
-            policy=self.policy,
+            policy=self._active_policy,
             tokenizer=st.tokenizer,
             embedder=self._embedder,
             summarizer=self.summarizer,
@@ -168,7 +170,11 @@ class MemoryManager:
             now=len(st.units),
             doc_freq=(st.df, len(st.units)),
         )
-        kept = set(result.kept_ids)
+        # A message cut to fit stays in working memory (context() cuts it again): archiving it would
+        # drop the newest message silently when it alone exceeds the budget.
+        kept = {d.id for d in result.report if d.decision in ("kept", "truncated", "compressed")}
+        # A tool call still waiting for results stays too: archiving it would orphan the results to come.
+        kept |= _pending_call(working)
         leaving = [u.id for u in working if u.id not in kept]
         if leaving:
             self._store.set_tier(self.session, leaving, "archive")
@@ -212,7 +218,7 @@ class MemoryManager:
         return compact_units(
             cands,
             budget=budget,
-            policy=self.policy,
+            policy=self._active_policy,
             query=query,
             tokenizer=st.tokenizer,
             embedder=self._embedder,
@@ -221,6 +227,78 @@ class MemoryManager:
             now=len(st.units),
             doc_freq=(st.df, len(st.units)),
         )
+
+    def feedback(self, ids: Sequence[str], reward: float, *, learning_rate: float = 0.5, max_shift: float = 2.0) -> None:
+        """Tell the value model whether the units ``ids`` turned out to be needed (online learning).
+
+        ``reward`` in [0, 1]: 1 means "these were needed" (an answer used them),
+        0 means "not needed". Each id takes one stochastic-gradient step on the
+        logistic loss of the prior value model, in standardised feature space::
+
+            delta += learning_rate * (reward - p(unit)) * z(unit) / len(ids)
+
+        and every coordinate of ``delta`` is clipped to ``[-max_shift, max_shift]``
+        (bounded: feedback can tilt the shipped model, never replace it). The
+        shift applies to this manager's session only; :meth:`reset_feedback`
+        reverts it exactly. Needs a policy with a learned value model (``rd``).
+        """
+        if not 0.0 <= float(reward) <= 1.0:
+            raise ValueError(f"reward must be in [0, 1], got {reward!r}")
+        if not learning_rate > 0:
+            raise ValueError(f"learning_rate must be > 0, got {learning_rate!r}")
+        base = self._base_value_model()
+        st = self._load()
+        unknown = [i for i in ids if i not in st.by_id]
+        if unknown:
+            raise ValueError(f"unknown ids in feedback: {unknown[:5]}")
+        if not ids:
+            return
+        from .learn.features import prior_matrix
+        from .scoring import ScoringContext
+
+        units = [st.by_id[i] for i in ids]
+        ctx = ScoringContext(units, embedder=self._embedder, doc_freq=(st.df, len(st.units)))
+        x = prior_matrix(ctx, novelty=False)
+        model = self._value_model()
+        z = (x - base.mean_) / base.scale_
+        p = model.predict(x)
+        step = learning_rate * ((float(reward) - p)[:, None] * z).mean(axis=0)
+        self._feedback_delta = np.clip(self._feedback_delta + step, -max_shift, max_shift)
+        self._tuned_policy = None
+
+    def reset_feedback(self) -> None:
+        """Undo all :meth:`feedback` for this session (back to the shipped or given model)."""
+        self._feedback_delta = np.zeros_like(self._feedback_delta)
+        self._tuned_policy = None
+
+    def _base_value_model(self):  # type: ignore[no-untyped-def]
+        value = getattr(self.policy, "value", None)
+        if value is None or not hasattr(value, "_models"):
+            raise ValueError(f"feedback needs a policy with a learned value model (rd); {self.policy.name!r} has none")
+        prior = value._models()[0]
+        if self._feedback_delta is None or len(self._feedback_delta) != len(prior.weights_):
+            self._feedback_delta = np.zeros(len(prior.weights_))
+        return prior
+
+    def _value_model(self):  # type: ignore[no-untyped-def]
+        import copy
+
+        base = self._base_value_model()
+        tuned = copy.copy(base)
+        tuned.weights_ = base.weights_ + self._feedback_delta
+        return tuned
+
+    @property
+    def _active_policy(self) -> Policy:
+        """The policy, with this session's feedback applied to its value model."""
+        if self._feedback_delta is None or not np.any(self._feedback_delta):
+            return self.policy
+        if self._tuned_policy is None:
+            import dataclasses
+
+            value = dataclasses.replace(self.policy.value, prior=self._value_model())  # type: ignore[attr-defined]
+            self._tuned_policy = dataclasses.replace(self.policy, value=value)  # type: ignore[type-var]
+        return self._tuned_policy
 
     def messages(self, query: str | None = None) -> list[dict[str, Any]]:
         """The messages for the next model call (``context(query).messages``)."""
@@ -300,6 +378,18 @@ def _whole_groups(cands: list[MemoryUnit], members: Mapping[int, list[MemoryUnit
     have = {u.id for u in cands}
     extra = [m for g in {u.group for u in cands} for m in members.get(g, ()) if m.id not in have]
     return sorted(cands + extra, key=lambda u: u.index) if extra else cands
+
+
+def _pending_call(working: Sequence[MemoryUnit]) -> set[str]:
+    """Ids of the newest assistant tool call and its results so far, when some results have not arrived."""
+    for pos in range(len(working) - 1, -1, -1):
+        unit = working[pos]
+        if unit.role == "tool":
+            continue
+        calls = {c["id"] for c in unit.message.get("tool_calls") or ()}
+        answered = {w.message.get("tool_call_id") for w in working[pos + 1:]}
+        return {w.id for w in working[pos:]} if calls - answered else set()
+    return set()
 
 
 def _to_stored(unit: MemoryUnit, tier: str) -> StoredUnit:

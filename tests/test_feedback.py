@@ -1,0 +1,62 @@
+"""Online learning: MemoryManager.feedback tilts the value model, boundedly and reversibly."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from rdmem import MemoryManager
+
+
+def _history(seed: int) -> tuple[list[dict], set[str]]:
+    """Long chatty messages, and short ones carrying numbers that a future task needs."""
+    rng = np.random.default_rng(seed)
+    chat = [
+        "Honestly the weather has been lovely and we walked along the river talking about nothing much at all",
+        "We watched a long documentary about penguins and then cooked pasta while chatting about old friends",
+        "It was a relaxing weekend with music, some gardening and a lazy afternoon reading on the porch",
+        "My neighbour told me a funny story about her cat climbing the curtains during a thunderstorm",
+    ]
+    msgs, needed = [], set()
+    for i in range(40):
+        if rng.random() < 0.3:
+            text = f"Locker {rng.integers(10, 99)} code is {rng.integers(1000, 9999)}."
+            needed.add(f"s{seed}-{i}")
+        else:
+            text = chat[int(rng.integers(len(chat)))] + f" ({i})"
+        msgs.append({"id": f"s{seed}-{i}", "role": "user", "content": text})
+    return msgs, needed
+
+
+def _recall(mem: MemoryManager, needed: set[str]) -> float:
+    kept = set(mem.context().kept_ids)
+    return len(kept & needed) / len(needed)
+
+
+def test_feedback_improves_a_synthetic_task_and_resets_exactly() -> None:
+    mem = MemoryManager(budget=150, policy="rd", high=100.0, low=100.0)  # no streaming compaction
+    train, needed_train = _history(1)
+    for m in train:
+        mem.add(m)
+    before = _recall(mem, needed_train)
+    for _ in range(15):
+        mem.feedback(sorted(needed_train), 1.0)
+        mem.feedback(sorted(set(m["id"] for m in train) - needed_train), 0.0)
+    after = _recall(mem, needed_train)
+    assert after > before
+    assert np.all(np.abs(mem._feedback_delta) <= 2.0)  # bounded
+    mem.reset_feedback()
+    assert _recall(mem, needed_train) == pytest.approx(before)
+
+
+def test_feedback_errors() -> None:
+    mem = MemoryManager(budget=100, policy="rd")
+    mem.add(role="user", content="hello there")
+    with pytest.raises(ValueError, match=r"reward must be in \[0, 1\], got 2"):
+        mem.feedback(["m0"], 2)
+    with pytest.raises(ValueError, match="unknown ids in feedback"):
+        mem.feedback(["nope"], 1.0)
+    window = MemoryManager(budget=100, policy="window")
+    window.add(role="user", content="hello")
+    with pytest.raises(ValueError, match="feedback needs a policy with a learned value model"):
+        window.feedback(["m0"], 1.0)
