@@ -25,5 +25,10 @@ test: $(STAMP)
 bench: $(STAMP)
 	HF_HUB_OFFLINE=1 $(BIN)/python benchmarks/knapsack_speed.py
 
+# The LoCoMo dev sweep of BENCHMARKS.md (rdmem eval; see benchmarks/run_eval.sh).
+LOCOMO ?= ../shared/data/locomo/locomo_dev.json
+eval: $(STAMP)
+	BIN=$(BIN) bash benchmarks/run_eval.sh $(LOCOMO)
+
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis

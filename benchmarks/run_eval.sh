@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# The LoCoMo dev sweep recorded in BENCHMARKS.md ("Evaluation (issue 3)"):
+# 6 conversations, budgets 500-8000 tokens, policies window, seed, importance, summary_buffer, rd,
+# both regimes, question categories 1-4, plus the oracle and the full history.
+#
+#   bash benchmarks/run_eval.sh [LOCOMO_JSON] [OUT_DIR]      (or: make eval)
+#
+# Everything goes to OUT_DIR (default eval-out/locomo_dev, git-ignored); the small files
+# (results.md/.csv/.json, rd_curve.png) are copied to benchmarks/results/locomo_dev/ for the repository.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+DATA=${1:-../shared/data/locomo/locomo_dev.json}
+OUT=${2:-eval-out/locomo_dev}
+BIN=${BIN:-.venv/bin}
+export HF_HUB_OFFLINE=1
+start=$(date +%s)
+"$BIN/rdmem" eval locomo "$DATA" \
+    --budgets 500,1000,2000,4000,8000 \
+    --policies window,seed,importance,summary_buffer,rd \
+    --regime both --categories 1,2,3,4 --seed 0 \
+    --out "$OUT"
+echo "wall time: $(( $(date +%s) - start )) s" >&2
+mkdir -p benchmarks/results/locomo_dev
+cp "$OUT"/results.md "$OUT"/results.csv "$OUT"/results.json "$OUT"/rd_curve.png benchmarks/results/locomo_dev/
