@@ -31,6 +31,9 @@ def _positive_int(text: str) -> int:
     return value
 
 
+_JSON_TYPES = {dict: "object", str: "string", int: "number", float: "number", bool: "boolean"}
+
+
 def read_messages(path: str) -> list[dict[str, Any]]:
     """Messages from a JSON list or JSONL file (``-`` for stdin); errors name the file and line."""
     if path == "-":
@@ -53,6 +56,17 @@ def read_messages(path: str) -> list[dict[str, Any]]:
         except json.JSONDecodeError as exc:
             raise CLIError(f"{name}: invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
     else:
+        try:
+            whole = json.loads(stripped)
+        except json.JSONDecodeError:
+            whole = None
+        # One JSON value that is not a message (an object without a role, a string, a number) is
+        # neither a list nor JSONL of messages; a single message on one line is one-line JSONL.
+        if whole is not None and not (isinstance(whole, dict) and "role" in whole and "\n" not in stripped):
+            raise CLIError(
+                f"{name}: expected a JSON list of messages or JSONL (one message per line), "
+                f"got a JSON {_JSON_TYPES.get(type(whole), type(whole).__name__)}"
+            )
         data = []
         for lineno, line in enumerate(text.splitlines(), 1):
             if not line.strip():
@@ -62,7 +76,7 @@ def read_messages(path: str) -> list[dict[str, Any]]:
             except json.JSONDecodeError as exc:
                 raise CLIError(f"{name}: line {lineno}: invalid JSON ({exc.msg})") from None
     if not isinstance(data, list):
-        raise CLIError(f"{name}: expected a JSON list of messages, got {type(data).__name__}")
+        raise CLIError(f"{name}: expected a JSON list of messages, got a JSON {_JSON_TYPES.get(type(data), type(data).__name__)}")
     for i, m in enumerate(data):
         if not isinstance(m, dict):
             raise CLIError(f"{name}: message {i} is not an object")

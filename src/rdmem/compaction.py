@@ -193,6 +193,19 @@ def _truncate_block(units: Sequence[MemoryUnit], budget: int, tok: Tokenizer) ->
     return out if total <= budget else None
 
 
+def _cost_of_everything(units: Sequence[MemoryUnit], sendable: set[int], tok: Tokenizer, markers: bool) -> int:
+    """Tokens of the non-pinned part of the render when every sendable unit is sent verbatim."""
+    used, gap, any_sent = 0, 0, False
+    for p, (u, hidden) in enumerate(zip(units, hidden_before(units), strict=True)):
+        gap += hidden
+        if p in sendable:
+            used += u.tokens + (_marker_cost(tok, gap) if gap and markers else 0)
+            gap, any_sent = 0, True
+        elif not u.pinned:
+            gap += 1
+    return used + (_marker_cost(tok, gap) if gap and markers and any_sent else 0)
+
+
 def _complete_groups(units: Sequence[MemoryUnit]) -> tuple[list[np.ndarray], dict[int, str]]:
     """Blocks of non-pinned units that can be emitted, and reasons for those that cannot."""
     by_group: dict[int, list[int]] = {}
@@ -265,6 +278,10 @@ def compact_units(
     ctx = ScoringContext(cand, query=query, embedder=embedder, now=now, doc_freq=doc_freq)
     problem = Problem(cand, local_blocks, avail, ctx, tok, _marker_cost(tok, 10) if markers else 0)
     plan = policy.plan(problem) if cand else Plan(chosen=[], scores=np.zeros(0))
+    if cand and _cost_of_everything(units, set(cand_pos), tok, markers) <= avail:
+        # Everything fits: whatever the policy, the whole history goes out verbatim, unsummarized
+        # (a policy's reserve for markers must not cost a message when no marker is needed).
+        plan.chosen, plan.summarize, plan.contents = list(range(len(local_blocks))), [], {}
 
     # Summary (if the policy asked for one); failures keep the span as it was.
     summary_text: str | None = None
@@ -357,16 +374,27 @@ def compact_units(
                 chosen.add(b)
                 used, biggest = new_used, new_biggest
 
-    # Nothing fits at all: cut the most valuable block rather than send nothing.
+    # Nothing survived (the plan's blocks did not fit beside their markers, or no block fits at
+    # all): send the most valuable block that fits whole, else cut one, rather than send nothing.
     if not chosen and not summary_text and local_blocks and avail > 0:
-        best = max(range(len(local_blocks)), key=lambda b: (values[b], b))
-        cut = _truncate_block([cand[int(i)] for i in local_blocks[best]], avail, tok)
-        if cut is not None:
-            chosen.add(best)
-            for k, i in enumerate(local_blocks[best]):
-                if cut[k] is not None:
-                    plan.contents[int(i)] = cut[k]  # type: ignore[assignment]
-                    truncated.add(cand_pos[int(i)])
+        whole = [b for b in range(len(local_blocks)) if total({b}, None) <= avail]
+        if whole:
+            chosen.add(max(whole, key=lambda b: (values[b], b)))
+        else:
+            best = max(range(len(local_blocks)), key=lambda b: (values[b], b))
+            room = avail - (total({best}, None) - int(costs[best]))  # what its markers leave
+            cut = _truncate_block([cand[int(i)] for i in local_blocks[best]], room, tok) if room > 0 else None
+            if cut is not None:
+                chosen.add(best)
+                for k, i in enumerate(local_blocks[best]):
+                    if cut[k] is not None:
+                        plan.contents[int(i)] = cut[k]  # type: ignore[assignment]
+                        truncated.add(cand_pos[int(i)])
+            else:
+                notes.append(
+                    f"no message fits in the {avail} tokens left of a budget of {budget}, even cut; "
+                    f"{len(cand)} messages archived"
+                )
 
     for b in sorted(chosen):
         for i in local_blocks[b]:

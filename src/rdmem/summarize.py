@@ -36,7 +36,8 @@ class Summarizer(Protocol):
     def summarize(self, units: Sequence[MemoryUnit], max_tokens: int, tokenizer: Tokenizer) -> str: ...
 
 
-_SENT = re.compile(r"(?<=[.!?。！？])\s+|\n+")
+# CJK sentence ends need no space after them.
+_SENT = re.compile(r"(?<=[.!?])\s+|(?<=[。！？])\s*|\n+")
 
 
 def split_sentences(text: str) -> list[str]:

@@ -84,7 +84,11 @@ class Tokenizer:
         if self.encode_fn is not None and self.decode_fn is not None:
             ids = self.encode_fn(text)[:max_tokens]
             cut = self.decode_fn(ids)
-            # Decoding a cut can split a multi-byte character; shrink until it counts right.
+            if not text.startswith(cut):
+                # A cut inside a multi-byte character decodes to U+FFFD, and some decoders
+                # normalise spacing: keep the part that is really a prefix of the text.
+                cut = text[: len(os.path.commonprefix([cut, text]))]
+            # Shrink until it counts right (a prefix can tokenize differently from the ids).
             while cut and self.count(cut) > max_tokens:
                 cut = cut[:-1]
             return cut

@@ -87,6 +87,9 @@ def normalize_messages(messages: Iterable[Mapping[str, Any]]) -> list[tuple[str,
             raise ValueError(
                 f"message {i}: 'content' must be a string, a list of text parts or null, got {type(content).__name__}"
             )
+        if isinstance(content, list) and not all(isinstance(part, Mapping) for part in content):
+            raise ValueError(f"message {i}: 'content' as a list must hold content parts (dicts such as "
+                             "{'type': 'text', 'text': ...})")
         if role == "tool" and not isinstance(msg.get("tool_call_id"), str):
             raise ValueError(f"message {i}: a tool message needs a string 'tool_call_id'")
         tool_calls = msg.get("tool_calls")
@@ -101,7 +104,12 @@ def normalize_messages(messages: Iterable[Mapping[str, Any]]) -> list[tuple[str,
         if mid in seen:
             raise ValueError(f"message {i}: duplicate id {mid!r}")
         seen.add(mid)
-        clean = {k: copy.deepcopy(msg[k]) for k in _ALLOWED_KEYS if k in msg and msg[k] is not None}
+        # An empty tool_calls list is dropped: the chat API rejects it.
+        clean = {
+            k: copy.deepcopy(msg[k])
+            for k in _ALLOWED_KEYS
+            if k in msg and msg[k] is not None and not (k == "tool_calls" and not msg[k])
+        }
         if "content" not in clean:
             clean["content"] = None if tool_calls else ""
         out.append((mid, clean))

@@ -1,0 +1,102 @@
+"""Shared fixtures: a fresh cl100k tokenizer, embedders, and a realistic agent history."""
+
+from __future__ import annotations
+
+import json
+import os
+import warnings
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+from rdmem.embed import CachedEmbedder, SentenceTransformerEmbedder  # noqa: E402
+from rdmem.tokens import get_tokenizer  # noqa: E402
+
+from ._checks import HashingEmbedder  # noqa: E402
+
+# Resolve cl100k once up front: offline, the one-line fallback warning would otherwise land in
+# whichever test happens to be first (tests that check the warning clear this cache themselves).
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore", RuntimeWarning)
+    get_tokenizer("cl100k_base")
+
+LOCOMO = Path(__file__).resolve().parents[2] / "shared" / "data" / "locomo" / "locomo_dev.json"
+
+
+@pytest.fixture(scope="session")
+def cl100k():
+    """A tokenizer used only to re-count outputs (independent of the one compact() resolves)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return get_tokenizer("cl100k_base")
+
+
+@pytest.fixture(scope="session")
+def hashing_embedder():
+    return HashingEmbedder()
+
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="session")
+def minilm():
+    """The real default model (all-MiniLM-L6-v2, offline copy), cached by content for the whole session.
+
+    Vectors are also kept in the git-ignored ``.rdmem-cache/`` so a second run skips the model's work
+    (a fresh clone computes them once: about 25 s for LoCoMo on 2 cores).
+    """
+    pytest.importorskip("sentence_transformers")
+    embedder = CachedEmbedder(SentenceTransformerEmbedder(), cache_dir=REPO / ".rdmem-cache" / "tests")
+    yield embedder
+    try:
+        embedder.save()
+    except OSError:  # a read-only checkout: the cache is only an optimisation
+        pass
+
+
+def _call(cid: str, name: str, args: dict) -> dict:
+    return {"id": cid, "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}
+
+
+AGENT_HISTORY = [
+    {"id": "sys", "role": "system", "content": "You are a travel assistant. Answer briefly and cite prices in EUR."},
+    {"id": "u1", "role": "user", "content": "Hi! I want to plan a weekend in Lisbon in May."},
+    {"id": "a1", "role": "assistant", "content": "Great choice. Which dates, and how many people?"},
+    {"id": "u2", "role": "user", "content": "Remember that I'm allergic to peanuts. Two people, 16-18 May 2025."},
+    {"id": "a2", "role": "assistant", "content": None,
+     "tool_calls": [_call("call_1", "search_hotels", {"city": "Lisbon", "from": "2025-05-16", "to": "2025-05-18"})]},
+    {"id": "t1", "role": "tool", "tool_call_id": "call_1",
+     "content": "Hotel Alfama 120 EUR/night; Baixa Suites 95 EUR/night; Belem Inn 80 EUR/night. Remember to book early."},
+    {"id": "a3", "role": "assistant", "content": "Three options: Alfama 120, Baixa 95, Belem 80 EUR per night."},
+    {"id": "u3", "role": "user", "content": "Baixa sounds good. What is the weather usually like?"},
+    {"id": "a4", "role": "assistant", "content": None, "tool_calls": [
+        _call("call_2", "weather", {"city": "Lisbon", "month": "May"}),
+        _call("call_3", "sunset", {"city": "Lisbon", "date": "2025-05-17"}),
+    ]},
+    {"id": "t2", "role": "tool", "tool_call_id": "call_2", "content": "Average high 22 C, low 14 C, 6 rainy days."},
+    {"id": "t3", "role": "tool", "tool_call_id": "call_3", "content": "Sunset 20:41."},
+    {"id": "a5", "role": "assistant", "content": "Mild: about 22 C by day, sunset around 20:41."},
+    {"id": "u4", "role": "user", "content": "From now on, always give walking times instead of taxi times."},
+    {"id": "a6", "role": "assistant", "content": "Noted: walking times from now on."},
+    {"id": "u5", "role": "user", "content": "Actually, make it three people, my sister Ana joins us."},
+    {"id": "a7", "role": "assistant", "content": "Updated to three people; Baixa Suites has a triple room at 130 EUR."},
+    {"id": "u6", "role": "user", "content": "lol ok, thanks"},
+    {"id": "a8", "role": "assistant", "content": "You're welcome!"},
+    {"id": "u7", "role": "user", "content": "Which restaurants near Baixa are safe for my allergy?"},
+]
+
+
+@pytest.fixture
+def agent_history():
+    """A small agent conversation: system prompt, directives, tool calls (one with two results), a correction."""
+    return json.loads(json.dumps(AGENT_HISTORY))
+
+
+@pytest.fixture(scope="session")
+def locomo_path():
+    if not LOCOMO.is_file():
+        pytest.skip(f"LoCoMo data not found at {LOCOMO} (expected ../shared/data/locomo/locomo_dev.json)")
+    return LOCOMO

@@ -1,0 +1,154 @@
+"""The command line: JSON/JSONL in, JSON out; bad input exits 2 with one line on stderr."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import rdmem
+from rdmem.cli import main
+
+from ._checks import history_problems
+
+BIN = Path(sys.executable).with_name("rdmem")
+
+
+def run_cli(args, stdin=None):
+    """Run the installed console script (or ``python -m rdmem.cli``) in a subprocess."""
+    cmd = [str(BIN)] if BIN.exists() else [sys.executable, "-m", "rdmem.cli"]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    return subprocess.run(cmd + list(args), input=stdin, capture_output=True, text=True, env=env, timeout=120)
+
+
+@pytest.fixture
+def history_file(tmp_path, agent_history):
+    path = tmp_path / "history.json"
+    path.write_text(json.dumps(agent_history))
+    return path
+
+
+def test_compact_json_file(history_file, agent_history, cl100k):
+    proc = run_cli(["compact", str(history_file), "--budget", "120", "--policy", "window"])
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert {"messages", "tokens", "kept_ids", "report"} <= set(out)
+    assert out["tokens"] == cl100k.messages_tokens(out["messages"]) <= 120
+    assert not history_problems(out["messages"])
+    assert set(out["kept_ids"]) <= {m["id"] for m in agent_history}
+    assert [d["id"] for d in out["report"]] == [m["id"] for m in agent_history]
+
+
+def test_compact_jsonl_from_stdin(agent_history):
+    jsonl = "\n".join(json.dumps(m) for m in agent_history) + "\n"
+    proc = run_cli(["compact", "-", "--budget", "150", "--policy", "window", "--compact-json"], stdin=jsonl)
+    assert proc.returncode == 0, proc.stderr
+    assert len(proc.stdout.strip().splitlines()) == 1
+    assert json.loads(proc.stdout)["tokens"] <= 150
+
+
+def test_compact_with_a_query_in_process(history_file, capsys, minilm, cl100k):
+    # In-process, so the embedding model loaded once for the session is reused.
+    code = main(["compact", str(history_file), "--budget", "150", "--policy", "importance",
+                 "--query", "peanut allergy"])
+    out = json.loads(capsys.readouterr().out)
+    assert code == 0
+    assert out["tokens"] == cl100k.messages_tokens(out["messages"]) <= 150
+
+
+def test_policies_lists_every_policy():
+    proc = run_cli(["policies"])
+    assert proc.returncode == 0
+    lines = proc.stdout.strip().splitlines()
+    assert [line.split()[0] for line in lines] == sorted(rdmem.POLICIES)
+    assert all(len(line.split(None, 1)) == 2 for line in lines)
+
+
+BAD = [
+    ("invalid.json", '[{"role": "user", "content": "hi"', [], r"invalid\.json: invalid JSON at line 1"),
+    ("invalid.jsonl", '{"role": "user", "content": "a"}\nnot json\n', [], r"invalid\.jsonl: line 2: invalid JSON"),
+    ("object.json", '{"messages": [{"role": "user", "content": "hi"}]}', [],
+     "expected a JSON list of messages or JSONL .*got a JSON object"),
+    ("number.json", "42", [], "got a JSON number"),
+    ("items.json", '[1, 2]', [], "message 0 is not an object"),
+    ("norole.json", '[{"content": "hi"}]', [], r"message 0: invalid role None"),
+    ("badrole.json", '[{"role": "wizard", "content": "hi"}]', [], r"message 0: invalid role 'wizard'"),
+    ("ok.json", '[{"role": "user", "content": "hi"}]', ["--budget", "0"], r"--budget: must be > 0 tokens, got 0"),
+    ("ok.json", '[{"role": "user", "content": "hi"}]', ["--budget", "-4"], r"--budget: must be > 0 tokens, got -4"),
+    ("ok.json", '[{"role": "user", "content": "hi"}]', ["--budget", "lots"], "must be a whole number of tokens"),
+    ("ok.json", '[{"role": "user", "content": "hi"}]', ["--policy", "magic"], r"unknown policy 'magic'; choose one of"),
+    ("ok.json", '[{"role": "user", "content": "hi"}]', ["--tokenizer", "klingon"], r"unknown tokenizer 'klingon'"),
+    ("ok.json", '[{"role": "user", "content": "hi"}]', ["--tokenizer", "/no/tok.json"], "does not exist"),
+]
+
+
+def _check_error(code, err, pattern):
+    import re
+
+    assert code == 2
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith("rdmem: error: ")
+    assert re.search(pattern, lines[0]), lines[0]
+    assert "Traceback" not in err
+
+
+@pytest.mark.parametrize(("name", "text", "extra", "pattern"), BAD)
+def test_bad_input_in_process(tmp_path, capsys, name, text, extra, pattern):
+    path = tmp_path / name
+    path.write_text(text)
+    args = ["compact", str(path)] + (extra if "--budget" in extra else ["--budget", "100"] + extra)
+    code = main(args)
+    captured = capsys.readouterr()
+    _check_error(code, captured.err, pattern)
+    assert captured.out == ""
+
+
+@pytest.mark.parametrize(("name", "text", "extra", "pattern"), [BAD[0], BAD[2], BAD[5], BAD[7], BAD[10]])
+def test_bad_input_through_the_console_script(tmp_path, name, text, extra, pattern):
+    path = tmp_path / name
+    path.write_text(text)
+    args = ["compact", str(path)] + (extra if "--budget" in extra else ["--budget", "100"] + extra)
+    proc = run_cli(args)
+    _check_error(proc.returncode, proc.stderr, pattern)
+    assert proc.stdout == ""
+
+
+def test_missing_file_and_missing_budget(tmp_path):
+    proc = run_cli(["compact", str(tmp_path / "nope.json"), "--budget", "10"])
+    _check_error(proc.returncode, proc.stderr, r"nope\.json: no such file")
+    proc = run_cli(["compact", str(tmp_path / "nope.json")])
+    _check_error(proc.returncode, proc.stderr, "the following arguments are required: --budget")
+
+
+def test_o200k_offline_is_a_clean_error_or_works(history_file):
+    proc = run_cli(["compact", str(history_file), "--budget", "100", "--tokenizer", "o200k_base", "--policy", "window"])
+    if proc.returncode == 0:
+        assert json.loads(proc.stdout)["tokens"] <= 100
+    else:
+        _check_error(proc.returncode, proc.stderr, "tokenizer 'o200k_base' could not be loaded")
+
+
+def test_one_line_message_is_one_line_jsonl(tmp_path, capsys):
+    path = tmp_path / "one.jsonl"
+    path.write_text('{"role": "user", "content": "hi"}\n')
+    assert main(["compact", str(path), "--budget", "50", "--policy", "window"]) == 0
+    assert json.loads(capsys.readouterr().out)["kept_ids"] == ["m0"]
+
+
+def test_empty_file_gives_an_empty_context(tmp_path, capsys):
+    path = tmp_path / "empty.json"
+    path.write_text("")
+    assert main(["compact", str(path), "--budget", "50"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["messages"] == [] and out["tokens"] == 0
+
+
+def test_explain(history_file, capsys):
+    assert main(["explain", str(history_file), "--budget", "100", "--policy", "window"]) == 0
+    text = capsys.readouterr().out
+    assert text.startswith("policy=window budget=100") and "u7" in text

@@ -1,0 +1,158 @@
+"""MemoryManager: watermarks, a stable prefix between compactions, query-time recall, errors."""
+
+from __future__ import annotations
+
+import json
+import warnings
+
+import pytest
+
+import rdmem
+from rdmem import MemoryManager
+
+from ._checks import TRUNCATED, history_problems
+
+
+def chat(n):
+    topics = ["trains", "the museum", "dinner plans", "the weather", "a bookshop", "the tram"]
+    for i in range(n):
+        role = "user" if i % 2 == 0 else "assistant"
+        yield {"id": f"t{i}", "role": role, "content": f"Turn {i} about {topics[i % 6]}. " + "More detail here. " * (i % 5)}
+
+
+@pytest.mark.parametrize("policy", sorted(rdmem.POLICIES))
+def test_watermarks_and_prefix_stability(policy, hashing_embedder, cl100k):
+    budget, high, low = 300, 0.9, 0.6
+    mem = MemoryManager(budget, policy, embedder=hashing_embedder, high=high, low=low)
+    sent = {}
+    prev: list[str] = []
+    compactions = 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        for msg in chat(80):
+            sent[msg["id"]] = {"role": msg["role"], "content": msg["content"]}
+            assert mem.add(msg) == msg["id"]
+            now = mem.working_ids()
+            working_tokens = cl100k.messages_tokens([sent[i] for i in now])
+            assert working_tokens <= high * budget
+            if now != prev + [msg["id"]]:  # between compactions the working set only grows at its end
+                compactions += 1
+                assert working_tokens <= low * budget, "a compaction must go down to the low watermark"
+                assert set(now) <= set(prev) | {msg["id"]}
+            prev = now
+    assert compactions >= 3
+    assert len(mem) == 80
+    assert set(mem.working_ids()) | set(mem.archived_ids()) == set(sent)
+    ctx = mem.context()
+    assert ctx.tokens == cl100k.messages_tokens(ctx.messages) <= budget
+    assert not history_problems(ctx.messages)
+    assert mem.messages() == ctx.messages
+
+
+def test_prefix_is_byte_stable_between_compactions(cl100k):
+    """What the model is sent grows by appending only, until the next compaction."""
+    mem = MemoryManager(400, "window")
+    previous = None
+    stable_steps = 0
+    for msg in chat(40):
+        mem.add(msg)
+        rendered = json.dumps(mem.messages())
+        if previous is not None and rendered.startswith(previous[:-1]):
+            stable_steps += 1
+        previous = rendered
+    assert stable_steps >= 20
+
+
+def test_default_watermarks():
+    mem = MemoryManager(100, "window")
+    assert (mem.high, mem.low) == (1.0, 0.8)
+
+
+@pytest.mark.parametrize("policy", ["rd", "importance"])
+def test_query_brings_back_archived_units(policy, cl100k, minilm):
+    mem = MemoryManager(160, policy, embedder=minilm)
+    mem.add(role="user", content="My locker code at the gym is 4411.", id="locker")
+    for msg in chat(30):
+        mem.add(msg)
+    archived = "locker" in mem.archived_ids()
+    if policy == "importance":
+        assert archived and not any("4411" in (m["content"] or "") for m in mem.messages())
+    recalled = mem.context(query="What is my gym locker code?")
+    assert "locker" in recalled.kept_ids
+    assert recalled.tokens == cl100k.messages_tokens(recalled.messages) <= 160
+    assert not history_problems(recalled.messages)
+    assert ("locker" in mem.archived_ids()) is archived  # a query does not move units between tiers
+
+
+def test_tool_groups_stay_together(cl100k, hashing_embedder):
+    mem = MemoryManager(200, "rd", embedder=hashing_embedder)
+    for i in range(25):
+        mem.add(role="user", content=f"Check stock for item {i}, please.")
+        mem.add(role="assistant", content=None, tool_calls=[
+            {"id": f"c{i}", "type": "function", "function": {"name": "stock", "arguments": json.dumps({"item": i})}}])
+        mem.add(role="tool", tool_call_id=f"c{i}", content=f"item {i}: {i * 3} in stock")
+        mem.add(role="assistant", content=f"Item {i} has {i * 3} units.")
+        # A call and its result enter and leave working memory together (once both have arrived).
+        working = set(mem.working_ids())
+        for j in range(i):
+            call_id, result_id = f"m{4 * j + 1}", f"m{4 * j + 2}"
+            assert (call_id in working) == (result_id in working)
+        out = mem.messages(query=f"stock of item {i // 2}")
+        assert not history_problems(out)
+        assert cl100k.messages_tokens(out) <= 200
+
+
+def test_an_oversized_message_is_cut_not_lost(cl100k):
+    mem = MemoryManager(100, "rd")
+    mem.add(role="user", content="Please read this. " + "The report says revenue grew. " * 80, id="big")
+    out = mem.messages()
+    assert len(out) == 1 and TRUNCATED in out[0]["content"]
+    assert cl100k.messages_tokens(out) <= 100
+    mem.add(role="assistant", content="Done reading.", id="ok")
+    assert mem.working_ids()[-1] == "ok"
+
+
+def test_add_forms_and_ids():
+    mem = MemoryManager(1000, "window")
+    assert mem.add(role="user", content="a") == "m0"
+    assert mem.add({"role": "assistant", "content": "b"}) == "m1"
+    assert mem.add({"role": "user", "content": "c", "id": "x"}) == "x"
+    assert mem.extend([{"role": "assistant", "content": "d"}, {"role": "user", "content": "e"}]) == ["m3", "m4"]
+    assert mem.working_ids() == ["m0", "m1", "x", "m3", "m4"]
+    assert len(mem) == 5
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "exc", "match"),
+    [
+        ({"budget": 0}, ValueError, "budget must be > 0 tokens, got 0"),
+        ({"budget": 1.5}, TypeError, "budget must be an int number of tokens, got float"),
+        ({"budget": 100, "low": 0.9, "high": 0.8}, ValueError,
+         r"watermarks must satisfy 0 < low <= high, got low=0.9, high=0.8"),
+        ({"budget": 100, "low": 0.0}, ValueError, "watermarks must satisfy 0 < low <= high"),
+        ({"budget": 100, "session": ""}, ValueError, "session must be a non-empty string, got ''"),
+        ({"budget": 100, "archive_candidates": -1}, ValueError, "archive_candidates must be an int >= 0, got -1"),
+        ({"budget": 100, "policy": "nope"}, ValueError, "unknown policy 'nope'"),
+        ({"budget": 100, "store": "redis://x"}, ValueError, "unknown store URL 'redis://x'"),
+    ],
+)
+def test_bad_parameters(kwargs, exc, match):
+    with pytest.raises(exc, match=match):
+        mem = MemoryManager(**kwargs)
+        mem.working_ids()  # the store is opened lazily
+
+
+def test_bad_calls():
+    mem = MemoryManager(100, "window")
+    mem.add(role="user", content="hi", id="a")
+    with pytest.raises(ValueError, match="session 'default' already has a message with id 'a'"):
+        mem.add(role="user", content="again", id="a")
+    with pytest.raises(TypeError, match="pass either a message dict or keyword fields, not both"):
+        mem.add({"role": "user", "content": "x"}, id="b")
+    with pytest.raises(ValueError, match="invalid role 'robot'"):
+        mem.add(role="robot", content="x")
+    with pytest.raises(ValueError, match=r"budget must be an int > 0 tokens, got 0"):
+        mem.context(budget=0)
+    with pytest.raises(TypeError, match="query must be a string or None, got int"):
+        mem.context(query=5)  # type: ignore[arg-type]
+    assert mem.working_ids() == ["a"]  # failed adds leave nothing behind

@@ -1,0 +1,167 @@
+"""The common matrix: every registered policy keeps the same invariants."""
+
+from __future__ import annotations
+
+import copy
+import warnings
+
+import pytest
+
+import rdmem
+from rdmem import compact
+
+from ._checks import TRUNCATED, check_compaction, clean, history_problems
+
+POLICY_NAMES = sorted(rdmem.POLICIES)
+BUDGETS = [40, 90, 160, 300, 100_000]
+
+
+def run(messages, budget, policy, embedder, **kw):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return compact(messages, budget=budget, policy=policy, embedder=embedder, **kw)
+
+
+def test_registry_is_not_empty():
+    assert {"window", "summary_buffer", "importance", "seed", "rd"} <= set(POLICY_NAMES)
+
+
+@pytest.mark.parametrize("policy", POLICY_NAMES)
+@pytest.mark.parametrize("budget", BUDGETS)
+@pytest.mark.parametrize("query", [None, "Which hotel did we pick and what about the peanut allergy?"])
+def test_invariants(policy, budget, query, agent_history, minilm, cl100k):
+    before = copy.deepcopy(agent_history)
+    result = run(agent_history, budget, policy, minilm, query=query)
+    assert agent_history == before, "compact() mutated its input"
+    check_compaction(result, agent_history, budget, cl100k)
+    assert result.policy == policy and result.budget == budget
+
+
+@pytest.mark.parametrize("policy", POLICY_NAMES)
+def test_everything_fits_means_everything_verbatim(policy, agent_history, minilm, cl100k):
+    result = run(agent_history, 100_000, policy, minilm)
+    assert result.messages == [clean(m) for m in agent_history]
+    assert result.kept_ids == [m["id"] for m in agent_history]
+    assert result.tokens == cl100k.messages_tokens(result.messages)
+
+
+@pytest.mark.parametrize("policy", POLICY_NAMES)
+def test_deterministic(policy, agent_history, minilm):
+    a = run(agent_history, 120, policy, minilm, query="weather in Lisbon")
+    b = run(copy.deepcopy(agent_history), 120, policy, minilm, query="weather in Lisbon")
+    assert a.to_dict() == b.to_dict()
+
+
+@pytest.mark.parametrize("policy", POLICY_NAMES)
+def test_empty_input(policy, minilm):
+    result = run([], 100, policy, minilm)
+    assert (result.messages, result.tokens, result.kept_ids, result.report) == ([], 0, [], [])
+
+
+@pytest.mark.parametrize("policy", POLICY_NAMES)
+def test_system_prompt_pinned_and_first(policy, agent_history, minilm, cl100k):
+    system = clean(agent_history[0])
+    budget = cl100k.message_tokens(system) + 30
+    result = run(agent_history, budget, policy, minilm)
+    assert result.messages[0] == system
+    assert "sys" in result.kept_ids
+    check_compaction(result, agent_history, budget, cl100k)
+
+
+@pytest.mark.parametrize("policy", POLICY_NAMES)
+def test_system_message_in_the_middle_moves_first(policy, agent_history, minilm, cl100k):
+    history = agent_history + [{"id": "sys2", "role": "system", "content": "The user prefers French."}]
+    result = run(history, 120, policy, minilm)
+    assert result.messages[:2] == [clean(history[0]), clean(history[-1])]
+    assert {"sys", "sys2"} <= set(result.kept_ids)
+    check_compaction(result, history, 120, cl100k)
+
+
+@pytest.mark.parametrize("policy", POLICY_NAMES)
+def test_single_oversized_message_is_cut_with_a_marker(policy, minilm, cl100k):
+    text = " ".join(f"word{i} about the harbour" for i in range(400))
+    history = [{"id": "big", "role": "user", "content": text}]
+    budget = 60
+    assert cl100k.messages_tokens(history) > budget
+    result = run(history, budget, policy, minilm)
+    check_compaction(result, history, budget, cl100k)
+    assert len(result.messages) == 1
+    content = result.messages[0]["content"]
+    assert content.startswith(text[:20]) and TRUNCATED in content
+    assert result.report[0].decision == "truncated"
+    assert result.kept_ids == []
+
+
+@pytest.mark.parametrize("policy", POLICY_NAMES)
+def test_budget_smaller_than_any_message(policy, minilm, cl100k):
+    para = " ".join(["The committee discussed the quarterly budget for the new harbour bridge."] * 12)
+    history = [
+        {"id": "s", "role": "system", "content": "You are terse. " + para},
+        {"id": "u1", "role": "user", "content": "First: " + para},
+        {"id": "a1", "role": "assistant", "content": "Reply: " + para},
+        {"id": "u2", "role": "user", "content": "Second: " + para},
+    ]
+    smallest = min(cl100k.message_tokens(clean(m)) for m in history)
+    for budget in (1, 5, 25, 60, smallest - 1):
+        result = run(history, budget, policy, minilm)
+        check_compaction(result, history, budget, cl100k)
+        if budget >= 60:
+            # Something is sent, and whatever was cut says so.
+            assert result.messages
+            assert any(TRUNCATED in m["content"] for m in result.messages)
+        if not result.messages:
+            assert result.warnings, "everything was dropped without a warning"
+
+
+@pytest.mark.parametrize("policy", POLICY_NAMES)
+def test_oversized_tool_group_never_half_sent(policy, minilm, cl100k):
+    big = "row " * 500
+    history = [
+        {"id": "u", "role": "user", "content": "Fetch the table."},
+        {"id": "a", "role": "assistant", "content": None, "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "fetch", "arguments": "{\"table\": \"sales\"}"}}]},
+        {"id": "t", "role": "tool", "tool_call_id": "c1", "content": big},
+        {"id": "a2", "role": "assistant", "content": "Here it is."},
+    ]
+    for budget in (30, 80, 200):
+        result = run(history, budget, policy, minilm)
+        check_compaction(result, history, budget, cl100k)
+
+
+@pytest.mark.parametrize("policy", POLICY_NAMES)
+def test_orphan_tool_messages_never_emitted(policy, minilm, cl100k):
+    history = [
+        {"id": "t0", "role": "tool", "tool_call_id": "gone", "content": "result of a call that left earlier"},
+        {"id": "u", "role": "user", "content": "And now?"},
+        {"id": "a", "role": "assistant", "content": None, "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}},
+            {"id": "c2", "type": "function", "function": {"name": "g", "arguments": "{}"}}]},
+        {"id": "t1", "role": "tool", "tool_call_id": "c1", "content": "one"},
+        {"id": "b", "role": "assistant", "content": "the second result is missing"},
+    ]
+    result = run(history, 10_000, policy, minilm)
+    check_compaction(result, history, 10_000, cl100k)
+    assert set(result.kept_ids) == {"u", "b"}
+    reasons = {d.id: d.reason for d in result.report}
+    assert reasons["t0"] == "tool result without its call"
+    assert reasons["a"] == reasons["t1"] == "tool call without all of its results"
+
+
+@pytest.mark.parametrize("policy", POLICY_NAMES)
+def test_markers_off(policy, agent_history, minilm, cl100k):
+    result = run(agent_history, 120, policy, minilm, markers=False)
+    assert not history_problems(result.messages)
+    assert not any("omitted]" in (m.get("content") or "") for m in result.messages)
+    assert result.tokens <= 120
+
+
+@pytest.mark.parametrize("policy", POLICY_NAMES)
+def test_content_parts_and_names(policy, minilm, cl100k):
+    history = [
+        {"id": 1, "role": "user", "name": "ana", "content": [{"type": "text", "text": "Book the 9:15 train."}]},
+        {"id": 2, "role": "assistant", "content": "Booked the 9:15 to Porto."},
+        {"id": 3, "role": "user", "name": "ben", "content": [{"type": "text", "text": "And a table for 4 at 8pm."}]},
+    ]
+    result = run(history, 10_000, policy, minilm)
+    check_compaction(result, history, 10_000, cl100k)
+    assert result.kept_ids == ["1", "2", "3"]

@@ -1,0 +1,92 @@
+"""Property-based tests: random histories with tool calls, random budgets, every policy."""
+
+from __future__ import annotations
+
+import copy
+import json
+import warnings
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import rdmem
+from rdmem import compact
+from rdmem.tokens import get_tokenizer
+
+from ._checks import HashingEmbedder, check_compaction
+
+POLICY_NAMES = sorted(rdmem.POLICIES)
+EMBEDDER = HashingEmbedder()
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore", RuntimeWarning)
+    TOKENIZER = get_tokenizer("cl100k_base")
+
+WORDS = (
+    "the plan hotel Lisbon flight 42 EUR May 2024-05-16 remember don't forget from now on always never "
+    "记住 别忘了 以后都 Ana Ben meeting budget ok lol thanks why how ? ! . , tomorrow 9:15 peanuts "
+    "allergy train Porto report deadline Q3 revenue grew 12% café naïve 東京 🚀"
+).split()
+
+text = st.lists(st.sampled_from(WORDS), min_size=0, max_size=120).map(" ".join)
+
+
+@st.composite
+def histories(draw):
+    messages = []
+    n_calls = 0
+    for _ in range(draw(st.integers(0, 14))):
+        kind = draw(st.sampled_from(["user", "assistant", "tool_group", "system", "parts", "orphan"]))
+        if kind in ("user", "assistant", "system"):
+            messages.append({"role": kind, "content": draw(text)})
+        elif kind == "parts":
+            messages.append({"role": "user", "name": "ana",
+                             "content": [{"type": "text", "text": draw(text)}, {"type": "text", "text": draw(text)}]})
+        elif kind == "orphan" and draw(st.booleans()):
+            messages.append({"role": "tool", "tool_call_id": "nobody", "content": draw(text)})
+        else:
+            k = draw(st.integers(1, 3))
+            ids = [f"call_{n_calls + j}" for j in range(k)]
+            n_calls += k
+            calls = [{"id": cid, "type": "function",
+                      "function": {"name": draw(st.sampled_from(["search", "weather", "db_query"])),
+                                   "arguments": json.dumps({"q": draw(text)[:80]})}} for cid in ids]
+            messages.append({"role": "assistant", "content": draw(st.sampled_from([None, "Let me check."])),
+                             "tool_calls": calls})
+            answered = ids if draw(st.integers(0, 9)) else ids[:-1]  # now and then a call lacks its result
+            for cid in answered:
+                messages.append({"role": "tool", "tool_call_id": cid, "content": draw(text)})
+    if draw(st.booleans()):
+        for i, m in enumerate(messages):
+            m["id"] = f"D{i}"
+    return messages
+
+
+@pytest.mark.parametrize("policy", POLICY_NAMES)
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(messages=histories(), budget=st.integers(1, 1500), query=st.one_of(st.none(), text))
+def test_random_histories_keep_every_invariant(policy, messages, budget, query):
+    before = copy.deepcopy(messages)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        result = compact(messages, budget=budget, policy=policy, query=query or None, embedder=EMBEDDER)
+        again = compact(messages, budget=budget, policy=policy, query=query or None, embedder=EMBEDDER)
+    assert messages == before
+    check_compaction(result, messages, budget, TOKENIZER)
+    assert result.to_dict() == again.to_dict()
+
+
+@pytest.mark.parametrize("policy", POLICY_NAMES)
+@settings(max_examples=15, deadline=None)
+@given(messages=histories())
+def test_a_budget_that_holds_everything_sends_everything(policy, messages):
+    """With room for the whole history (and a marker per left-out message), every emittable message is sent verbatim."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        whole = TOKENIZER.messages_tokens([{k: v for k, v in m.items() if k != "id"} for m in messages])
+        budget = whole + 15 * sum(m["role"] == "tool" or "tool_calls" in m for m in messages) + 1
+        result = compact(messages, budget=budget, policy=policy, embedder=EMBEDDER)
+    check_compaction(result, messages, budget, TOKENIZER)
+    not_sent = {d.id for d in result.report if d.decision != "kept"}
+    # Only messages that can never be sent (orphan results, unanswered calls) are left out.
+    assert all(d.reason for d in result.report if d.id in not_sent)

@@ -1,0 +1,94 @@
+"""Rendering selections back to chat messages, and rdmem's own validity check."""
+
+from __future__ import annotations
+
+import pytest
+
+from rdmem import is_valid_history, validate_history
+from rdmem.reconstruct import elision_marker, render, summary_message
+from rdmem.tokens import get_tokenizer
+from rdmem.units import encode_units
+
+from ._checks import history_problems
+
+TOK = get_tokenizer(len)
+
+
+def units_of(messages):
+    return encode_units(messages, TOK)
+
+
+HISTORY = [
+    {"role": "system", "content": "sys"},
+    {"role": "user", "content": "u0"},
+    {"role": "assistant", "content": "a1"},
+    {"role": "user", "content": "u2"},
+    {"role": "assistant", "content": "a3"},
+    {"role": "user", "content": "u4"},
+]
+
+
+def test_markers_stand_for_each_elided_run():
+    out = render(units_of(HISTORY), {0: None, 2: None, 5: None})
+    assert out == [
+        {"role": "system", "content": "sys"},
+        elision_marker(1),
+        {"role": "assistant", "content": "a1"},
+        elision_marker(2),
+        {"role": "user", "content": "u4"},
+    ]
+    assert elision_marker(1)["content"] == "[rdmem: 1 message omitted]"
+    assert elision_marker(3)["content"] == "[rdmem: 3 messages omitted]"
+
+
+def test_trailing_gap_and_no_markers():
+    units = units_of(HISTORY)
+    assert render(units, {0: None, 1: None})[-1] == elision_marker(4)
+    assert render(units, {0: None, 1: None}, markers=False) == [HISTORY[0], HISTORY[1]]
+
+
+def test_summary_goes_after_the_system_prompt_and_replaces_markers():
+    out = render(units_of(HISTORY), {0: None, 5: None}, summary="they chatted", summarized={1, 2, 3, 4})
+    assert out == [HISTORY[0], summary_message("they chatted", 4), HISTORY[5]]
+    assert out[1]["content"].startswith("[rdmem: summary of 4 earlier messages]\n")
+
+
+def test_replaced_content_and_pinned_order():
+    history = HISTORY + [{"role": "system", "content": "late rule"}]
+    out = render(units_of(history), {0: None, 6: None, 5: "u4 (cut)"})
+    assert out == [HISTORY[0], {"role": "system", "content": "late rule"}, elision_marker(4),
+                   {"role": "user", "content": "u4 (cut)"}]
+
+
+def test_units_archived_earlier_count_in_the_next_marker():
+    units = units_of(HISTORY)
+    later = [units[0], units[4], units[5]]  # units 1-3 left in an earlier compaction
+    assert render(later, {0: None, 2: None}) == [HISTORY[0], elision_marker(4), HISTORY[5]]
+
+
+def call(cid):
+    return {"id": cid, "type": "function", "function": {"name": "f", "arguments": "{}"}}
+
+
+@pytest.mark.parametrize(
+    ("messages", "valid"),
+    [
+        ([], True),
+        (HISTORY, True),
+        ([{"role": "user", "content": "x"}, {"role": "system", "content": "late"}], False),
+        ([{"role": "tool", "tool_call_id": "c", "content": "x"}], False),
+        ([{"role": "assistant", "content": None, "tool_calls": [call("c")]}], False),
+        ([{"role": "assistant", "content": None, "tool_calls": [call("c")]},
+          {"role": "tool", "tool_call_id": "c", "content": "x"}], True),
+        ([{"role": "assistant", "content": None, "tool_calls": [call("c"), call("d")]},
+          {"role": "tool", "tool_call_id": "c", "content": "x"},
+          {"role": "user", "content": "?"}], False),
+        ([{"role": "assistant", "content": None, "tool_calls": [call("c")]},
+          {"role": "user", "content": "interrupts"},
+          {"role": "tool", "tool_call_id": "c", "content": "x"}], False),
+    ],
+)
+def test_validate_history_agrees_with_the_independent_checker(messages, valid):
+    assert is_valid_history(messages) is valid
+    assert (not validate_history(messages)) is valid
+    assert (not history_problems(messages)) is valid

@@ -1,0 +1,158 @@
+"""Summarizers: the extractive default, and an LLM summarizer against a local OpenAI-compatible server."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import warnings
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from rdmem import compact
+from rdmem.summarize import ExtractiveSummarizer, LLMSummarizer, SummarizerError, split_sentences
+from rdmem.units import encode_units
+
+ERROR_TEXT = "Traceback: upstream model exploded"
+
+
+class _Handler(BaseHTTPRequestHandler):
+    mode = "ok"
+    requests: list[dict] = []
+
+    def log_message(self, *args):  # keep test output quiet
+        pass
+
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        type(self).requests.append({"path": self.path, "auth": self.headers.get("Authorization"), "body": body})
+        mode = type(self).mode
+        if mode == "timeout":
+            time.sleep(1.5)  # the client gave up after 0.5 s; answer nothing
+            return
+        if mode == "500":
+            self._send(500, ERROR_TEXT.encode())
+        elif mode == "garbage":
+            self._send(200, b"<html>" + ERROR_TEXT.encode() + b"</html>")
+        elif mode == "no_choices":
+            self._send(200, json.dumps({"error": {"message": ERROR_TEXT}}).encode())
+        elif mode == "empty":
+            self._send(200, json.dumps({"choices": [{"message": {"content": "  "}}]}).encode())
+        else:
+            reply = "The user is allergic to peanuts and booked Baixa Suites in Lisbon for 16-18 May."
+            self._send(200, json.dumps({"choices": [{"message": {"role": "assistant", "content": reply}}]}).encode())
+
+    def _send(self, code, payload):
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        try:
+            self.wfile.write(payload)
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+
+
+@pytest.fixture(scope="module")
+def llm_server():
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/v1"
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.fixture
+def long_history(agent_history):
+    """The agent history with enough chit-chat in the middle that summary_buffer must summarize."""
+    filler = [{"id": f"f{i}", "role": "user" if i % 2 == 0 else "assistant",
+               "content": f"Small talk number {i} about the tram 28 and pastel de nata in Belem."} for i in range(12)]
+    return agent_history[:7] + filler + agent_history[7:]
+
+
+def test_split_sentences():
+    assert split_sentences("One. Two!  Three?\nFour。五") == ["One.", "Two!", "Three?", "Four。", "五"]
+
+
+def test_extractive_summary_respects_the_cap(agent_history, cl100k):
+    units = encode_units(agent_history, cl100k)
+    for cap in (0, 5, 20, 60, 500):
+        text = ExtractiveSummarizer().summarize(units, cap, cl100k)
+        assert cl100k.count(text) <= cap
+        if cap >= 20:
+            assert text  # something informative survives
+    full = ExtractiveSummarizer().summarize(units, 500, cl100k)
+    assert "peanuts" in full
+    assert "Remember to book early" not in full  # tool results are not summarized as if someone said them
+
+
+def test_summary_buffer_puts_the_summary_after_the_system_prompt(long_history, cl100k):
+    result = compact(long_history, budget=200, policy="summary_buffer")
+    assert result.summary and result.summarized_ids
+    assert result.messages[0]["content"] == long_history[0]["content"]
+    assert result.messages[1]["role"] == "system" and result.messages[1]["content"].startswith("[rdmem: summary of")
+    assert result.tokens == cl100k.messages_tokens(result.messages) <= 200
+    assert set(result.summarized_ids).isdisjoint(result.kept_ids)
+
+
+def test_llm_summarizer_success(llm_server, long_history, cl100k):
+    _Handler.mode, _Handler.requests = "ok", []
+    summarizer = LLMSummarizer(base_url=llm_server, model="tiny", api_key="sk-test", timeout=5)
+    result = compact(long_history, budget=200, policy="summary_buffer", summarizer=summarizer)
+    assert "allergic to peanuts" in result.summary
+    assert any("allergic to peanuts" in (m["content"] or "") for m in result.messages)
+    assert not result.warnings
+    req = _Handler.requests[-1]
+    assert req["path"] == "/v1/chat/completions" and req["auth"] == "Bearer sk-test"
+    assert req["body"]["model"] == "tiny" and req["body"]["max_tokens"] > 0
+    assert "Small talk number 0" in req["body"]["messages"][1]["content"]
+    assert result.tokens <= 200
+
+
+def test_llm_summarizer_reads_the_environment(llm_server, monkeypatch, agent_history, cl100k):
+    _Handler.mode = "ok"
+    monkeypatch.setenv("RDMEM_LLM_BASE_URL", llm_server)
+    monkeypatch.setenv("RDMEM_LLM_MODEL", "env-model")
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-env")
+    text = LLMSummarizer(timeout=5).summarize(encode_units(agent_history, cl100k), 50, cl100k)
+    assert "peanuts" in text and cl100k.count(text) <= 50
+    assert _Handler.requests[-1]["body"]["model"] == "env-model"
+    assert _Handler.requests[-1]["auth"] == "Bearer sk-env"
+
+
+@pytest.mark.parametrize(
+    ("mode", "reason"),
+    [("500", "HTTP 500"), ("timeout", "unreachable"), ("garbage", "invalid JSON"),
+     ("no_choices", "no choices"), ("empty", "empty")],
+)
+def test_llm_failure_keeps_the_span_archived_and_reports_it(llm_server, long_history, cl100k, mode, reason):
+    _Handler.mode = mode
+    summarizer = LLMSummarizer(base_url=llm_server, model="tiny", timeout=0.5)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = compact(long_history, budget=200, policy="summary_buffer", summarizer=summarizer)
+    assert result.summary is None and result.summarized_ids == []
+    assert len(result.warnings) == 1 and "summarizer failed" in result.warnings[0] and reason in result.warnings[0]
+    assert any("summarizer failed" in str(w.message) for w in caught)
+    everything = json.dumps(result.messages)
+    assert ERROR_TEXT not in everything and "summary of" not in everything
+    assert result.tokens == cl100k.messages_tokens(result.messages) <= 200
+    assert result.archived_ids  # the older span stays archived (not lost: it is in the report)
+
+
+def test_llm_summarizer_without_configuration(monkeypatch, agent_history, cl100k):
+    for var in ("RDMEM_LLM_BASE_URL", "OPENAI_BASE_URL", "RDMEM_LLM_MODEL"):
+        monkeypatch.delenv(var, raising=False)
+    units = encode_units(agent_history, cl100k)
+    with pytest.raises(SummarizerError, match="no LLM endpoint: pass base_url or set RDMEM_LLM_BASE_URL"):
+        LLMSummarizer().summarize(units, 50, cl100k)
+    with pytest.raises(SummarizerError, match="no LLM model: pass model or set RDMEM_LLM_MODEL"):
+        LLMSummarizer(base_url="http://127.0.0.1:9").summarize(units, 50, cl100k)
+
+
+def test_unreachable_endpoint(agent_history, cl100k):
+    units = encode_units(agent_history, cl100k)
+    with pytest.raises(SummarizerError, match="LLM endpoint unreachable"):
+        LLMSummarizer(base_url="http://127.0.0.1:9", model="m", timeout=1).summarize(units, 50, cl100k)

