@@ -11,6 +11,7 @@ import re
 
 import numpy as np
 
+from ..features import _DATE, _NUMBER
 from ..scoring import Lexical, ScoringContext
 
 __all__ = ["PRIOR_FEATURES", "QUERY_FEATURES", "prior_matrix", "query_matrix", "message_body"]
@@ -77,8 +78,8 @@ def prior_matrix(ctx: ScoringContext, *, novelty: bool = True) -> np.ndarray:
             info / max(u.tokens, 1),
             np.log1p(u.tokens),
             min(len(f.entities), 6),
-            bool(f.numbers),
-            bool(f.dates),
+            bool(_NUMBER.search(body)),
+            bool(_DATE.search(body)),
             f.directive,
             u.role == "user",
             u.role == "tool",
@@ -145,7 +146,7 @@ def query_matrix(ctx: ScoringContext, prior_logit: np.ndarray) -> np.ndarray:
         low = u.text.lower()
         if ents:
             x[i, 7] = sum(e in low for e in ents) / len(ents)
-        x[i, 8] = when and bool(u.features.dates)
+        x[i, 8] = when and bool(_DATE.search(message_body(u.text)))
         x[i, 10] = np.log1p(u.tokens)
     x[:, 0] = cos
     x[:, 1] = cos_z

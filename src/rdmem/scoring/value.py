@@ -28,6 +28,20 @@ class LearnedValue:
     needs_embeddings: bool = True
     logit_offsets: dict[str, float] = field(default_factory=dict, hash=False, compare=False)
 
+    @classmethod
+    def from_file(cls, path: str) -> LearnedValue:
+        """Models written by ``rdmem train --out PATH``."""
+        import json
+
+        from ..learn.model import LogisticModel
+
+        try:
+            with open(path, encoding="utf-8") as fh:
+                data = json.load(fh)["models"]
+            return cls(prior=LogisticModel.from_dict(data["prior"]), query=LogisticModel.from_dict(data["query"]))
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise ValueError(f"cannot read value models from {path!r}: {exc}") from None
+
     def _models(self):  # type: ignore[no-untyped-def]
         from ..learn.model import default_models
 

@@ -1,0 +1,104 @@
+"""Leave-one-conversation-out check of the value models (issue 5).
+
+For each LoCoMo dev conversation: fit the prior and query models on the other
+five, then measure evidence recall (categories 1-4) of an exact knapsack on
+the predicted values over the held-out conversation, against the same
+knapsack on the models fitted on all six (in-sample) and against simple
+baselines. Selection only (per-message overhead counted, no elision markers).
+
+    HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/loco_value_model.py [PATH]
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+import warnings
+
+import numpy as np
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+warnings.simplefilter("ignore", RuntimeWarning)
+
+from rdmem.embed import CachedEmbedder, SentenceTransformerEmbedder  # noqa: E402
+from rdmem.eval.datasets import load_locomo  # noqa: E402
+from rdmem.learn.features import PRIOR_FEATURES, QUERY_FEATURES  # noqa: E402
+from rdmem.learn.model import LogisticModel  # noqa: E402
+from rdmem.learn.train import training_rows  # noqa: E402
+from rdmem.select import knapsack  # noqa: E402
+from rdmem.tokens import get_tokenizer  # noqa: E402
+
+PATH = sys.argv[1] if len(sys.argv) > 1 else "../shared/data/locomo/locomo_dev.json"
+CACHE = os.environ.get("RDMEM_CACHE_DIR", os.path.expanduser("~/.cache/rdmem"))
+STREAM_BUDGETS = (2000, 4000)
+QUERY_BUDGETS = (1000, 2000, 4000)
+
+
+def main() -> None:
+    t0 = time.time()
+    emb = CachedEmbedder(SentenceTransformerEmbedder(), cache_dir=CACHE)
+    tok = get_tokenizer("cl100k_base")
+    convs = [c.select([1, 2, 3, 4]) for c in load_locomo(PATH)]
+    boot = LogisticModel(PRIOR_FEATURES).fit(*_stack([training_rows(c, tok, emb) for c in convs], "xp", "yp"))
+    rows = [training_rows(c, tok, emb, boot) for c in convs]
+    emb.save()
+    costs = []
+    weights = []
+    for c in convs:
+        from rdmem.units import encode_units
+
+        units = encode_units(c.messages, tok)
+        costs.append(np.array([u.tokens for u in units]))
+        pos = {u.id: i for i, u in enumerate(units)}
+        w = np.zeros(len(units))
+        probes = [p for p in c.probes if p.evidence]
+        for p in probes:
+            for e in p.evidence:
+                w[pos[e]] += 1 / len(p.evidence) / len(probes)
+        weights.append(w)
+
+    def evaluate(train_idx: list[int], test: int) -> dict[str, float]:
+        prior = LogisticModel(PRIOR_FEATURES).fit(*_stack([rows[i] for i in train_idx], "xp", "yp"))
+        qi = QUERY_FEATURES.index("prior_logit")
+        xs, ys = [], []
+        for i in train_idx:
+            xq = rows[i]["xq"].copy()
+            n = len(rows[i]["xp"])
+            xq[:, qi] = np.tile(prior.decision(rows[i]["xp"]), len(xq) // n)
+            xs.append(xq)
+            ys.append(rows[i]["yq"])
+        query = LogisticModel(QUERY_FEATURES).fit(np.vstack(xs), np.concatenate(ys))
+        out = {}
+        xp, cost = rows[test]["xp"], costs[test]
+        p = prior.predict(xp)
+        for b in STREAM_BUDGETS:
+            out[f"prior@{b}"] = float(weights[test][knapsack(p, cost, b)].sum())
+        xq = rows[test]["xq"].copy()
+        n = len(xp)
+        xq[:, qi] = np.tile(prior.decision(xp), len(xq) // n)
+        pq = query.predict(xq).reshape(-1, n)
+        yq = rows[test]["yq"].reshape(-1, n)
+        for b in QUERY_BUDGETS:
+            rec = [yq[k][knapsack(pq[k], cost, b)].sum() / max(yq[k].sum(), 1) for k in range(len(pq))]
+            out[f"query@{b}"] = float(np.mean(rec))
+        return out
+
+    loco = [evaluate([j for j in range(len(convs)) if j != i], i) for i in range(len(convs))]
+    insample = [evaluate(list(range(len(convs))), i) for i in range(len(convs))]
+    keys = list(loco[0])
+    print(f"value models, leave-one-conversation-out on {os.path.basename(PATH)} (selection only, overhead counted, no markers)")
+    print(f"{'held out':>10} " + " ".join(f"{k:>11}" for k in keys))
+    for c, r in zip(convs, loco, strict=True):
+        print(f"{c.id:>10} " + " ".join(f"{r[k]:11.3f}" for k in keys))
+    print(f"{'LOCO mean':>10} " + " ".join(f"{np.mean([r[k] for r in loco]):11.3f}" for k in keys))
+    print(f"{'in-sample':>10} " + " ".join(f"{np.mean([r[k] for r in insample]):11.3f}" for k in keys))
+    print(f"({time.time() - t0:.0f} s)")
+
+
+def _stack(rows: list[dict], x: str, y: str) -> tuple[np.ndarray, np.ndarray]:
+    return np.vstack([r[x] for r in rows]), np.concatenate([r[y] for r in rows])
+
+
+if __name__ == "__main__":
+    main()
