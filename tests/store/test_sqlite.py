@@ -8,7 +8,7 @@ import sqlite3
 import pytest
 
 from rdmem.store import StoredUnit, StoreError, open_store
-from rdmem.store.sqlite import SCHEMA_VERSION, SQLiteStore
+from rdmem.store.sqlite import SCHEMA_VERSION, SQLiteStore, _fts_table
 
 
 def unit(i: int, text: str, tier: str = "working") -> StoredUnit:
@@ -27,12 +27,16 @@ def test_new_file_gets_wal_and_a_versioned_schema(tmp_path):
     assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     assert conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()[0] == str(SCHEMA_VERSION)
     tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-    assert {"meta", "units", "units_fts", "sessions", "compactions"} <= tables
+    assert {"meta", "units", "sessions", "compactions", _fts_table("s")} <= tables
 
 
 def test_open_store_url_forms(tmp_path):
-    store = open_store(f"sqlite:///{tmp_path / 'a.db'}?synchronous=normal")
-    assert isinstance(store, SQLiteStore) and store.synchronous == "normal"
+    store = open_store(f"sqlite:///{tmp_path / 'a.db'}?synchronous=full")
+    assert isinstance(store, SQLiteStore) and store.synchronous == "full"
+    assert store._db.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
+    store.close()
+    store = open_store(f"sqlite:///{tmp_path / 'a.db'}")
+    assert store._db.execute("PRAGMA synchronous").fetchone()[0] == 1  # NORMAL, the default (WAL)
     store.close()
     with pytest.raises(ValueError, match="unknown option 'fsync'; allowed: synchronous"):
         open_store(f"sqlite:///{tmp_path / 'a.db'}?fsync=0")
@@ -148,3 +152,16 @@ def test_check_is_clean_after_writes_and_deletes(tmp_path):
         assert store.check() == []
         assert [i for i, _ in store.search("b", "message", None, k=3)]
         assert store.disk_bytes() > 0
+
+
+def test_lexical_search_ranks_rare_words_first_on_large_sessions(tmp_path):
+    """With more matches than ``lexical_rows``, the common word is left out and the rare one decides."""
+    with SQLiteStore(tmp_path / "m.db", lexical_rows=50) as store:
+        store.append("s", [unit(i, f"Caroline talked about her day number {i}", "archive") for i in range(200)])
+        store.append("s", [unit(200, "Caroline went to the pottery workshop", "archive"),
+                           unit(201, "the pottery class was fun", "archive")])
+        hits = [i for i, _ in store.search("s", "When did Caroline go to pottery?", None, k=5, tier="archive")]
+        assert set(hits) == {"u200", "u201"}
+        # Only a common word: its most recent matches are ranked.
+        hits = [i for i, _ in store.search("s", "Caroline", None, k=3, tier="archive")]
+        assert hits and all(int(h[1:]) >= 150 for h in hits)
