@@ -98,3 +98,16 @@ def test_many_writers_lose_nothing(pg_url, session_name):
     assert hits[0][0] == "t0-7"
     store.delete_session(session_name)
     store.close()
+
+
+def test_lexical_search_ranks_rare_words_first_on_large_sessions(pg_url, session_name):
+    store = PostgresStore(pg_url, lexical_rows=50)
+    unit = lambda i, t: StoredUnit(f"u{i}", i, {"role": "user", "content": t}, 5, {}, None, "archive")  # noqa: E731
+    store.append(session_name, [unit(i, f"Caroline talked about her day number {i}") for i in range(200)])
+    store.append(session_name, [unit(200, "Caroline went to the pottery workshop"), unit(201, "the pottery class was fun")])
+    hits = [i for i, _ in store.search(session_name, "When did Caroline go to pottery?", None, k=5, tier="archive")]
+    assert set(hits) == {"u200", "u201"}
+    hits = [i for i, _ in store.search(session_name, "Caroline", None, k=3, tier="archive")]
+    assert hits and all(int(h[1:]) >= 150 for h in hits)
+    store.delete_session(session_name)
+    store.close()

@@ -130,12 +130,16 @@ class PostgresStore:
     cache_size:
         Search results kept per session (checked against the session's
         version on every search, so other writers invalidate them too).
+    lexical_rows:
+        At most this many full-text matches are ranked per search.
 
     The role needs the right to ``CREATE EXTENSION vector`` the first time
     (or an administrator creates it beforehand).
     """
 
-    def __init__(self, url: str, *, connect_timeout: float = 10.0, cache_size: int = 256) -> None:
+    def __init__(
+        self, url: str, *, connect_timeout: float = 10.0, cache_size: int = 256, lexical_rows: int = 1000
+    ) -> None:
         if not isinstance(url, str) or not url:
             raise ValueError(f"url must be a non-empty PostgreSQL URL, got {url!r}")
         if isinstance(connect_timeout, bool) or not isinstance(connect_timeout, (int, float)) or connect_timeout <= 0:
@@ -144,7 +148,10 @@ class PostgresStore:
             raise ValueError(f"cache_size must be an int >= 0, got {cache_size!r}")
         self.url = url
         self.connect_timeout = connect_timeout
+        if isinstance(lexical_rows, bool) or not isinstance(lexical_rows, int) or lexical_rows < 1:
+            raise ValueError(f"lexical_rows must be an int >= 1, got {lexical_rows!r}")
         self.cache_size = cache_size
+        self.lexical_rows = lexical_rows
         self._lock = threading.RLock()
         self._caches: dict[str, _Cache] = {}
         self._dims: set[int] = set()
@@ -403,15 +410,9 @@ class PostgresStore:
             rankings = []
             filt = "session = %s" + (" AND tier = %s" if tier is not None else "")
             params: tuple[Any, ...] = (session, tier) if tier is not None else (session,)
-            terms = query_terms(query)
-            if terms:
-                hits = conn.execute(
-                    f"SELECT uid, id FROM rdmem_units, websearch_to_tsquery('{_TS_CONFIG}', %s) q "
-                    f"WHERE {filt} AND tsv @@ q ORDER BY ts_rank(tsv, q) DESC, uid LIMIT %s",
-                    (" or ".join(terms), *params, k),
-                ).fetchall()
-                rankings.append([h[0] for h in hits])
-                id_of.update(hits)
+            hits = self._lexical(conn, session, query, k, tier)
+            rankings.append([h[0] for h in hits])
+            id_of.update(hits)
             if qvec is not None and qvec.shape[0] in self._dims:
                 d = qvec.shape[0]
                 ef = min(max(k, 40), 1000)
@@ -433,6 +434,51 @@ class PostgresStore:
             return list(result)
 
         return self._run(run)
+
+    def _lexical(self, conn: Any, session: str, query: str, k: int, tier: Tier | None) -> list[tuple[int, str]]:
+        """``ts_rank`` full-text ranking of the session's units, over at most ``lexical_rows`` matches.
+
+        As in the SQLite store: the rarest query words are kept while their
+        matches add up to at most ``lexical_rows`` (the rarest always), and
+        if even that word is more common, its most recent matches are ranked.
+        """
+        words = query_terms(query)
+        if not words:
+            return []
+        cap = self.lexical_rows
+        df = dict(conn.execute(
+            "SELECT w, (SELECT count(*) FROM (SELECT 1 FROM rdmem_units WHERE session = %s "
+            f"AND tsv @@ plainto_tsquery('{_TS_CONFIG}', w) LIMIT %s) s) FROM unnest(%s::text[]) AS w",
+            (session, cap + 1, words),
+        ).fetchall())
+        kept, total = [], 0
+        for w in sorted((w for w in words if df.get(w)), key=lambda w: (df[w], w)):
+            if kept and total + df[w] > cap:
+                break
+            kept.append(w)
+            total += df[w]
+        if not kept:
+            return []
+        tsq = " or ".join(kept)
+        filt = "session = %s" + (" AND tier = %s" if tier is not None else "")
+        params: tuple[Any, ...] = (session, tier) if tier is not None else (session,)
+        since = ""
+        if total > cap:
+            row = conn.execute(
+                f"SELECT uid FROM rdmem_units WHERE session = %s AND tsv @@ websearch_to_tsquery('{_TS_CONFIG}', %s) "
+                "ORDER BY uid DESC OFFSET %s LIMIT 1",
+                (session, tsq, cap - 1),
+            ).fetchone()
+            if row is not None:
+                since, params = " AND uid >= %s", (*params, row[0])
+        return [
+            (int(uid), i)
+            for uid, i in conn.execute(
+                f"SELECT uid, id FROM rdmem_units, websearch_to_tsquery('{_TS_CONFIG}', %s) q "
+                f"WHERE {filt}{since} AND tsv @@ q ORDER BY ts_rank(tsv, q) DESC, uid LIMIT %s",
+                (tsq, *params, k),
+            ).fetchall()
+        ]
 
     def sessions(self) -> list[SessionInfo]:
         rows = self._run(
