@@ -66,24 +66,21 @@ def query_terms(query: str, *, limit: int = 32) -> list[str]:
     return list(dict.fromkeys(content_words(query)))[:limit]
 
 
-def top_k_dense(
-    matrix: np.ndarray, query_embedding: np.ndarray, k: int, allowed: np.ndarray | None = None
-) -> np.ndarray:
-    """Row indices of the ``k`` rows most cosine-similar to the query, best first (ties: lower row first).
+def top_k(scores: np.ndarray, k: int, allowed: np.ndarray | None = None) -> np.ndarray:
+    """Indices of the ``k`` highest ``scores``, best first (equal scores among them: lower index first).
 
-    Rows are unit vectors, so the dot product is the cosine. ``allowed`` is a
-    boolean mask; rows outside it are never returned.
+    ``allowed`` is a boolean mask; indices outside it are never returned.
+
+    >>> top_k(np.array([0.1, 0.9, 0.5, 0.9]), 2).tolist()
+    [1, 3]
     """
-    n = matrix.shape[0]
-    if n == 0 or k <= 0:
-        return np.zeros(0, dtype=np.int64)
-    sims = matrix @ np.asarray(query_embedding, dtype=np.float32)
+    scores = np.asarray(scores)
+    n = len(scores)
     if allowed is not None:
-        sims = np.where(allowed, sims, -np.inf)
-        n = int(allowed.sum())
+        scores = np.where(allowed, scores, -np.inf)
+        n = int(np.count_nonzero(allowed))
     k = min(k, n)
     if k <= 0:
         return np.zeros(0, dtype=np.int64)
-    part = np.argpartition(-sims, k - 1)[:k] if k < len(sims) else np.arange(len(sims))
-    order = np.lexsort((part, -sims[part]))
-    return part[order]
+    part = np.argpartition(-scores, k - 1)[:k] if k < len(scores) else np.arange(len(scores))
+    return part[np.lexsort((part, -scores[part]))]
