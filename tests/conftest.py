@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import warnings
@@ -48,7 +49,8 @@ def minilm():
     Vectors are also kept in the git-ignored ``.rdmem-cache/`` so a second run skips the model's work
     (a fresh clone computes them once: about 25 s for LoCoMo on 2 cores).
     """
-    pytest.importorskip("sentence_transformers")
+    if importlib.util.find_spec("sentence_transformers") is None:  # checked without importing torch
+        pytest.skip("sentence-transformers is not installed (pip install 'rdmem[embeddings]')")
     embedder = CachedEmbedder(SentenceTransformerEmbedder(), cache_dir=REPO / ".rdmem-cache" / "tests")
     yield embedder
     try:

@@ -116,8 +116,9 @@ def test_policy_object_is_accepted(agent_history):
 def test_system_prompt_too_big_is_cut_then_reported(cl100k):
     system = {"role": "system", "content": "Rules. " + "Always be kind and precise. " * 60}
     history = [system, {"role": "user", "content": "hi"}]
-    result = compact(history, budget=80, policy="window")
-    assert result.tokens <= 80
+    with pytest.warns(RuntimeWarning, match="no message fits in the 1 tokens left of a budget of 80"):
+        result = compact(history, budget=80, policy="window")
+    assert result.tokens <= 80 and result.warnings
     assert result.messages[0]["role"] == "system" and "[rdmem: truncated," in result.messages[0]["content"]
     assert result.report[0].decision == "truncated"
     with warnings.catch_warnings(record=True) as caught:

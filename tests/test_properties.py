@@ -90,3 +90,22 @@ def test_a_budget_that_holds_everything_sends_everything(policy, messages):
     not_sent = {d.id for d in result.report if d.decision != "kept"}
     # Only messages that can never be sent (orphan results, unanswered calls) are left out.
     assert all(d.reason for d in result.report if d.id in not_sent)
+
+
+@pytest.mark.parametrize("policy", POLICY_NAMES)
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(messages=histories(), budget=st.integers(30, 600), query=st.one_of(st.none(), text))
+def test_memory_manager_streams_keep_every_invariant(policy, messages, budget, query):
+    from rdmem import MemoryManager
+
+    from ._checks import history_problems
+
+    mem = MemoryManager(budget, policy, embedder=EMBEDDER)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        ids = mem.extend(messages)
+        ctx = mem.context(query=query or None)
+    assert set(mem.working_ids()) | set(mem.archived_ids()) == set(ids)
+    assert ctx.tokens == TOKENIZER.messages_tokens(ctx.messages) <= budget
+    assert not history_problems(ctx.messages)
+    assert set(ctx.kept_ids) <= set(ids)
