@@ -7,7 +7,7 @@ import warnings
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
@@ -126,10 +126,21 @@ class Problem:
     tokenizer: Tokenizer
     marker_tokens: int
 
+    @cached_property
+    def _single_units(self) -> np.ndarray | None:
+        # Without tool calls every block is one unit, and per-block sums are plain lookups.
+        if all(len(b) == 1 for b in self.blocks):
+            return np.array([int(b[0]) for b in self.blocks], dtype=np.int64)
+        return None
+
     def block_costs(self) -> np.ndarray:
+        if self._single_units is not None:
+            return np.array([u.tokens for u in self.units], dtype=np.int64)[self._single_units]
         return np.array([sum(self.units[i].tokens for i in b) for b in self.blocks], dtype=np.int64)
 
     def block_values(self, values: np.ndarray) -> np.ndarray:
+        if self._single_units is not None:
+            return np.asarray(values, dtype=np.float64)[self._single_units]
         return np.array([float(values[b].sum()) for b in self.blocks], dtype=np.float64)
 
 
@@ -312,23 +323,30 @@ def compact_units(
     marker_memo: dict[int, int] = {}
     summary_memo: dict[tuple[str, int], int] = {}
 
+    def kept_mask(chosen: Iterable[int]) -> np.ndarray:
+        kept = np.zeros(len(units), dtype=bool)
+        chosen = list(chosen)
+        if chosen:
+            kept[np.concatenate([block_pos[b] for b in chosen])] = True
+        return kept
+
     def render_cost(chosen: Iterable[int], summary: str | None) -> tuple[int, int]:
         """Tokens of the non-pinned part of the render, mirroring :func:`render` exactly, and the
         largest elision marker in it (tokens)."""
-        chosen = sorted(chosen)
-        used = int(costs[chosen].sum()) if chosen else 0
+        chosen = list(chosen)
+        return mask_cost(kept_mask(chosen), int(costs[chosen].sum()) if chosen else 0, summary)
+
+    def mask_cost(kept: np.ndarray, used: int, summary: str | None) -> tuple[int, int]:
+        """:func:`render_cost` for the units flagged in ``kept``, whose blocks cost ``used`` tokens."""
         biggest = 0
-        if markers and chosen:
-            kept = np.zeros(len(units), dtype=bool)
-            kept[np.concatenate([block_pos[b] for b in chosen])] = True
+        if markers and kept.any():
             # Each maximal run of left-out units (plus units archived before them) becomes one
             # marker; pinned and summarized units are not counted in a run.
             gap_step = open_base & ~kept
             if summary and summarized:
                 gap_step[[cand_pos[i] for i in summarized]] = False
             running = np.cumsum(hidden_arr + gap_step)
-            kept_pos = np.flatnonzero(kept)
-            at = running[kept_pos]
+            at = running[kept]
             gaps = np.diff(at, prepend=0).tolist()
             gaps.append(int(running[-1] - at[-1]))
             for g in gaps:
@@ -353,9 +371,12 @@ def compact_units(
     # Repair: markers and summaries can push a plan over; drop the least valuable per token first.
     if chosen and total(chosen, summary_text) > avail:
         # ratio does not change while dropping, so "drop the worst, recount" walks one sorted order.
+        kept, used = kept_mask(chosen), int(costs[list(chosen)].sum())
         for worst in sorted(chosen, key=lambda b: (ratio[b], -b)):
             chosen.discard(worst)
-            if not chosen or total(chosen, summary_text) <= avail:
+            kept[block_pos[worst]] = False
+            used -= int(costs[worst])
+            if not chosen or mask_cost(kept, used, summary_text)[0] <= avail:
                 break
     if summary_text and total(chosen, summary_text) > avail:
         room = avail - total(chosen, None) - tok.message_tokens(summary_message("", len(summarized)))
@@ -363,16 +384,21 @@ def compact_units(
         if summary_text is None or total(chosen, summary_text) > avail:
             summary_text, summarized = None, []
     if plan.fill:
-        used, biggest = render_cost(chosen, summary_text)
+        kept, blocks_cost = kept_mask(chosen), int(costs[list(chosen)].sum()) if chosen else 0
+        used, biggest = mask_cost(kept, blocks_cost, summary_text)
         for b in sorted(set(range(len(local_blocks))) - chosen, key=lambda b: (-ratio[b], -b)):
             # Adding a block removes at most the one marker of the gap it sits in, so
             # used + cost - biggest is a lower bound: skip the exact count when even that overflows.
             if values[b] <= 0 or used + int(costs[b]) - biggest > avail:
                 continue
-            new_used, new_biggest = render_cost(chosen | {b}, summary_text)
+            kept[block_pos[b]] = True
+            new_used, new_biggest = mask_cost(kept, blocks_cost + int(costs[b]), summary_text)
             if new_used <= avail:
                 chosen.add(b)
+                blocks_cost += int(costs[b])
                 used, biggest = new_used, new_biggest
+            else:
+                kept[block_pos[b]] = False
 
     # Nothing survived (the plan's blocks did not fit beside their markers, or no block fits at
     # all): send the most valuable block that fits whole, else cut one, rather than send nothing.
@@ -406,11 +432,13 @@ def compact_units(
         raise RuntimeError(f"internal error: rendered {n_tokens} tokens for a budget of {budget}")
 
     report = []
-    breakdown = plan.breakdown
+    # Python floats once, not one numpy scalar conversion per unit and term.
+    breakdown = {k: np.asarray(v, dtype=np.float64).tolist() for k, v in plan.breakdown.items()}
+    scores = np.asarray(plan.scores, dtype=np.float64).tolist()
     for p, u in enumerate(units):
         i = local.get(p)
-        score = float(plan.scores[i]) if i is not None and len(plan.scores) else 0.0
-        parts = {k: float(v[i]) for k, v in breakdown.items()} if i is not None else {}
+        score = scores[i] if i is not None and scores else 0.0
+        parts = {k: v[i] for k, v in breakdown.items()} if i is not None else {}
         if p in contents:
             content = contents[p]
             if p in truncated:
