@@ -316,13 +316,17 @@ def _with_llm(rec: dict[str, Any], probe: Probe, messages: Sequence[Mapping[str,
         rec.update(score_question(llm, probe.question, probe.answer, probe.category, messages).as_dict())
 
 
-def _run_job(job: tuple[str, int, str, int]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def _run_job(job: tuple[str, int, str, int]) -> tuple[list[dict[str, Any]], list[dict[str, Any]], float]:
+    """One job and the CPU seconds it took (a measure of cost that other load on the machine does not inflate)."""
+    c0 = time.process_time()
+    questions, contexts = _run_full(job[1]) if job[0] == FULL else _run_stream(*job[1:])
+    return questions, contexts, time.process_time() - c0
+
+
+def _run_stream(ci: int, policy: str, budget: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """One conversation × policy × budget: stream, then (query regime) one context per probe."""
-    kind, ci, policy, budget = job
     w = _worker()
     conv, cfg = w.conversations[ci], w.config
-    if kind == FULL:
-        return _run_full(ci)
     timed = _TimedEmbedder(w.embedder)
     mem = MemoryManager(budget=budget, policy=policy, tokenizer=w.tokenizer, embedder=timed)
     turn_ms = np.zeros(len(conv.messages))
@@ -569,6 +573,7 @@ def run_eval(
     jobs.sort(key=lambda j: (-(len(convs[j[1]].messages)) * (j[3] + 500), j))
     questions, contexts = _oracle_records(convs, cfg, tok)
     done = 0
+    cpu_seconds = 0.0
     bar = None
     if progress is True:
         try:
@@ -591,19 +596,23 @@ def run_eval(
         if workers <= 1:
             _init_worker(convs, cfg, emb)
             for job in jobs:
-                qs, cs = _run_job(job)
+                qs, cs, cpu = _run_job(job)
                 questions += qs
                 contexts += cs
+                cpu_seconds += cpu
                 tick()
         else:
             shipped = _shippable(emb)
             ctx = multiprocessing.get_context("spawn")
             with ctx.Pool(workers, initializer=_init_worker, initargs=(convs, cfg, shipped)) as pool:
-                for qs, cs in pool.imap_unordered(_run_job, jobs):
+                for qs, cs, cpu in pool.imap_unordered(_run_job, jobs):
                     questions += qs
                     contexts += cs
+                    cpu_seconds += cpu
                     tick()
     finally:
+        global _W
+        _W = None  # the in-process worker state holds every conversation: let it go
         if bar is not None:
             bar.close()
     order = {j: i for i, j in enumerate(("streaming", "query"))}
@@ -617,6 +626,7 @@ def run_eval(
         "questions": sum(len(c.probes) for c in convs),
         "questions_with_evidence": sum(1 for c in convs for p in c.probes if p.evidence),
         "wall_seconds": round(time.perf_counter() - start, 2),
+        "cpu_seconds": round(cpu_seconds, 1),
         "embedding_seconds": round(embed_seconds, 2),
         "embed_ms_per_message": None if math.isnan(embed_ms) else round(embed_ms, 3),
         "embedding_cache": str(emb.cache_dir) if isinstance(emb, CachedEmbedder) and emb.cache_dir else None,
