@@ -105,6 +105,8 @@ def test_lexical_search_ranks_rare_words_first_on_large_sessions(pg_url, session
     unit = lambda i, t: StoredUnit(f"u{i}", i, {"role": "user", "content": t}, 5, {}, None, "archive")  # noqa: E731
     store.append(session_name, [unit(i, f"Caroline talked about her day number {i}") for i in range(200)])
     store.append(session_name, [unit(200, "Caroline went to the pottery workshop"), unit(201, "the pottery class was fun")])
+    with psycopg.connect(pg_url, autocommit=True) as conn:  # the statistics autovacuum would gather
+        conn.execute("ANALYZE rdmem_units")
     hits = [i for i, _ in store.search(session_name, "When did Caroline go to pottery?", None, k=5, tier="archive")]
     assert set(hits) == {"u200", "u201"}
     hits = [i for i, _ in store.search(session_name, "Caroline", None, k=3, tier="archive")]

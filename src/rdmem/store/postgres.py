@@ -68,6 +68,16 @@ _SCHEMA = (
     "CREATE INDEX IF NOT EXISTS rdmem_compactions_session ON rdmem_compactions (session, n)",
 )
 
+# The planner's estimate of how many units match a query (from ANALYZE statistics): lets a search rank
+# the rare words of a query without first counting the matches of the common ones.
+_ESTIMATE_FUNCTION = """CREATE OR REPLACE FUNCTION rdmem_estimate_matches(q tsquery) RETURNS bigint
+LANGUAGE plpgsql VOLATILE AS $$
+DECLARE plan json;
+BEGIN
+    EXECUTE format('EXPLAIN (FORMAT JSON) SELECT 1 FROM rdmem_units WHERE tsv @@ %L::tsquery', q) INTO plan;
+    RETURN (plan->0->'Plan'->>'Plan Rows')::bigint;
+END $$"""
+
 
 def _dumps(obj: Any) -> str:
     return json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
@@ -217,7 +227,7 @@ class PostgresStore:
                 conn.execute("SELECT pg_advisory_xact_lock(%s)", (_LOCK_KEY,))
                 if self._read_version(conn) is None:
                     conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
-                    for statement in _SCHEMA:
+                    for statement in (*_SCHEMA, _ESTIMATE_FUNCTION):
                         conn.execute(statement)
                     conn.execute(
                         "INSERT INTO rdmem_meta (key, value) VALUES ('schema_version', %s) ON CONFLICT DO NOTHING",
@@ -441,16 +451,21 @@ class PostgresStore:
         As in the SQLite store: the rarest query words are kept while their
         matches add up to at most ``lexical_rows`` (the rarest always), and
         if even that word is more common, its most recent matches are ranked.
+        How common a word is comes from the planner's statistics (counting
+        the matches of a common word would cost as much as ranking them).
         """
         words = query_terms(query)
         if not words:
             return []
         cap = self.lexical_rows
-        df = dict(conn.execute(
-            "SELECT w, (SELECT count(*) FROM (SELECT 1 FROM rdmem_units WHERE session = %s "
-            f"AND tsv @@ plainto_tsquery('{_TS_CONFIG}', w) LIMIT %s) s) FROM unnest(%s::text[]) AS w",
-            (session, cap + 1, words),
-        ).fetchall())
+        df = {
+            w: max(int(n), 1)
+            for w, n in conn.execute(
+                f"SELECT w, rdmem_estimate_matches(q) FROM unnest(%s::text[]) AS w, plainto_tsquery('{_TS_CONFIG}', w) q "
+                "WHERE q::text <> ''",
+                (words,),
+            ).fetchall()
+        }
         kept, total = [], 0
         for w in sorted((w for w in words if df.get(w)), key=lambda w: (df[w], w)):
             if kept and total + df[w] > cap:
