@@ -194,38 +194,42 @@ def bench_query(
     from rdmem import compaction as engine
 
     mem = MemoryManager(budget=budget, policy=policy, store=url, session=session, embedder=embedder)
-    t0 = time.perf_counter()
+    c0, t0 = time.process_time(), time.perf_counter()
     n_units = len(mem)
-    open_s = time.perf_counter() - t0
+    open_s, open_cpu = time.perf_counter() - t0, time.process_time() - c0
     store = mem._store
     # Split each call into the store's search and the rest (engine: scoring, selection, rendering).
     search_times: list[float] = []
+    search_cpu: list[float] = []
     engine_times: list[float] = []
+    engine_cpu: list[float] = []
     real_search, real_compact = store.search, engine.compact_units
 
     def timed_search(*a, **kw):
-        t = time.perf_counter()
+        c, t = time.process_time(), time.perf_counter()
         try:
             return real_search(*a, **kw)
         finally:
             search_times.append(time.perf_counter() - t)
+            search_cpu.append(time.process_time() - c)
 
     import rdmem.manager as manager_mod
 
     def timed_compact(*a, **kw):
-        t = time.perf_counter()
+        c, t = time.process_time(), time.perf_counter()
         try:
             return real_compact(*a, **kw)
         finally:
             engine_times.append(time.perf_counter() - t)
+            engine_cpu.append(time.process_time() - c)
 
     store.search = timed_search  # type: ignore[method-assign]
     manager_mod.compact_units = timed_compact  # type: ignore[assignment]
     try:
         mem.messages(questions[0])  # first query: builds the session's search matrix (reported apart)
         first = (search_times[-1], engine_times[-1])
-        search_times.clear()
-        engine_times.clear()
+        for timings in (search_times, search_cpu, engine_times, engine_cpu):
+            timings.clear()
         total, cpu, cands = [], [], []
         for q in questions[1:]:
             c, t = time.process_time(), time.perf_counter()
@@ -242,8 +246,9 @@ def bench_query(
         manager_mod.compact_units = real_compact  # type: ignore[assignment]
         store.search = real_search  # type: ignore[method-assign]
     out = {
-        "units": n_units, "working": len(mem.working_ids()), "open_s": open_s, "first": first,
+        "units": n_units, "working": len(mem.working_ids()), "open_s": open_s, "open_cpu": open_cpu, "first": first,
         "total": total, "cpu": cpu, "search": search_times[: len(total)], "engine": engine_times[: len(total)],
+        "search_cpu": search_cpu[: len(total)], "engine_cpu": engine_cpu[: len(total)],
         "cached": cached, "candidates": statistics.median(cands), "policy": policy,
     }
     mem.close()
@@ -253,11 +258,12 @@ def bench_query(
 def report_query(name: str, r: dict) -> list[str]:
     return [
         f"{name}, policy {r['policy']}: session of {r['units']:,} units ({r['working']} working), "
-        f"opened by MemoryManager in {r['open_s']:.1f} s",
+        f"opened by MemoryManager in {r['open_s']:.1f} s ({r['open_cpu']:.1f} s CPU)",
         f"  messages(query), distinct queries: {fmt_ms(r['total'])}",
         f"    CPU time of this process per call: {fmt_ms(r['cpu'])}",
-        f"    of which store.search: {fmt_ms(r['search'])}",
-        f"    of which engine (score + select + render, ~{r['candidates']:.0f} candidates): {fmt_ms(r['engine'])}",
+        f"    of which store.search: {fmt_ms(r['search'])}; CPU {fmt_ms(r['search_cpu'])}",
+        f"    of which engine (score + select + render, ~{r['candidates']:.0f} candidates): {fmt_ms(r['engine'])}; "
+        f"CPU {fmt_ms(r['engine_cpu'])}",
         f"  messages(query), repeated queries (result cache): {fmt_ms(r['cached'])}",
         f"  first query after open (builds the search matrix): search {r['first'][0] * 1e3:.0f} ms, "
         f"engine {r['first'][1] * 1e3:.0f} ms",
