@@ -26,7 +26,8 @@ import sqlite3
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -340,6 +341,20 @@ class SQLiteStore:
             raise StoreError(f"SQLite store {self.path}: used after close()")
         return self._conn
 
+    @contextmanager
+    def _snapshot(self) -> Iterator[None]:
+        """One read transaction: everything read inside sees the same state of the file (WAL snapshot)."""
+        db = self._db
+        if db.in_transaction:
+            yield
+            return
+        db.execute("BEGIN")
+        try:
+            yield
+        finally:
+            if db.in_transaction:
+                db.execute("COMMIT")  # read-only: nothing to roll back
+
     def _pragma(self, name: str) -> int:
         return int(self._db.execute(f"PRAGMA {name}").fetchone()[0])
 
@@ -459,8 +474,9 @@ class SQLiteStore:
     def load(self, session: str) -> list[StoredUnit]:
         """All units of ``session`` in order (by ``seq``, then arrival)."""
         _check_session(session)
-        with self._lock:
+        with self._lock, self._snapshot():
             self._sync(session)
+            version = self._session_version(session)
             rows = self._db.execute(
                 "SELECT uid, id, seq, message, tokens, features, embedding, tier FROM units "
                 "WHERE session = ? ORDER BY seq, uid",
@@ -468,7 +484,6 @@ class SQLiteStore:
             ).fetchall()
             if not rows:
                 return []
-            version = self._session_version(session)
             cache = self._caches.get(session)
             if cache is None or cache.version != version or cache.dense is None:
                 # Build the session's search matrix now, from the rows already read; units share its memory.
@@ -554,7 +569,7 @@ class SQLiteStore:
             np.ascontiguousarray(query_embedding, dtype=np.float32).tobytes(), digest_size=16
         ).digest()
         key = (query, qkey, k, tier)
-        with self._lock:
+        with self._lock, self._snapshot():
             cache = self._sync(session)
             if cache is not None and key in cache.results:
                 cache.results.move_to_end(key)
