@@ -125,6 +125,9 @@ class Problem:
     ctx: ScoringContext
     tokenizer: Tokenizer
     marker_tokens: int
+    #: Per block: whether a span that cannot come back (already archived, or not emittable)
+    #: lies right before it, so an elision marker stands there whatever is chosen around it.
+    gap_before: np.ndarray | None = None
 
     @cached_property
     def _single_units(self) -> np.ndarray | None:
@@ -242,6 +245,20 @@ def _complete_groups(units: Sequence[MemoryUnit]) -> tuple[list[np.ndarray], dic
     return blocks, bad
 
 
+def _forced_gaps(units: Sequence[MemoryUnit], blocks: list[np.ndarray]) -> np.ndarray:
+    """For each block: is there an archived span or a non-emittable message right before it?"""
+    hidden = hidden_before(units)
+    out = np.zeros(len(blocks), dtype=bool)
+    prev = -1
+    for k, b in enumerate(blocks):
+        first = int(b[0])
+        out[k] = any(hidden[p] > 0 for p in range(prev + 1, first + 1)) or any(
+            not units[p].pinned for p in range(prev + 1, first)
+        )
+        prev = int(b[-1])
+    return out
+
+
 def compact_units(
     units: Sequence[MemoryUnit],
     *,
@@ -287,7 +304,9 @@ def compact_units(
     avail = max(budget - pinned_cost, 0) if pinned_cost <= budget else 0
 
     ctx = ScoringContext(cand, query=query, embedder=embedder, now=now, doc_freq=doc_freq)
-    problem = Problem(cand, local_blocks, avail, ctx, tok, _marker_cost(tok, 10) if markers else 0)
+    problem = Problem(
+        cand, local_blocks, avail, ctx, tok, _marker_cost(tok, 10) if markers else 0, _forced_gaps(units, blocks)
+    )
     plan = policy.plan(problem) if cand else Plan(chosen=[], scores=np.zeros(0))
     if cand and _cost_of_everything(units, set(cand_pos), tok, markers) <= avail:
         # Everything fits: whatever the policy, the whole history goes out verbatim, unsummarized

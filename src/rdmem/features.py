@@ -131,6 +131,29 @@ def tokenize_words(text: str) -> list[str]:
     return [w.lower() for w in _WORD.findall(text)]
 
 
+def stem(word: str) -> str:
+    """A light English suffix stripper ("painted", "painting", "paints" -> "paint"); keeps short words.
+
+    >>> [stem(w) for w in ("painted", "painting", "paints", "stories", "classes", "glass", "sing")]
+    ['paint', 'paint', 'paint', 'story', 'class', 'glass', 'sing']
+    """
+    if len(word) <= 4 or not word.isalpha():
+        return word
+    if word.endswith("ies") and len(word) > 5:
+        return word[:-3] + "y"
+    if word.endswith("ing") and len(word) > 6:
+        base = word[:-3]
+        return base[:-1] if len(base) > 3 and base[-1] == base[-2] and base[-1] not in "lsz" else base
+    if word.endswith("ed") and len(word) > 5:
+        base = word[:-2]
+        return base[:-1] if len(base) > 3 and base[-1] == base[-2] and base[-1] not in "lsz" else base
+    if word.endswith(("sses", "shes", "ches", "xes")):
+        return word[:-2]
+    if word.endswith("s") and not word.endswith(("ss", "us", "is")):
+        return word[:-1]
+    return word
+
+
 def content_words(text: str) -> list[str]:
     """Word tokens that carry content: no stopwords, no one-letter words."""
     return [w for w in tokenize_words(text) if w not in STOPWORDS and (len(w) > 1 or "\u4e00" <= w <= "\u9fff")]

@@ -18,6 +18,10 @@ import numpy as np
 from .compaction import Plan, Problem
 from .scoring import Information, LearnedValue, Metadata, Recency, Relevance, Scorer, Weighted, seed_scorer
 from .select import get_selector
+from .select.chain import gap_knapsack
+
+#: Above this many (blocks x budget) cells the marker-aware DP falls back to a marker reserve.
+_GAP_DP_CELLS = 40_000_000
 
 __all__ = ["Policy", "ScoredPolicy", "SummaryBuffer", "RDPolicy", "TaskMode", "TASK_MODES", "POLICIES", "get_policy", "register_policy"]
 
@@ -206,8 +210,15 @@ class RDPolicy:
         parts = dict(parts)
         parts["value"] = p
         parts["recency"] = values - p - np.where(protected, values - p, 0.0)
-        budget = max(problem.budget - problem.marker_tokens, 0)
-        chosen = get_selector("knapsack")(problem.block_values(values), problem.block_costs(), budget)
+        block_values, block_costs = problem.block_values(values), problem.block_costs()
+        if problem.marker_tokens and len(block_costs) * (problem.budget + 1) <= _GAP_DP_CELLS:
+            # Elision markers are rate too: choose knowing each skipped run costs one.
+            chosen = gap_knapsack(
+                block_values, block_costs, problem.budget, problem.marker_tokens, gap_before=problem.gap_before
+            )
+        else:
+            budget = max(problem.budget - problem.marker_tokens, 0)
+            chosen = get_selector("knapsack")(block_values, block_costs, budget)
         reasons = {int(i): "protected (" + self.mode + " mode)" for i in np.flatnonzero(protected)}
         return Plan(chosen=[int(b) for b in chosen], scores=values, breakdown=parts, fill=True, reasons=reasons)
 

@@ -46,6 +46,8 @@ QUERY_FEATURES = (
     "when_date",
     "prior_logit",
     "log_tokens",
+    "bm25_stem",
+    "speaker_match",
 )
 
 # A leading "[<date>] Name:" (chat exports, LoCoMo) is structure, not content.
@@ -156,5 +158,23 @@ def query_matrix(ctx: ScoringContext, prior_logit: np.ndarray) -> np.ndarray:
     x[:, 5] = _neighbour_max(cos_z, index)
     x[:, 6] = _neighbour_max(bm_n, index)
     x[:, 9] = prior_logit
+    bs = Lexical(stem=True).score(ctx)
+    x[:, 11] = bs / bs.max() if bs.max() > 0 else bs
+    if ents:
+        for i, u in enumerate(ctx.units):
+            speaker = _speaker_of(u)
+            x[i, 12] = bool(speaker) and speaker.lower() in ents
     return x
+
+
+def _speaker_of(unit: object) -> str:
+    """The unit's speaker: its ``name`` field, or a leading "[date] Name:" label."""
+    name = unit.message.get("name")  # type: ignore[attr-defined]
+    if isinstance(name, str) and name:
+        return name.split()[0]
+    m = _SPEAKER.match(unit.text)  # type: ignore[attr-defined]
+    return m.group(1) if m else ""
+
+
+_SPEAKER = re.compile(r"^\s*(?:\[[^\]]{1,60}\]\s*)?([A-Z][\w'-]{0,30})(?:\s[A-Z][\w'-]*)?:\s")
 

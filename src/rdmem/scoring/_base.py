@@ -12,7 +12,7 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 
 from ..embed import Embedder, get_embedder
-from ..features import content_words
+from ..features import content_words, stem
 from ..units import MemoryUnit
 
 __all__ = ["Scorer", "ScoringContext"]
@@ -69,6 +69,10 @@ class ScoringContext:
     @cached_property
     def unit_words(self) -> list[list[str]]:
         return [content_words(u.text) for u in self.units]
+
+    @cached_property
+    def stemmed_words(self) -> list[list[str]]:
+        return [[stem(w) for w in words] for words in self.unit_words]
 
     @cached_property
     def _df(self) -> tuple[Counter[str], int]:
