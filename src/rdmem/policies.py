@@ -125,7 +125,8 @@ _STYLE_RE = re.compile(r"(?i)\b(?:tone|style|voice|words? or (?:less|fewer)|in (
 class TaskMode:
     """A documented preset: how much recency counts, and which units are never dropped.
 
-    ``protect`` names unit types kept whenever they fit: ``directive`` (user
+    ``protect`` names unit types kept whenever they fit: ``latest`` (the newest
+    user message: the one the model is about to answer), ``directive`` (user
     instructions), ``goal`` (the first user message), ``plan`` (numbered or
     checklist steps, "plan", "next step"), ``state`` (the latest tool result),
     ``persona`` ("you are …", character sheets), ``style`` (tone and style
@@ -139,10 +140,10 @@ class TaskMode:
 
 
 TASK_MODES: dict[str, TaskMode] = {
-    "qa": TaskMode("qa", 0.05, ("directive",), "facts: names, dates, events, preferences; chit-chat goes first"),
-    "task": TaskMode("task", 0.3, ("directive", "goal", "plan", "state"), "goal, plan and current state never dropped"),
-    "roleplay": TaskMode("roleplay", 0.4, ("directive", "persona"), "persona and character facts never dropped"),
-    "creative": TaskMode("creative", 0.4, ("directive", "style", "draft"), "style constraints and the latest draft kept"),
+    "qa": TaskMode("qa", 0.05, ("latest", "directive"), "facts: names, dates, events, preferences; chit-chat goes first"),
+    "task": TaskMode("task", 0.3, ("latest", "directive", "goal", "plan", "state"), "goal, plan and current state never dropped"),
+    "roleplay": TaskMode("roleplay", 0.4, ("latest", "directive", "persona"), "persona and character facts never dropped"),
+    "creative": TaskMode("creative", 0.4, ("latest", "directive", "style", "draft"), "style constraints and the latest draft kept"),
 }
 
 
@@ -150,6 +151,10 @@ def _protected(units: list, kinds: tuple[str, ...]) -> np.ndarray:
     """Which units a mode protects (see :class:`TaskMode`)."""
     n = len(units)
     out = np.zeros(n, dtype=bool)
+    if "latest" in kinds:
+        last_user = next((i for i in range(n - 1, -1, -1) if units[i].role == "user"), None)
+        if last_user is not None:
+            out[last_user] = True
     if "directive" in kinds:
         out |= np.array([u.features.directive for u in units], dtype=bool)
     if "goal" in kinds:
@@ -245,14 +250,24 @@ def _builtin() -> dict[str, Callable[[], Policy]]:
                 normalize="minmax",
             ),
             selector="by_value",
+            fill=True,
         ),
         "seed": lambda: ScoredPolicy(
             "seed",
             "the seed design's scorer (recency, relevance, uniqueness, bonuses) with an exact knapsack",
             seed_scorer(),
             selector="knapsack",
+            fill=True,
         ),
         "rd": RDPolicy,
+        **{
+            f"rd-{mode}": (
+                lambda mode=mode: RDPolicy(
+                    name=f"rd-{mode}", description=f"rd in {mode} mode: {TASK_MODES[mode].description}", mode=mode
+                )
+            )
+            for mode in ("task", "roleplay", "creative")
+        },
     }
 
 

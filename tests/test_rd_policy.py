@@ -1,0 +1,89 @@
+"""The rd policy on small hand-made histories where the right answer is known."""
+
+from __future__ import annotations
+
+import pytest
+
+from rdmem import compact
+from rdmem.policies import RDPolicy, get_policy
+
+CHAT = [
+    "haha yes totally, that sounds great!",
+    "Wow, nice! Thanks so much!",
+    "lol okay okay",
+    "Cool cool, sounds good to me!",
+]
+
+
+def _history(core: list[tuple[str, str, str]], filler: int = 12) -> list[dict]:
+    msgs = []
+    for i in range(filler):
+        msgs.append({"id": f"f{i}", "role": "user" if i % 2 == 0 else "assistant", "content": CHAT[i % len(CHAT)]})
+    for mid, role, text in core:
+        msgs.append({"id": mid, "role": role, "content": text})
+    return msgs
+
+
+def test_qa_mode_keeps_facts_over_chit_chat() -> None:
+    msgs = _history([("fact", "user", "My sister Ana moved to Lisbon in March 2021 and started a bakery there.")], 0)
+    msgs = msgs + _history([], 12) + [{"id": "last", "role": "user", "content": "ok"}]
+    result = compact(msgs, budget=60, policy="rd")
+    assert "fact" in result.kept_ids
+    assert "last" in result.kept_ids  # the message about to be answered is never dropped
+
+
+def test_query_brings_the_relevant_message() -> None:
+    core = [
+        ("pet", "user", "Our dog Biscuit is a three-year-old beagle who loves the beach."),
+        ("car", "assistant", "You said the car needs new brakes before the trip in June."),
+        ("job", "user", "I started a new job as a nurse at the city hospital last week."),
+    ]
+    msgs = _history(core, 20)
+    result = compact(msgs, budget=70, policy="rd", query="What breed is Biscuit the dog?")
+    assert "pet" in result.kept_ids
+    result = compact(msgs, budget=70, policy="rd", query="Where does the user work as a nurse?")
+    assert "job" in result.kept_ids
+
+
+def test_task_mode_protects_goal_plan_and_state() -> None:
+    msgs = [
+        {"id": "goal", "role": "user", "content": "Goal: migrate the billing service from MySQL to PostgreSQL."},
+        {"id": "plan", "role": "assistant", "content": "Plan:\n1. Dump schema\n2. Convert types\n3. Copy data"},
+    ]
+    for i in range(10):
+        msgs.append({"id": f"chat{i}", "role": "user", "content": f"Interesting, and what about the weather today {i}?"})
+        msgs.append({"id": f"ans{i}", "role": "assistant", "content": "It is sunny and warm, a lovely day outside."})
+    msgs += [
+        {"id": "call", "role": "assistant", "content": None, "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "run_sql", "arguments": "{\"q\": \"select 1\"}"}}]},
+        {"id": "state", "role": "tool", "tool_call_id": "c1", "content": "migration step 2 of 3 done"},
+        {"id": "now", "role": "user", "content": "continue"},
+    ]
+    result = compact(msgs, budget=110, policy="rd-task")
+    for mid in ("goal", "plan", "call", "state", "now"):
+        assert mid in result.kept_ids, result.explain()
+    reasons = {d.id: d.reason for d in result.report}
+    assert reasons["goal"] == reasons["plan"] == "protected (task mode)"
+
+
+def test_roleplay_and_creative_protect_their_units() -> None:
+    persona = {"id": "persona", "role": "user", "content": "You are Captain Mira, a gruff pirate who hates parrots."}
+    style = {"id": "style", "role": "user", "content": "Write in the style of a noir detective, present tense."}
+    draft = {"id": "draft", "role": "assistant", "content": "The rain hits the window like a debt collector. " * 12}
+    msgs = [persona, style, draft] + _history([], 16) + [{"id": "now", "role": "user", "content": "go on"}]
+    rp = compact(msgs, budget=120, policy="rd-roleplay")
+    assert "persona" in rp.kept_ids
+    cr = compact(msgs, budget=260, policy="rd-creative")
+    assert {"style", "draft"} <= set(cr.kept_ids)
+
+
+def test_unknown_mode_is_a_clear_error() -> None:
+    with pytest.raises(ValueError, match="unknown mode 'poetry'; choose one of qa, task, roleplay, creative"):
+        RDPolicy(mode="poetry")
+
+
+def test_report_breaks_utility_down_by_signal() -> None:
+    result = compact(_history([("x", "user", "I adopted a cat named Tofu in 2022.")], 6), budget=40, policy="rd")
+    decision = next(d for d in result.report if d.id == "x")
+    assert "prior.date" in decision.breakdown and "value" in decision.breakdown
+    assert get_policy("rd").needs_embeddings
