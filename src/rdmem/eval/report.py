@@ -172,7 +172,7 @@ def to_markdown(result: EvalResult) -> str:
         f"- wall time: {meta.get('wall_seconds')} s ({meta.get('workers')} worker processes; the runs "
         f"took {meta.get('cpu_seconds')} CPU seconds in all); "
         f"embedding pass: {meta.get('embedding_seconds')} s; one message embeds in "
-        f"{meta.get('embed_ms_per_message')} ms",
+        f"{meta.get('embed_ms_per_message')} ms (MiniLM on one thread)",
         f"- machine: {meta.get('machine')}",
         f"- embedding cache: {meta.get('embedding_cache')}",
         "",

@@ -500,17 +500,29 @@ def _aggregate(
 
 
 def _calibrate(embedder: Embedder, texts: Sequence[str], n: int = 6) -> float:
-    """Milliseconds the embedding model takes for one message, as a streaming add() would call it."""
+    """Milliseconds the embedding model takes for one message, as a streaming add() would call it.
+
+    Timed on one thread: a multi-threaded model on a busy machine waits for its threads and can look
+    ten times slower than it is; one thread gives a figure other load barely moves.
+    """
     inner = getattr(embedder, "inner", embedder)
     sample = [t for t in texts if t][: n + 1]
     if not sample:
         return math.nan
     inner.embed(sample[:1])  # load the model, warm up
+    torch = sys.modules.get("torch")
+    threads = torch.get_num_threads() if torch is not None else None
     times = []
-    for t in sample[1:] or sample:
-        t0 = time.perf_counter()
-        inner.embed([t])
-        times.append((time.perf_counter() - t0) * 1000.0)
+    try:
+        if torch is not None:
+            torch.set_num_threads(1)
+        for t in sample[1:] or sample:
+            t0 = time.perf_counter()
+            inner.embed([t])
+            times.append((time.perf_counter() - t0) * 1000.0)
+    finally:
+        if torch is not None:
+            torch.set_num_threads(threads)
     return float(np.median(times))
 
 
