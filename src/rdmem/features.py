@@ -7,6 +7,7 @@ microseconds per message and the same text always gives the same features.
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 from dataclasses import dataclass
 
 __all__ = ["Features", "extract_features", "content_words", "STOPWORDS"]
@@ -152,6 +153,20 @@ def stem(word: str) -> str:
     if word.endswith("s") and not word.endswith(("ss", "us", "is")):
         return word[:-1]
     return word
+
+
+@lru_cache(maxsize=262_144)
+def text_words(text: str) -> tuple[tuple[str, ...], tuple[str, ...], dict[str, int], dict[str, int]]:
+    """Content words, their stems, and counts of each, cached per text (texts recur across calls)."""
+    words = tuple(content_words(text))
+    stems = tuple(stem(w) for w in words)
+    word_counts: dict[str, int] = {}
+    for w in words:
+        word_counts[w] = word_counts.get(w, 0) + 1
+    stem_counts: dict[str, int] = {}
+    for w in stems:
+        stem_counts[w] = stem_counts.get(w, 0) + 1
+    return words, stems, word_counts, stem_counts
 
 
 def content_words(text: str) -> list[str]:

@@ -22,6 +22,8 @@ from .select.chain import gap_knapsack
 
 #: Above this many (blocks x budget) cells the marker-aware DP falls back to a marker reserve.
 _GAP_DP_CELLS = 40_000_000
+#: Blocks the marker-aware DP considers, by value (the rest are left out).
+_GAP_DP_MAX_BLOCKS = 160
 
 __all__ = ["Policy", "ScoredPolicy", "SummaryBuffer", "RDPolicy", "TaskMode", "TASK_MODES", "POLICIES", "get_policy", "register_policy"]
 
@@ -218,14 +220,40 @@ class RDPolicy:
         block_values, block_costs = problem.block_values(values), problem.block_costs()
         if problem.marker_tokens and len(block_costs) * (problem.budget + 1) <= _GAP_DP_CELLS:
             # Elision markers are rate too: choose knowing each skipped run costs one.
-            chosen = gap_knapsack(
-                block_values, block_costs, problem.budget, problem.marker_tokens, gap_before=problem.gap_before
-            )
+            chosen = _marker_aware(block_values, block_costs, problem, protected_blocks=protected)
         else:
             budget = max(problem.budget - problem.marker_tokens, 0)
             chosen = get_selector("knapsack")(block_values, block_costs, budget)
         reasons = {int(i): "protected (" + self.mode + " mode)" for i in np.flatnonzero(protected)}
         return Plan(chosen=[int(b) for b in chosen], scores=values, breakdown=parts, fill=True, reasons=reasons)
+
+
+def _marker_aware(values: np.ndarray, costs: np.ndarray, problem: Problem, *, protected_blocks: np.ndarray) -> np.ndarray:
+    """:func:`gap_knapsack` over the most valuable blocks (the rest become forced gaps).
+
+    Blocks far down the value order are almost never worth their tokens; leaving
+    them out of the dynamic programme keeps it fast on large candidate sets.
+    """
+    n = len(values)
+    forced = problem.gap_before if problem.gap_before is not None else np.zeros(n, dtype=bool)
+    prot = np.zeros(n, dtype=bool)
+    for b, block in enumerate(problem.blocks):
+        prot[b] = bool(protected_blocks[block].any())
+    if n > _GAP_DP_MAX_BLOCKS:
+        order = np.lexsort((-np.arange(n), -values))
+        keep = np.zeros(n, dtype=bool)
+        keep[order[:_GAP_DP_MAX_BLOCKS]] = True
+        keep |= prot
+    else:
+        keep = np.ones(n, dtype=bool)
+    idx = np.flatnonzero(keep)
+    sub_forced = np.zeros(len(idx), dtype=bool)
+    prev = -1
+    for j, b in enumerate(idx):
+        sub_forced[j] = bool(forced[prev + 1 : b + 1].any()) or b > prev + 1
+        prev = b
+    chosen = gap_knapsack(values[idx], costs[idx], problem.budget, problem.marker_tokens, gap_before=sub_forced)
+    return idx[chosen]
 
 
 def _builtin() -> dict[str, Callable[[], Policy]]:

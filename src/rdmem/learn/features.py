@@ -8,6 +8,7 @@ Both are cheap (regexes, IDF sums, one matrix product).
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 
 import numpy as np
 
@@ -71,32 +72,43 @@ def prior_matrix(ctx: ScoringContext, *, novelty: bool = True) -> np.ndarray:
     """Query-agnostic features, one row per unit (columns: :data:`PRIOR_FEATURES`)."""
     n = len(ctx)
     x = np.zeros((n, len(PRIOR_FEATURES)))
+    idf: dict[str, float] = {}
+    for words in ctx.unit_words:
+        for w in words:
+            if w not in idf:
+                idf[w] = max(ctx.idf_of(w), 0.0)
     for i, (u, words) in enumerate(zip(ctx.units, ctx.unit_words, strict=True)):
         f = u.features
-        body = message_body(u.text)
-        info = sum(max(ctx.idf_of(w), 0.0) for w in set(words))
-        x[i, :14] = (
-            np.log1p(info),
-            info / max(u.tokens, 1),
-            np.log1p(u.tokens),
-            min(len(f.entities), 6),
-            bool(_NUMBER.search(body)),
-            bool(_DATE.search(body)),
-            f.directive,
-            u.role == "user",
-            u.role == "tool",
-            "?" in body,
-            f.first_person,
-            f.event,
-            bool(_GREETING.match(body)),
-            body.count("!") / max(len(body.split()), 1),
-        )
+        info = sum(map(idf.__getitem__, set(words)))
+        x[i, :3] = np.log1p(info), info / max(u.tokens, 1), np.log1p(u.tokens)
+        x[i, 3:14] = _static_prior(u.text, u.role, min(len(f.entities), 6), f.directive, f.first_person, f.event)
     if novelty and n > 1:
         e = ctx.embeddings
         sim = e @ e.T
         np.fill_diagonal(sim, -1.0)
         x[:, 14] = 1.0 - sim.max(axis=1)
     return x
+
+
+@lru_cache(maxsize=262_144)
+def _static_prior(
+    text: str, role: str, entities: int, directive: bool, first_person: bool, event: bool
+) -> tuple[float, ...]:
+    """The prior features that depend on the text alone (cached: texts recur across calls)."""
+    body = message_body(text)
+    return (
+        entities,
+        bool(_NUMBER.search(body)),
+        bool(_DATE.search(body)),
+        directive,
+        role == "user",
+        role == "tool",
+        "?" in body,
+        first_person,
+        event,
+        bool(_GREETING.match(body)),
+        body.count("!") / max(len(body.split()), 1),
+    )
 
 
 def _rank_feature(score: np.ndarray) -> np.ndarray:
@@ -148,7 +160,7 @@ def query_matrix(ctx: ScoringContext, prior_logit: np.ndarray) -> np.ndarray:
         low = u.text.lower()
         if ents:
             x[i, 7] = sum(e in low for e in ents) / len(ents)
-        x[i, 8] = when and bool(_DATE.search(message_body(u.text)))
+        x[i, 8] = when and _static_prior(u.text, u.role, 0, False, False, False)[2]
         x[i, 10] = np.log1p(u.tokens)
     x[:, 0] = cos
     x[:, 1] = cos_z

@@ -12,7 +12,7 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 
 from ..embed import Embedder, get_embedder
-from ..features import content_words, stem
+from ..features import text_words
 from ..units import MemoryUnit
 
 __all__ = ["Scorer", "ScoringContext"]
@@ -67,12 +67,20 @@ class ScoringContext:
         return self._embedder.embed([self.query])[0]
 
     @cached_property
-    def unit_words(self) -> list[list[str]]:
-        return [content_words(u.text) for u in self.units]
+    def unit_words(self) -> list[tuple[str, ...]]:
+        return [text_words(u.text)[0] for u in self.units]
 
     @cached_property
-    def stemmed_words(self) -> list[list[str]]:
-        return [[stem(w) for w in words] for words in self.unit_words]
+    def stemmed_words(self) -> list[tuple[str, ...]]:
+        return [text_words(u.text)[1] for u in self.units]
+
+    @cached_property
+    def word_counts(self) -> list[dict[str, int]]:
+        return [text_words(u.text)[2] for u in self.units]
+
+    @cached_property
+    def stem_counts(self) -> list[dict[str, int]]:
+        return [text_words(u.text)[3] for u in self.units]
 
     @cached_property
     def _df(self) -> tuple[Counter[str], int]:
@@ -88,8 +96,16 @@ class ScoringContext:
 
         ``doc_freq`` lets a caller supply counts over a longer history than the
         units being scored (a memory manager's whole session)."""
-        df, n = self._df
-        return math.log((max(n, 1) + 1) / (df.get(word, 0) + 0.5))
+        cache = self._idf_cache
+        v = cache.get(word)
+        if v is None:
+            df, n = self._df
+            v = cache[word] = math.log((max(n, 1) + 1) / (df.get(word, 0) + 0.5))
+        return v
+
+    @cached_property
+    def _idf_cache(self) -> dict[str, float]:
+        return {}
 
 
 def embed_text(unit: MemoryUnit) -> str:

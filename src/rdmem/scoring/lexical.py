@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
@@ -24,22 +23,20 @@ class Lexical:
         terms = set(content_words(ctx.query))
         if not terms:
             return np.zeros(len(ctx))
-        docs = ctx.unit_words
-        idf_of = ctx.idf_of
         if self.stem:
             terms = {stem(t) for t in terms}
-            docs = ctx.stemmed_words
-            df = Counter(w for d in docs for w in set(d) if w in terms)
-            n = len(docs)
-
-            def idf_of(term: str) -> float:
-                return float(np.log((n + 1) / (df.get(term, 0) + 0.5)))
+            docs, counts = ctx.stemmed_words, ctx.stem_counts
+        else:
+            docs, counts = ctx.unit_words, ctx.word_counts
+        n = len(docs)
         lengths = np.array([len(d) for d in docs], dtype=np.float64)
-        avg = max(lengths.mean(), 1.0)
-        out = np.zeros(len(docs))
-        for i, words in enumerate(docs):
-            tf = Counter(w for w in words if w in terms)
-            for term, f in tf.items():
-                idf = max(idf_of(term), 0.0)
-                out[i] += idf * f * (self.k1 + 1) / (f + self.k1 * (1 - self.b + self.b * lengths[i] / avg))
+        norm = self.k1 * (1 - self.b + self.b * lengths / max(lengths.mean(), 1.0))
+        out = np.zeros(n)
+        for term in sorted(terms):
+            tf = np.fromiter((c.get(term, 0) for c in counts), dtype=np.float64, count=n)
+            if not tf.any():
+                continue
+            # Stems have no session-wide counts: their IDF comes from the units being scored.
+            idf = float(np.log((n + 1) / ((tf > 0).sum() + 0.5))) if self.stem else ctx.idf_of(term)
+            out += max(idf, 0.0) * tf * (self.k1 + 1) / (tf + norm)
         return out
