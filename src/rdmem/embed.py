@@ -65,6 +65,13 @@ def _load_model(model: str, device: str) -> object:
                     "the default embedder needs sentence-transformers: pip install 'rdmem[embeddings]'"
                 ) from exc
             path = _resolve_model_path(model)
+            os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+            try:
+                from transformers.utils import logging as hf_logging
+
+                hf_logging.disable_progress_bar()
+            except ImportError:  # pragma: no cover
+                pass
             try:
                 _MODELS[key] = SentenceTransformer(path, device=device)
             except Exception as exc:
