@@ -47,11 +47,13 @@ class MemoryManager:
     archive_candidates:
         How many archived units a query may bring back into competition.
 
-    >>> mem = MemoryManager(budget=40, policy="window", tokenizer=len, message_overhead=0)
+    >>> mem = MemoryManager(budget=60, policy="window")
     >>> for i in range(10):
-    ...     _ = mem.add(role="user", content=f"note {i:02d}")
-    >>> mem.working_ids()
-    ['m5', 'm6', 'm7', 'm8', 'm9']
+    ...     _ = mem.add(role="user", content=f"note number {i}")
+    >>> [m["content"] for m in mem.messages()]
+    ['[rdmem: 5 messages omitted]', 'note number 5', 'note number 6', 'note number 7', 'note number 8', 'note number 9']
+    >>> mem.archived_ids()
+    ['m0', 'm1', 'm2', 'm3']
     """
 
     def __init__(
