@@ -87,3 +87,22 @@ def test_report_breaks_utility_down_by_signal() -> None:
     decision = next(d for d in result.report if d.id == "x")
     assert "prior.date" in decision.breakdown and "value" in decision.breakdown
     assert get_policy("rd").needs_embeddings
+
+
+def test_a_correction_travels_with_what_it_corrects() -> None:
+    msgs = [
+        {"id": "like", "role": "user", "content": "I like apples, please add them to the shopping list."},
+        {"id": "ok", "role": "assistant", "content": "Added apples to the shopping list."},
+        {"id": "fix", "role": "user", "content": "Actually, not green apples, only red ones."},
+    ] + _history([], 14) + [{"id": "now", "role": "user", "content": "what is on the list?"}]
+    for budget in (40, 60, 90, 140):
+        kept = set(compact(msgs, budget=budget, policy="rd").kept_ids)
+        assert ("fix" in kept) <= ("like" in kept), (budget, kept)
+    result = compact(msgs, budget=140, policy="rd")
+    reasons = {d.id: d.reason for d in result.report}
+    assert reasons["fix"] == reasons["like"] == "travels with the message it corrects"
+
+
+def test_together_names_link_kinds() -> None:
+    with pytest.raises(ValueError, match=r"together must name link kinds from \('correction', 'answer'\), got \['nope'\]"):
+        RDPolicy(together=("nope",))

@@ -160,6 +160,8 @@ class Plan:
     summary_tokens: int = 0
     fill: bool = False
     reasons: dict[int, str] = field(default_factory=dict)
+    #: Groups of block indices kept or dropped together (a correction and what it corrects).
+    together: list[list[int]] = field(default_factory=list)
 
 
 @lru_cache(maxsize=4096)
@@ -387,14 +389,19 @@ def compact_units(
 
     chosen = set(plan.chosen)
     ratio = values / np.maximum(costs, 1)
+    partners = {b: tuple(group) for group in plan.together if len(group) > 1 for b in group}
     # Repair: markers and summaries can push a plan over; drop the least valuable per token first.
     if chosen and total(chosen, summary_text) > avail:
         # ratio does not change while dropping, so "drop the worst, recount" walks one sorted order.
         kept, used = kept_mask(chosen), int(costs[list(chosen)].sum())
         for worst in sorted(chosen, key=lambda b: (ratio[b], -b)):
-            chosen.discard(worst)
-            kept[block_pos[worst]] = False
-            used -= int(costs[worst])
+            if worst not in chosen:
+                continue
+            for b in partners.get(worst, (worst,)):
+                if b in chosen:
+                    chosen.discard(b)
+                    kept[block_pos[b]] = False
+                    used -= int(costs[b])
             if not chosen or mask_cost(kept, used, summary_text)[0] <= avail:
                 break
     if summary_text and total(chosen, summary_text) > avail:
@@ -408,7 +415,7 @@ def compact_units(
         for b in sorted(set(range(len(local_blocks))) - chosen, key=lambda b: (-ratio[b], -b)):
             # Adding a block removes at most the one marker of the gap it sits in, so
             # used + cost - biggest is a lower bound: skip the exact count when even that overflows.
-            if values[b] <= 0 or used + int(costs[b]) - biggest > avail:
+            if values[b] <= 0 or b in partners or used + int(costs[b]) - biggest > avail:
                 continue
             kept[block_pos[b]] = True
             new_used, new_biggest = mask_cost(kept, blocks_cost + int(costs[b]), summary_text)

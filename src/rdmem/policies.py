@@ -19,6 +19,7 @@ from .compaction import Plan, Problem
 from .scoring import Information, LearnedValue, Metadata, Recency, Relevance, Scorer, Weighted, seed_scorer
 from .select import get_selector
 from .select.chain import gap_knapsack
+from .deps import LINK_KINDS, find_links, merge_blocks
 
 #: Above this many (blocks x budget) cells the marker-aware DP falls back to a marker reserve.
 _GAP_DP_CELLS = 40_000_000
@@ -197,14 +198,36 @@ class RDPolicy:
     mode: str = "qa"
     value: Scorer = field(default_factory=LearnedValue)
     recency_decay: float = 0.02
+    together: tuple[str, ...] = ("correction",)
 
     def __post_init__(self) -> None:
+        unknown = set(self.together) - set(LINK_KINDS)
+        if unknown:
+            raise ValueError(f"together must name link kinds from {LINK_KINDS}, got {sorted(unknown)}")
         if self.mode not in TASK_MODES:
             raise ValueError(f"unknown mode {self.mode!r}; choose one of {', '.join(TASK_MODES)}")
 
     @property
     def needs_embeddings(self) -> bool:
         return bool(self.value.needs_embeddings)
+
+    def _dependency_groups(self, problem: Problem) -> list[np.ndarray] | None:
+        """Groups of block indices that must travel together, or ``None`` when no link joins blocks."""
+        units = problem.units
+        if not self.together or ("correction" in self.together and len(self.together) == 1
+                                 and not any(u.features.correction for u in units)):
+            return None
+        embeddings = problem.ctx.embeddings if self.value.needs_embeddings else None
+        links = [link for link in find_links(units, embeddings) if link[2] in self.together]
+        if not links:
+            return None
+        block_of = {int(i): b for b, block in enumerate(problem.blocks) for i in block}
+        singles = [np.array([b]) for b in range(len(problem.blocks))]
+        block_links = [
+            (block_of[d], block_of[t], kind) for d, t, kind in links if d in block_of and t in block_of
+        ]
+        groups = merge_blocks(singles, block_links, kinds=self.together)
+        return None if len(groups) == len(problem.blocks) else groups
 
     def plan(self, problem: Problem) -> Plan:
         mode = TASK_MODES[self.mode]
@@ -218,13 +241,30 @@ class RDPolicy:
         parts["value"] = p
         parts["recency"] = values - p - np.where(protected, values - p, 0.0)
         block_values, block_costs = problem.block_values(values), problem.block_costs()
+        merged = self._dependency_groups(problem)
+        reasons = {int(i): "protected (" + self.mode + " mode)" for i in np.flatnonzero(protected)}
+        if merged is not None:
+            # Linked blocks (a correction and what it corrects) are one item of the knapsack.
+            gv = np.array([block_values[g].sum() for g in merged])
+            gc = np.array([block_costs[g].sum() for g in merged], dtype=np.int64)
+            picked = get_selector("knapsack")(gv, gc, max(problem.budget - problem.marker_tokens, 0))
+            chosen = np.sort(np.concatenate([merged[k] for k in picked])) if len(picked) else np.zeros(0, int)
+            for g in merged:
+                if len(g) > 1:
+                    for b in g:
+                        for i in problem.blocks[b]:
+                            reasons.setdefault(int(i), "travels with the message it corrects")
+            together = [[int(b) for b in g] for g in merged if len(g) > 1]
+            return Plan(
+                chosen=[int(b) for b in chosen], scores=values, breakdown=parts, fill=True, reasons=reasons,
+                together=together,
+            )
         if problem.marker_tokens and len(block_costs) * (problem.budget + 1) <= _GAP_DP_CELLS:
             # Elision markers are rate too: choose knowing each skipped run costs one.
             chosen = _marker_aware(block_values, block_costs, problem, protected_blocks=protected)
         else:
             budget = max(problem.budget - problem.marker_tokens, 0)
             chosen = get_selector("knapsack")(block_values, block_costs, budget)
-        reasons = {int(i): "protected (" + self.mode + " mode)" for i in np.flatnonzero(protected)}
         return Plan(chosen=[int(b) for b in chosen], scores=values, breakdown=parts, fill=True, reasons=reasons)
 
 
