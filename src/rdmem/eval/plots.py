@@ -74,7 +74,7 @@ def plot_rd_curve(
         ax.set_ylim(0, 1.02)
         ax.grid(alpha=0.3)
     axes[0][0].set_ylabel(label)
-    axes[0][-1].legend(fontsize=8, loc="lower right")
+    axes[0][0].legend(fontsize=8, loc="upper left")  # the streaming panel has room there
     fig.tight_layout()
     out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
