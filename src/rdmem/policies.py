@@ -25,6 +25,8 @@ from .deps import LINK_KINDS, find_links, merge_blocks
 _GAP_DP_CELLS = 40_000_000
 #: Blocks the marker-aware DP considers, by value (the rest are left out).
 _GAP_DP_MAX_BLOCKS = 160
+#: Capacity cells of the marker-aware DP (costs are counted in quanta of budget // this).
+_GAP_DP_WIDTH = 1000
 
 __all__ = ["Policy", "ScoredPolicy", "SummaryBuffer", "RDPolicy", "TaskMode", "TASK_MODES", "POLICIES", "get_policy", "register_policy"]
 
@@ -222,12 +224,18 @@ class RDPolicy:
         if not links:
             return None
         block_of = {int(i): b for b, block in enumerate(problem.blocks) for i in block}
-        singles = [np.array([b]) for b in range(len(problem.blocks))]
+        linked = sorted({block_of[i] for d, t, _ in links for i in (d, t) if i in block_of})
+        index = {b: k for k, b in enumerate(linked)}
         block_links = [
-            (block_of[d], block_of[t], kind) for d, t, kind in links if d in block_of and t in block_of
+            (index[block_of[d]], index[block_of[t]], kind) for d, t, kind in links if d in block_of and t in block_of
         ]
-        groups = merge_blocks(singles, block_links, kinds=self.together)
-        return None if len(groups) == len(problem.blocks) else groups
+        merged = merge_blocks([np.array([k]) for k in range(len(linked))], block_links, kinds=self.together)
+        if len(merged) == len(linked):
+            return None
+        in_group = set(linked)
+        groups = [np.array([linked[k] for k in g]) for g in merged]
+        groups += [np.array([b]) for b in range(len(problem.blocks)) if b not in in_group]
+        return sorted(groups, key=lambda g: int(g[0]))
 
     def plan(self, problem: Problem) -> Plan:
         mode = TASK_MODES[self.mode]
@@ -292,7 +300,12 @@ def _marker_aware(values: np.ndarray, costs: np.ndarray, problem: Problem, *, pr
     for j, b in enumerate(idx):
         sub_forced[j] = bool(forced[prev + 1 : b + 1].any()) or b > prev + 1
         prev = b
-    chosen = gap_knapsack(values[idx], costs[idx], problem.budget, problem.marker_tokens, gap_before=sub_forced)
+    # Costs rounded up to a quantum of tokens keep the table near 1,000 cells wide: any choice
+    # feasible in quanta is feasible in tokens, and the engine's fill spends what rounding left.
+    q = max(1, problem.budget // _GAP_DP_WIDTH)
+    chosen = gap_knapsack(
+        values[idx], -(-costs[idx] // q), problem.budget // q, -(-problem.marker_tokens // q), gap_before=sub_forced
+    )
     return idx[chosen]
 
 

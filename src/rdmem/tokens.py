@@ -165,7 +165,8 @@ def _from_tiktoken(name: str, overhead: int) -> Tokenizer:
     enc = _tiktoken_encoding(name)
     return Tokenizer(
         name=name,
-        count_fn=lambda s: len(enc.encode(s, disallowed_special=())),
+        # Texts recur (the same turns are re-counted at every compaction): cache counts by text.
+        count_fn=lru_cache(maxsize=65_536)(lambda s: len(enc.encode(s, disallowed_special=()))),
         encode_fn=lambda s: enc.encode(s, disallowed_special=()),
         decode_fn=enc.decode,
         message_overhead=overhead,

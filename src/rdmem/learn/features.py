@@ -7,6 +7,7 @@ Both are cheap (regexes, IDF sums, one matrix product).
 
 from __future__ import annotations
 
+import math
 import re
 from functools import lru_cache
 
@@ -73,15 +74,20 @@ def prior_matrix(ctx: ScoringContext, *, novelty: bool = True) -> np.ndarray:
     n = len(ctx)
     x = np.zeros((n, len(PRIOR_FEATURES)))
     idf: dict[str, float] = {}
-    for words in ctx.unit_words:
-        for w in words:
+    rows = []
+    for u, words in zip(ctx.units, ctx.unit_words, strict=True):
+        distinct = set(words)
+        for w in distinct:
             if w not in idf:
                 idf[w] = max(ctx.idf_of(w), 0.0)
-    for i, (u, words) in enumerate(zip(ctx.units, ctx.unit_words, strict=True)):
+        info = sum(map(idf.__getitem__, distinct))
         f = u.features
-        info = sum(map(idf.__getitem__, set(words)))
-        x[i, :3] = np.log1p(info), info / max(u.tokens, 1), np.log1p(u.tokens)
-        x[i, 3:14] = _static_prior(u.text, u.role, min(len(f.entities), 6), f.directive, f.first_person, f.event)
+        rows.append(
+            (math.log1p(info), info / max(u.tokens, 1), math.log1p(u.tokens))
+            + _static_prior(u.text, u.role, min(len(f.entities), 6), f.directive, f.first_person, f.event)
+        )
+    if rows:
+        x[:, :14] = np.array(rows, dtype=np.float64)
     if novelty and n > 1:
         e = ctx.embeddings
         sim = e @ e.T
