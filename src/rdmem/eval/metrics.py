@@ -154,8 +154,8 @@ def information_coverage(history: Sequence[str], context: Iterable[str]) -> floa
     once weighs more than one said everywhere. 1.0 means every word of the
     history survives somewhere in the context (verbatim or in a summary).
 
-    >>> information_coverage(["alpha beta", "alpha gamma"], ["alpha beta"])  # doctest: +ELLIPSIS
-    0.6...
+    >>> round(information_coverage(["alpha beta", "alpha gamma"], ["alpha beta"]), 3)
+    0.558
     """
     docs = [content_words(t) for t in history]
     idf = _idf(docs)
@@ -257,7 +257,7 @@ def _stem_tokens(text: str) -> list[str]:
 def token_f1(prediction: str, gold: str) -> float:
     """Token F1 of two answers after :func:`normalize_answer` and Porter stemming (LoCoMo's ``f1_score``).
 
-    >>> token_f1("She painted a sunrise", "a sunrise")
+    >>> token_f1("painted a sunrise", "a sunrise")
     0.6666666666666666
     """
     pred, ref = _stem_tokens(prediction), _stem_tokens(gold)
