@@ -255,7 +255,21 @@ class RDPolicy:
             # Linked blocks (a correction and what it corrects) are one item of the knapsack.
             gv = np.array([block_values[g].sum() for g in merged])
             gc = np.array([block_costs[g].sum() for g in merged], dtype=np.int64)
-            picked = get_selector("knapsack")(gv, gc, max(problem.budget - problem.marker_tokens, 0))
+            if problem.marker_tokens:
+                # Each group sits where its first block does; the marker count is then an estimate
+                # for groups that are not contiguous, and the engine's repair makes it exact.
+                forced = problem.gap_before if problem.gap_before is not None else np.zeros(len(block_costs), bool)
+                firsts = [int(g[0]) for g in merged]
+                lasts = [int(g[-1]) for g in merged]
+                gap_before = np.array(
+                    [bool(forced[f]) or (k > 0 and f > lasts[k - 1] + 1) for k, f in enumerate(firsts)]
+                )
+                q = max(1, problem.budget // _GAP_DP_WIDTH)
+                picked = gap_knapsack(
+                    gv, -(-gc // q), problem.budget // q, -(-problem.marker_tokens // q), gap_before=gap_before
+                )
+            else:
+                picked = get_selector("knapsack")(gv, gc, problem.budget)
             chosen = np.sort(np.concatenate([merged[k] for k in picked])) if len(picked) else np.zeros(0, int)
             for g in merged:
                 if len(g) > 1:
