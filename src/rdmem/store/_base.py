@@ -8,7 +8,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 import numpy as np
 
-__all__ = ["Store", "StoredUnit", "SessionInfo", "Tier", "StoreError"]
+__all__ = ["Store", "StoredUnit", "SessionInfo", "Tier", "StoreError", "check_session"]
 
 Tier = Literal["working", "archive"]
 
@@ -68,3 +68,9 @@ class Store(Protocol):
     def delete_session(self, session: str) -> None: ...
 
     def close(self) -> None: ...
+
+
+def check_session(session: str) -> None:
+    """A session id is a non-empty string."""
+    if not isinstance(session, str) or not session:
+        raise ValueError(f"session must be a non-empty string, got {session!r}")

@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from ..tokens import message_payload
-from ._base import SessionInfo, StoredUnit, StoreError, Tier
+from ._base import SessionInfo, StoredUnit, StoreError, Tier, check_session
 from ._search import query_terms, rank_fusion
 
 __all__ = ["PostgresStore", "SCHEMA_VERSION"]
@@ -300,7 +300,7 @@ class PostgresStore:
     # -- the protocol --------------------------------------------------------------
     def append(self, session: str, units: Sequence[StoredUnit]) -> None:
         """Add units to ``session`` in one transaction (durable when this returns)."""
-        _check_session(session)
+        check_session(session)
         if not units:
             return
         rows = []
@@ -341,7 +341,7 @@ class PostgresStore:
 
     def load(self, session: str) -> list[StoredUnit]:
         """All units of ``session`` in order (by ``seq``, then arrival)."""
-        _check_session(session)
+        check_session(session)
 
         def read(conn: Any) -> list[Any]:
             with conn.cursor(binary=True) as cur:
@@ -357,7 +357,7 @@ class PostgresStore:
         ]
 
     def set_tier(self, session: str, ids: Sequence[str], tier: Tier) -> None:
-        _check_session(session)
+        check_session(session)
         if tier not in _TIERS:
             raise ValueError(f"tier must be one of {', '.join(_TIERS)}, got {tier!r}")
         ids = list(ids)
@@ -376,7 +376,7 @@ class PostgresStore:
             self._written(session, version)
 
     def log_compaction(self, session: str, record: dict[str, Any]) -> None:
-        _check_session(session)
+        check_session(session)
         text = _dumps(record)
         self._run(
             lambda conn: conn.execute(
@@ -398,7 +398,7 @@ class PostgresStore:
     ) -> list[tuple[str, float]]:
         """Best ``k`` units of ``session`` (of ``tier``, or all): ``ts_rank`` full-text and HNSW cosine,
         fused by reciprocal rank. ``(id, score)`` pairs, best first; cached until the session changes."""
-        _check_session(session)
+        check_session(session)
         if tier is not None and tier not in _TIERS:
             raise ValueError(f"tier must be one of {', '.join(_TIERS)} or None, got {tier!r}")
         if k <= 0:
@@ -507,7 +507,7 @@ class PostgresStore:
 
     def delete_session(self, session: str) -> None:
         """Delete ``session``: its units and its compaction log. Irreversible."""
-        _check_session(session)
+        check_session(session)
 
         def write(conn: Any) -> None:
             with conn.transaction():
@@ -546,7 +546,3 @@ class PostgresStore:
     def __repr__(self) -> str:
         return f"PostgresStore({self._where!r})"
 
-
-def _check_session(session: str) -> None:
-    if not isinstance(session, str) or not session:
-        raise ValueError(f"session must be a non-empty string, got {session!r}")

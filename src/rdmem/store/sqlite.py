@@ -34,7 +34,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from ..tokens import message_payload
-from ._base import SessionInfo, StoredUnit, StoreError, Tier
+from ._base import SessionInfo, StoredUnit, StoreError, Tier, check_session
 from ._search import query_terms, rank_fusion, top_k
 
 __all__ = ["SQLiteStore", "SCHEMA_VERSION"]
@@ -419,7 +419,7 @@ class SQLiteStore:
     # -- the protocol -----------------------------------------------------------
     def append(self, session: str, units: Sequence[StoredUnit]) -> None:
         """Add units to ``session`` (durable when this returns). Ids must be new to the session."""
-        _check_session(session)
+        check_session(session)
         if not units:
             return
         fts = _fts_table(session)
@@ -473,7 +473,7 @@ class SQLiteStore:
 
     def load(self, session: str) -> list[StoredUnit]:
         """All units of ``session`` in order (by ``seq``, then arrival)."""
-        _check_session(session)
+        check_session(session)
         with self._lock, self._snapshot():
             self._sync(session)
             version = self._session_version(session)
@@ -507,7 +507,7 @@ class SQLiteStore:
 
     def set_tier(self, session: str, ids: Sequence[str], tier: Tier) -> None:
         """Move units to ``tier`` (unknown ids are ignored)."""
-        _check_session(session)
+        check_session(session)
         if tier not in _TIERS:
             raise ValueError(f"tier must be one of {', '.join(_TIERS)}, got {tier!r}")
         ids = list(ids)
@@ -538,7 +538,7 @@ class SQLiteStore:
             self._after_write(session, version, apply)
 
     def log_compaction(self, session: str, record: dict[str, Any]) -> None:
-        _check_session(session)
+        check_session(session)
         text = _dumps(record)
         with self._lock:
             self._write(
@@ -560,7 +560,7 @@ class SQLiteStore:
     ) -> list[tuple[str, float]]:
         """Best ``k`` units of ``session`` (of ``tier``, or all) for the query: BM25 (FTS5) and exact cosine,
         fused by reciprocal rank. Returns ``(id, score)`` pairs, best first; cached until the session changes."""
-        _check_session(session)
+        check_session(session)
         if tier is not None and tier not in _TIERS:
             raise ValueError(f"tier must be one of {', '.join(_TIERS)} or None, got {tier!r}")
         if k <= 0:
@@ -683,7 +683,7 @@ class SQLiteStore:
 
     def delete_session(self, session: str) -> None:
         """Delete ``session``: its units, their index entries and its compaction log. Irreversible."""
-        _check_session(session)
+        check_session(session)
         def write(conn: sqlite3.Connection) -> None:
             conn.execute(f"DROP TABLE IF EXISTS {_fts_table(session)}")
             conn.execute("DELETE FROM units WHERE session = ?", (session,))
@@ -750,7 +750,3 @@ class SQLiteStore:
     def __repr__(self) -> str:
         return f"SQLiteStore({self.path!r}, synchronous={self.synchronous!r})"
 
-
-def _check_session(session: str) -> None:
-    if not isinstance(session, str) or not session:
-        raise ValueError(f"session must be a non-empty string, got {session!r}")
