@@ -264,10 +264,7 @@ class RDPolicy:
                 gap_before = np.array(
                     [bool(forced[f]) or (k > 0 and f > lasts[k - 1] + 1) for k, f in enumerate(firsts)]
                 )
-                q = max(1, problem.budget // _GAP_DP_WIDTH)
-                picked = gap_knapsack(
-                    gv, -(-gc // q), problem.budget // q, -(-problem.marker_tokens // q), gap_before=gap_before
-                )
+                picked = _quantized_gap_knapsack(gv, gc, problem, gap_before)
             else:
                 picked = get_selector("knapsack")(gv, gc, problem.budget)
             chosen = np.sort(np.concatenate([merged[k] for k in picked])) if len(picked) else np.zeros(0, int)
@@ -314,13 +311,17 @@ def _marker_aware(values: np.ndarray, costs: np.ndarray, problem: Problem, *, pr
     for j, b in enumerate(idx):
         sub_forced[j] = bool(forced[prev + 1 : b + 1].any()) or b > prev + 1
         prev = b
-    # Costs rounded up to a quantum of tokens keep the table near 1,000 cells wide: any choice
-    # feasible in quanta is feasible in tokens, and the engine's fill spends what rounding left.
+    return idx[_quantized_gap_knapsack(values[idx], costs[idx], problem, sub_forced)]
+
+
+def _quantized_gap_knapsack(values: np.ndarray, costs: np.ndarray, problem: Problem, gap_before: np.ndarray) -> np.ndarray:
+    """:func:`gap_knapsack` with costs rounded up to a quantum of tokens.
+
+    The table stays near ``_GAP_DP_WIDTH`` cells wide: any choice feasible in
+    quanta is feasible in tokens, and the engine's fill spends what rounding left.
+    """
     q = max(1, problem.budget // _GAP_DP_WIDTH)
-    chosen = gap_knapsack(
-        values[idx], -(-costs[idx] // q), problem.budget // q, -(-problem.marker_tokens // q), gap_before=sub_forced
-    )
-    return idx[chosen]
+    return gap_knapsack(values, -(-costs // q), problem.budget // q, -(-problem.marker_tokens // q), gap_before=gap_before)
 
 
 def _builtin() -> dict[str, Callable[[], Policy]]:
