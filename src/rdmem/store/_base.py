@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, Self, runtime_checkable
 
 import numpy as np
 
@@ -74,3 +74,24 @@ def check_session(session: str) -> None:
     """A session id is a non-empty string."""
     if not isinstance(session, str) or not session:
         raise ValueError(f"session must be a non-empty string, got {session!r}")
+
+
+class ConnectionLifecycle:
+    """``close()`` and context-manager support for stores holding ``_conn``, ``_lock`` and ``_caches``."""
+
+    _conn: Any
+    _lock: Any
+    _caches: dict[Any, Any]
+
+    def close(self) -> None:
+        with self._lock:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+            self._caches.clear()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

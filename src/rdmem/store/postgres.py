@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from ..tokens import message_payload
-from ._base import SessionInfo, StoredUnit, StoreError, Tier, check_session
+from ._base import ConnectionLifecycle, SessionInfo, StoredUnit, StoreError, Tier, check_session
 from ._search import query_terms, rank_fusion
 
 __all__ = ["PostgresStore", "SCHEMA_VERSION"]
@@ -128,7 +128,7 @@ class _Cache:
         self.results: OrderedDict[tuple[Any, ...], list[tuple[str, float]]] = OrderedDict()
 
 
-class PostgresStore:
+class PostgresStore(ConnectionLifecycle):
     """Every unit of every session in PostgreSQL; dense search by pgvector HNSW, lexical by ``tsvector``.
 
     Parameters
@@ -529,19 +529,6 @@ class PostgresStore:
                 ).fetchone()[0]
             )
         )
-
-    def close(self) -> None:
-        with self._lock:
-            if self._conn is not None:
-                self._conn.close()
-                self._conn = None
-            self._caches.clear()
-
-    def __enter__(self) -> PostgresStore:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         return f"PostgresStore({self._where!r})"

@@ -34,7 +34,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from ..tokens import message_payload
-from ._base import SessionInfo, StoredUnit, StoreError, Tier, check_session
+from ._base import ConnectionLifecycle, SessionInfo, StoredUnit, StoreError, Tier, check_session
 from ._search import query_terms, rank_fusion, top_k
 
 __all__ = ["SQLiteStore", "SCHEMA_VERSION"]
@@ -187,7 +187,7 @@ class _SessionCache:
         self.results: OrderedDict[tuple[Any, ...], list[tuple[str, float]]] = OrderedDict()
 
 
-class SQLiteStore:
+class SQLiteStore(ConnectionLifecycle):
     """Every unit of every session in one SQLite file.
 
     Parameters
@@ -733,19 +733,6 @@ class SQLiteStore:
     def disk_bytes(self) -> int:
         """Bytes of the database file and its WAL on disk."""
         return sum(os.path.getsize(p) for p in (self.path, self.path + "-wal") if os.path.exists(p))
-
-    def close(self) -> None:
-        with self._lock:
-            if self._conn is not None:
-                self._conn.close()
-                self._conn = None
-            self._caches.clear()
-
-    def __enter__(self) -> SQLiteStore:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         return f"SQLiteStore({self.path!r}, synchronous={self.synchronous!r})"
