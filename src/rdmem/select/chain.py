@@ -45,33 +45,35 @@ def gap_knapsack(
     B = int(budget)
     g = int(gap_cost)
     neg = -np.inf
-
-    def shift(x: np.ndarray, k: int) -> np.ndarray:
-        out = np.full(B + 1, neg)
-        if k <= B:
-            out[k:] = x[: B + 1 - k]
-        return out
-
     # dp_in[t] / dp_out[t]: best value using exactly t tokens, the last item kept / skipped
     # (a skipped item's run has paid its marker). Before the first item the state is "in",
     # so a leading run of skipped items costs a marker like any other.
-    dp_in = np.full(B + 1, neg)
-    dp_in[0] = 0.0
-    dp_out = np.full(B + 1, neg)
+    # Each row lives at the end of a buffer padded with -inf on the left, so "the row shifted
+    # right by k tokens" is a view, not a new array; rows alternate between two buffers each.
+    pad = min(B + 1, int(c.max()) + g + 1)
+    bufs = np.full((4, pad + B + 1), neg)
+    bufs[0, pad] = 0.0  # dp_in, before the first item
+    cur_in, cur_out, nxt_in, nxt_out = bufs[0], bufs[1], bufs[2], bufs[3]
+    never = np.full(B + 1, neg)
+
+    def shifted(buf: np.ndarray, k: int) -> np.ndarray:
+        return buf[pad - k : pad - k + B + 1] if k < pad else never
+
     keep_from_in = np.zeros((n, B + 1), dtype=bool)
     skip_from_in = np.zeros((n, B + 1), dtype=bool)
     for i in range(n):
         ci = int(c[i])
         gi = g if forced[i] else 0  # a span already gone before i is a run of its own unless one is open
-        a, b = shift(dp_in, ci + gi), shift(dp_out, ci)
-        from_in = a >= b
-        new_in = np.where(from_in, a, b) + v[i]
-        keep_from_in[i] = from_in
-        a, b = shift(dp_in, g), dp_out
-        from_in = a > b
-        dp_out = np.where(from_in, a, b)
-        skip_from_in[i] = from_in
-        dp_in = new_in
+        a, b = shifted(cur_in, ci + gi), shifted(cur_out, ci)
+        np.greater_equal(a, b, out=keep_from_in[i])
+        row = nxt_in[pad:]
+        np.maximum(a, b, out=row)
+        row += v[i]
+        a, b = shifted(cur_in, g), cur_out[pad:]
+        np.greater(a, b, out=skip_from_in[i])
+        np.maximum(a, b, out=nxt_out[pad:])
+        cur_in, nxt_in, cur_out, nxt_out = nxt_in, cur_in, nxt_out, cur_out
+    dp_in, dp_out = cur_in[pad:], cur_out[pad:]
     best_in, best_out = float(dp_in.max()), float(dp_out.max())
     if max(best_in, best_out) <= 1e-12:
         return np.zeros(0, dtype=np.int64)
