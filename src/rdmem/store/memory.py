@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from ._base import SessionInfo, StoredUnit, StoreError, Tier
-from ._search import rank_fusion, lexical_rank
+from ._search import lexical_rank, rank_fusion, top_k
 
 
 class MemoryStore:
@@ -61,10 +61,11 @@ class MemoryStore:
         units = sorted((u for u in bucket if tier is None or u.tier == tier), key=lambda u: u.seq)
         if not units or k <= 0:
             return []
-        rankings = [lexical_rank([str(u.message.get("content") or "") for u in units], query)]
+        # Like the other stores: the best k of each ranking, fused.
+        rankings = [lexical_rank([str(u.message.get("content") or "") for u in units], query)[:k]]
         if query_embedding is not None and all(u.embedding is not None for u in units):
             sims = np.stack([u.embedding for u in units]) @ query_embedding
-            rankings.append(list(np.argsort(-sims, kind="stable")))
+            rankings.append(top_k(sims, k).tolist())
         fused = rank_fusion(rankings)[:k]
         return [(units[i].id, s) for i, s in fused]
 
