@@ -224,6 +224,9 @@ def _cost_of_everything(units: Sequence[MemoryUnit], sendable: set[int], tok: To
 
 def _complete_groups(units: Sequence[MemoryUnit]) -> tuple[list[np.ndarray], dict[int, str]]:
     """Blocks of non-pinned units that can be emitted, and reasons for those that cannot."""
+    if all(u.role != "tool" and not u.message.get("tool_calls") for u in units):
+        # No tool calls: every message is a block of its own.
+        return list(np.flatnonzero([not u.pinned for u in units]).reshape(-1, 1)), {}
     by_group: dict[int, list[int]] = {}
     for pos, u in enumerate(units):
         if not u.pinned:
@@ -279,10 +282,14 @@ def compact_units(
     notes: list[str] = []
     pinned = [p for p, u in enumerate(units) if u.pinned]
     blocks, bad = _complete_groups(units)
-    cand_pos = sorted(int(p) for b in blocks for p in b)
+    cand_arr = np.sort(np.concatenate(blocks)) if blocks else np.zeros(0, dtype=np.int64)
+    cand_pos = cand_arr.tolist()
     cand = [units[p] for p in cand_pos]
     local = {p: i for i, p in enumerate(cand_pos)}
-    local_blocks = [np.array([local[int(p)] for p in b], dtype=np.int64) for b in blocks]
+    if all(len(b) == 1 for b in blocks):
+        local_blocks = list(np.arange(len(blocks), dtype=np.int64).reshape(-1, 1))
+    else:
+        local_blocks = [np.searchsorted(cand_arr, b) for b in blocks]
 
     # Pinned system messages come first and are never dropped; cut them only if they alone overflow.
     contents: dict[int, str | None] = {}
@@ -340,7 +347,7 @@ def compact_units(
     # the units in Python (that made query-time compaction quadratic in the history).
     hidden_arr = np.asarray(hidden_before(units), dtype=np.int64)
     open_base = np.array([not u.pinned for u in units], dtype=bool)
-    block_pos = [np.array([cand_pos[int(i)] for i in b], dtype=np.int64) for b in local_blocks]
+    block_pos = blocks  # the blocks' positions in ``units``
     marker_memo: dict[int, int] = {}
     summary_memo: dict[tuple[str, int], int] = {}
 
@@ -459,12 +466,13 @@ def compact_units(
 
     report = []
     # Python floats once, not one numpy scalar conversion per unit and term.
-    breakdown = {k: np.asarray(v, dtype=np.float64).tolist() for k, v in plan.breakdown.items()}
+    names = list(plan.breakdown)
+    rows = np.column_stack([np.asarray(v, dtype=np.float64) for v in plan.breakdown.values()]).tolist() if names else []
     scores = np.asarray(plan.scores, dtype=np.float64).tolist()
     for p, u in enumerate(units):
         i = local.get(p)
         score = scores[i] if i is not None and scores else 0.0
-        parts = {k: v[i] for k, v in breakdown.items()} if i is not None else {}
+        parts = dict(zip(names, rows[i], strict=True)) if i is not None and rows else {}
         if p in contents:
             content = contents[p]
             if p in truncated:

@@ -253,8 +253,11 @@ class RDPolicy:
         reasons = {int(i): "protected (" + self.mode + " mode)" for i in np.flatnonzero(protected)}
         if merged is not None:
             # Linked blocks (a correction and what it corrects) are one item of the knapsack.
-            gv = np.array([block_values[g].sum() for g in merged])
-            gc = np.array([block_costs[g].sum() for g in merged], dtype=np.int64)
+            group_of = np.empty(len(block_values), dtype=np.int64)
+            for k, g in enumerate(merged):
+                group_of[g] = k
+            gv = np.bincount(group_of, weights=block_values, minlength=len(merged))
+            gc = np.bincount(group_of, weights=block_costs, minlength=len(merged)).astype(np.int64)
             if problem.marker_tokens:
                 # Each group sits where its first block does; the marker count is then an estimate
                 # for groups that are not contiguous, and the engine's repair makes it exact.

@@ -7,7 +7,6 @@ Both are cheap (regexes, IDF sums, one matrix product).
 
 from __future__ import annotations
 
-import math
 import re
 from functools import lru_cache
 
@@ -73,21 +72,20 @@ def prior_matrix(ctx: ScoringContext, *, novelty: bool = True) -> np.ndarray:
     """Query-agnostic features, one row per unit (columns: :data:`PRIOR_FEATURES`)."""
     n = len(ctx)
     x = np.zeros((n, len(PRIOR_FEATURES)))
-    idf: dict[str, float] = {}
-    rows = []
-    for u, words in zip(ctx.units, ctx.unit_words, strict=True):
-        distinct = set(words)
-        for w in distinct:
-            if w not in idf:
-                idf[w] = max(ctx.idf_of(w), 0.0)
-        info = sum(map(idf.__getitem__, distinct))
-        f = u.features
-        rows.append(
-            (math.log1p(info), info / max(u.tokens, 1), math.log1p(u.tokens))
-            + _static_prior(u.text, u.role, min(len(f.entities), 6), f.directive, f.first_person, f.event)
+    if n:
+        info = ctx.information
+        tokens = np.array([u.tokens for u in ctx.units], dtype=np.float64)
+        x[:, 0] = np.log1p(info)
+        x[:, 1] = info / np.maximum(tokens, 1.0)
+        x[:, 2] = np.log1p(tokens)
+        x[:, 3:14] = np.array(
+            [
+                _static_prior(u.text, u.role, min(len(u.features.entities), 6), u.features.directive,
+                              u.features.first_person, u.features.event)
+                for u in ctx.units
+            ],
+            dtype=np.float64,
         )
-    if rows:
-        x[:, :14] = np.array(rows, dtype=np.float64)
     if novelty and n > 1:
         e = ctx.embeddings
         sim = e @ e.T
@@ -129,11 +127,15 @@ def _rank_feature(score: np.ndarray) -> np.ndarray:
 def _neighbour_max(values: np.ndarray, index: np.ndarray) -> np.ndarray:
     """For each unit, the largest value among the units right before and after it in the history."""
     out = np.full(len(values), values.min() if len(values) else 0.0)
-    pos = {int(k): i for i, k in enumerate(index)}
-    for i, k in enumerate(index):
-        for j in (pos.get(int(k) - 1), pos.get(int(k) + 1)):
-            if j is not None:
-                out[i] = max(out[i], values[j])
+    if len(values) < 2:
+        return out
+    order = np.argsort(index, kind="stable")
+    ordered = index[order]
+    for step in (-1, 1):
+        want = index + step
+        pos = np.minimum(np.searchsorted(ordered, want), len(ordered) - 1)
+        found = ordered[pos] == want
+        out[found] = np.maximum(out[found], values[order[pos[found]]])
     return out
 
 
@@ -161,13 +163,12 @@ def query_matrix(ctx: ScoringContext, prior_logit: np.ndarray) -> np.ndarray:
     bm_n = bm / bm.max() if bm.max() > 0 else bm
     index = np.array([u.index for u in ctx.units])
     ents = query_entities(ctx.query)
-    when = bool(_WHEN.search(ctx.query))
-    for i, u in enumerate(ctx.units):
-        low = u.text.lower()
-        if ents:
-            x[i, 7] = sum(e in low for e in ents) / len(ents)
-        x[i, 8] = when and _static_prior(u.text, u.role, 0, False, False, False)[2]
-        x[i, 10] = np.log1p(u.tokens)
+    if ents:
+        x[:, 7] = [sum(e in low for e in ents) / len(ents) for low in (_lower(u.text) for u in ctx.units)]
+        x[:, 12] = [_speaker_of(u).lower() in ents for u in ctx.units]
+    if _WHEN.search(ctx.query):
+        x[:, 8] = [_static_prior(u.text, u.role, 0, False, False, False)[2] for u in ctx.units]
+    x[:, 10] = np.log1p(np.array([u.tokens for u in ctx.units], dtype=np.float64))
     x[:, 0] = cos
     x[:, 1] = cos_z
     x[:, 2] = _rank_feature(cos)
@@ -178,20 +179,26 @@ def query_matrix(ctx: ScoringContext, prior_logit: np.ndarray) -> np.ndarray:
     x[:, 9] = prior_logit
     bs = Lexical(stem=True).score(ctx)
     x[:, 11] = bs / bs.max() if bs.max() > 0 else bs
-    if ents:
-        for i, u in enumerate(ctx.units):
-            speaker = _speaker_of(u)
-            x[i, 12] = bool(speaker) and speaker.lower() in ents
     return x
 
 
 def _speaker_of(unit: object) -> str:
-    """The unit's speaker: its ``name`` field, or a leading "[date] Name:" label."""
+    """The unit's speaker: its ``name`` field, or a leading "[date] Name:" label ("" when neither)."""
     name = unit.message.get("name")  # type: ignore[attr-defined]
     if isinstance(name, str) and name:
         return name.split()[0]
-    m = _SPEAKER.match(unit.text)  # type: ignore[attr-defined]
+    return _labelled_speaker(unit.text)  # type: ignore[attr-defined]
+
+
+@lru_cache(maxsize=262_144)
+def _labelled_speaker(text: str) -> str:
+    m = _SPEAKER.match(text)
     return m.group(1) if m else ""
+
+
+@lru_cache(maxsize=262_144)
+def _lower(text: str) -> str:
+    return text.lower()
 
 
 _SPEAKER = re.compile(r"^\s*(?:\[[^\]]{1,60}\]\s*)?([A-Z][\w'-]{0,30})(?:\s[A-Z][\w'-]*)?:\s")

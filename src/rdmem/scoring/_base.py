@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import weakref
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -106,6 +107,46 @@ class ScoringContext:
     @cached_property
     def _idf_cache(self) -> dict[str, float]:
         return {}
+
+    @cached_property
+    def information(self) -> np.ndarray:
+        """Information content of each unit: the sum of IDF (clipped at 0) over its distinct content words.
+
+        With a session-wide ``doc_freq`` the values are memoised per text until
+        that table grows: a session's texts are scored again on every query.
+        """
+        memo = _information_memo(self.doc_freq)
+        out = np.empty(len(self.units))
+        idf = self.idf_of
+        for i, (u, words) in enumerate(zip(self.units, self.unit_words, strict=True)):
+            v = memo.get(u.text)
+            if v is None:
+                v = memo[u.text] = sum(max(idf(w), 0.0) for w in set(words))
+            out[i] = v
+        return out
+
+
+# id(table) -> (weak reference to the table, its document count, {text: information}).
+_INFO_MEMO: dict[int, tuple[weakref.ref[Counter[str]], int, dict[str, float]]] = {}
+
+
+def _information_memo(doc_freq: tuple[Counter[str], int] | None) -> dict[str, float]:
+    """The memo of :attr:`ScoringContext.information` for a session-wide table (a fresh dict without one).
+
+    A table is only ever appended to (its document count grows with it), so a
+    memo stays valid while the table is alive and its count unchanged.
+    """
+    if doc_freq is None:
+        return {}
+    table, n = doc_freq
+    entry = _INFO_MEMO.get(id(table))
+    if entry is not None and entry[0]() is table and entry[1] == n:
+        return entry[2]
+    for key in [k for k, (ref, _, _) in _INFO_MEMO.items() if ref() is None]:
+        del _INFO_MEMO[key]
+    memo: dict[str, float] = {}
+    _INFO_MEMO[id(table)] = (weakref.ref(table), n, memo)
+    return memo
 
 
 def embed_text(unit: MemoryUnit) -> str:

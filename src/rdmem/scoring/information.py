@@ -14,4 +14,4 @@ class Information:
     needs_embeddings: bool = False
 
     def score(self, ctx: ScoringContext) -> np.ndarray:
-        return np.array([sum(max(ctx.idf_of(w), 0.0) for w in set(words)) for words in ctx.unit_words])
+        return ctx.information.copy()
