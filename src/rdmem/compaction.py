@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import bisect
 import json
 import warnings
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
 from typing import TYPE_CHECKING, Any, Literal
@@ -38,7 +39,7 @@ class UnitDecision:
     tokens: int
     sent_tokens: int
     score: float
-    breakdown: dict[str, float]
+    breakdown: Mapping[str, float]
     reason: str = ""
 
     def to_dict(self) -> dict[str, Any]:
@@ -53,6 +54,31 @@ class UnitDecision:
             "breakdown": {k: round(v, 6) for k, v in self.breakdown.items()},
             "reason": self.reason,
         }
+
+
+class _Breakdown(Mapping[str, float]):
+    """One unit's utility broken down by term: a read-only view of one column of the plan's terms.
+
+    Built for every unit of every call but read only when someone looks, so
+    it holds a reference to the shared array instead of a dict of its own.
+    """
+
+    __slots__ = ("_columns", "_terms", "_i")
+
+    def __init__(self, columns: Mapping[str, int], terms: np.ndarray, i: int) -> None:
+        self._columns, self._terms, self._i = columns, terms, i
+
+    def __getitem__(self, key: str) -> float:
+        return float(self._terms[self._columns[key], self._i])
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._columns)
+
+    def __len__(self) -> int:
+        return len(self._columns)
+
+    def __repr__(self) -> str:
+        return repr(dict(self))
 
 
 @dataclass(frozen=True)
@@ -209,17 +235,21 @@ def _truncate_block(units: Sequence[MemoryUnit], budget: int, tok: Tokenizer) ->
     return out if total <= budget else None
 
 
-def _cost_of_everything(units: Sequence[MemoryUnit], sendable: set[int], tok: Tokenizer, markers: bool) -> int:
-    """Tokens of the non-pinned part of the render when every sendable unit is sent verbatim."""
-    used, gap, any_sent = 0, 0, False
-    for p, (u, hidden) in enumerate(zip(units, hidden_before(units), strict=True)):
-        gap += hidden
-        if p in sendable:
-            used += u.tokens + (_marker_cost(tok, gap) if gap and markers else 0)
-            gap, any_sent = 0, True
-        elif not u.pinned:
-            gap += 1
-    return used + (_marker_cost(tok, gap) if gap and markers and any_sent else 0)
+def _gap_sizes(kept: np.ndarray, hidden: np.ndarray, open_: np.ndarray) -> list[int]:
+    """Sizes of the elision markers of a render that sends the units flagged in ``kept``.
+
+    ``hidden[p]`` counts the messages archived before unit ``p``; ``open_`` flags
+    the units that count in a run when left out (not pinned, not summarized).
+    Each maximal run of left-out messages between, before or after the kept
+    units is one marker; nothing kept, no marker. Zeros stand for no marker.
+    """
+    if not kept.any():
+        return []
+    running = np.cumsum(hidden + (open_ & ~kept))
+    at = running[kept]
+    gaps = np.diff(at, prepend=0).tolist()
+    gaps.append(int(running[-1] - at[-1]))
+    return gaps
 
 
 def _complete_groups(units: Sequence[MemoryUnit]) -> tuple[list[np.ndarray], dict[int, str]]:
@@ -250,18 +280,74 @@ def _complete_groups(units: Sequence[MemoryUnit]) -> tuple[list[np.ndarray], dic
     return blocks, bad
 
 
-def _forced_gaps(units: Sequence[MemoryUnit], blocks: list[np.ndarray]) -> np.ndarray:
-    """For each block: is there an archived span or a non-emittable message right before it?"""
-    hidden = hidden_before(units)
-    out = np.zeros(len(blocks), dtype=bool)
-    prev = -1
-    for k, b in enumerate(blocks):
-        first = int(b[0])
-        out[k] = any(hidden[p] > 0 for p in range(prev + 1, first + 1)) or any(
-            not units[p].pinned for p in range(prev + 1, first)
+def _forced_gaps(hidden: np.ndarray, open_: np.ndarray, blocks: list[np.ndarray]) -> np.ndarray:
+    """For each block: is there an archived span or a non-emittable message right before it?
+
+    That is, since the end of the previous block: an archived span before any
+    unit up to the block's first, or an unpinned unit that no block holds.
+    """
+    if not blocks:
+        return np.zeros(0, dtype=bool)
+    firsts = np.array([int(b[0]) for b in blocks], dtype=np.int64)
+    prev_last = np.array([-1] + [int(b[-1]) for b in blocks[:-1]], dtype=np.int64)
+    spans = np.concatenate([[0], np.cumsum(hidden > 0)])  # spans[p + 1]: archived spans up to p
+    loose = np.concatenate([[0], np.cumsum(open_)])  # loose[p + 1]: unpinned units up to p
+    return (spans[firsts + 1] > spans[prev_last + 1]) | (loose[firsts] > loose[prev_last + 1])
+
+
+def _fill(
+    chosen: set[int],
+    values: np.ndarray,
+    costs: np.ndarray,
+    ratio: np.ndarray,
+    partners: Mapping[int, tuple[int, ...]],
+    block_pos: Sequence[np.ndarray],
+    hidden: np.ndarray,
+    open_: np.ndarray,
+    room: int,
+    marker: Callable[[int], int],
+) -> None:
+    """Add unchosen blocks to ``chosen`` (in place), best value per token first, while the render fits.
+
+    ``room`` is what the render of ``chosen`` leaves of the budget; ``hidden``
+    counts the archived messages before each unit and ``open_`` flags the units
+    a marker counts when they are left out. Adding a block (a contiguous run of
+    units) only splits the gap it sits in into the gaps before and after it, so
+    each try is a bisection and a few lookups, exact to the token.
+    """
+    kept = np.zeros(len(hidden), dtype=bool)
+    for b in chosen:
+        kept[block_pos[b]] = True
+    step = (open_ & ~kept).astype(np.int64)
+    # The gap between kept units a < c is running[c] - running[a] (kept units add nothing to it).
+    running = np.cumsum(hidden + step)
+    end = int(running[-1]) if len(running) else 0
+    kept_at = np.flatnonzero(kept).tolist()
+    for b in sorted(set(range(len(costs))) - chosen, key=lambda b: (-ratio[b], -b)):
+        cost = int(costs[b])
+        if values[b] <= 0 or b in partners:
+            continue
+        p0, p1 = int(block_pos[b][0]), int(block_pos[b][-1])
+        k = bisect.bisect_left(kept_at, p0)
+        before = int(running[kept_at[k - 1]]) if k else 0
+        after = int(running[kept_at[k]]) if k < len(kept_at) else end
+        delta = (
+            cost
+            + marker(int(running[p0]) - before - int(step[p0]))
+            + marker(after - int(running[p1]))
+            + (sum(marker(int(h)) for h in hidden[p0 + 1 : p1 + 1] if h) if p1 > p0 else 0)  # spans inside it
+            - (marker(after - before) if kept_at else 0)  # no marker at all while nothing is kept
         )
-        prev = int(b[-1])
-    return out
+        if delta > room:
+            continue
+        chosen.add(b)
+        room -= delta
+        dec = np.cumsum(step[p0 : p1 + 1])
+        running[p0 : p1 + 1] -= dec
+        running[p1 + 1 :] -= dec[-1]
+        end -= int(dec[-1])
+        step[p0 : p1 + 1] = 0
+        kept_at[k:k] = range(p0, p1 + 1)
 
 
 def compact_units(
@@ -280,7 +366,20 @@ def compact_units(
     """Fit already-encoded units to ``budget`` tokens with ``policy`` (see :func:`compact`)."""
     tok = tokenizer
     notes: list[str] = []
-    pinned = [p for p, u in enumerate(units) if u.pinned]
+    marker_memo: dict[int, int] = {}
+
+    def marker(gap: int) -> int:
+        """Tokens of the elision marker for ``gap`` left-out messages (0 for none, or without markers)."""
+        if not gap or not markers:
+            return 0
+        c = marker_memo.get(gap)
+        if c is None:
+            c = marker_memo[gap] = _marker_cost(tok, gap)
+        return c
+
+    open_base = np.array([not u.pinned for u in units], dtype=bool)
+    pinned = np.flatnonzero(~open_base).tolist()
+    hidden_arr = np.asarray(hidden_before(units), dtype=np.int64)
     blocks, bad = _complete_groups(units)
     cand_arr = np.sort(np.concatenate(blocks)) if blocks else np.zeros(0, dtype=np.int64)
     cand_pos = cand_arr.tolist()
@@ -314,10 +413,13 @@ def compact_units(
 
     ctx = ScoringContext(cand, query=query, embedder=embedder, now=now, doc_freq=doc_freq)
     problem = Problem(
-        cand, local_blocks, avail, ctx, tok, _marker_cost(tok, 10) if markers else 0, _forced_gaps(units, blocks)
+        cand, local_blocks, avail, ctx, tok, _marker_cost(tok, 10) if markers else 0, _forced_gaps(hidden_arr, open_base, blocks)
     )
     plan = policy.plan(problem) if cand else Plan(chosen=[], scores=np.zeros(0))
-    if cand and _cost_of_everything(units, set(cand_pos), tok, markers) <= avail:
+    everything = np.zeros(len(units), dtype=bool)
+    everything[cand_arr] = True
+    gaps = _gap_sizes(everything, hidden_arr, open_base) if markers else []
+    if cand and sum(u.tokens for u in cand) + sum(map(marker, gaps)) <= avail:
         # Everything fits: whatever the policy, the whole history goes out verbatim, unsummarized
         # (a policy's reserve for markers must not cost a message when no marker is needed).
         plan.chosen, plan.summarize, plan.contents = list(range(len(local_blocks))), [], {}
@@ -334,21 +436,19 @@ def compact_units(
             notes.append(f"summarizer failed, span kept as archived: {exc}")
         if summary_text:
             summarized = list(plan.summarize)
+    summarized_mask = np.zeros(len(units), dtype=bool)
+    summarized_mask[[cand_pos[i] for i in summarized]] = True
 
     costs = problem.block_costs()
-    unit_cost = {i: cand[i].tokens for i in range(len(cand))}
-    for i, text in plan.contents.items():
-        unit_cost[i] = tok.message_tokens({**cand[i].message, "content": text})
-    for b_idx, b in enumerate(local_blocks):
-        costs[b_idx] = sum(unit_cost[int(i)] for i in b)
+    if plan.contents:
+        block_of = {int(i): b for b, block in enumerate(local_blocks) for i in block}
+        for i, text in plan.contents.items():
+            costs[block_of[i]] += tok.message_tokens({**cand[i].message, "content": text}) - cand[i].tokens
     values = problem.block_values(plan.scores) if len(plan.scores) else np.zeros(len(local_blocks))
 
     # Precomputed once: total() runs for every block the fill loop tries, so it must not walk
     # the units in Python (that made query-time compaction quadratic in the history).
-    hidden_arr = np.asarray(hidden_before(units), dtype=np.int64)
-    open_base = np.array([not u.pinned for u in units], dtype=bool)
     block_pos = blocks  # the blocks' positions in ``units``
-    marker_memo: dict[int, int] = {}
     summary_memo: dict[tuple[str, int], int] = {}
 
     def kept_mask(chosen: Iterable[int]) -> np.ndarray:
@@ -358,41 +458,23 @@ def compact_units(
             kept[np.concatenate([block_pos[b] for b in chosen])] = True
         return kept
 
-    def render_cost(chosen: Iterable[int], summary: str | None) -> tuple[int, int]:
-        """Tokens of the non-pinned part of the render, mirroring :func:`render` exactly, and the
-        largest elision marker in it (tokens)."""
-        chosen = list(chosen)
-        return mask_cost(kept_mask(chosen), int(costs[chosen].sum()) if chosen else 0, summary)
-
-    def mask_cost(kept: np.ndarray, used: int, summary: str | None) -> tuple[int, int]:
-        """:func:`render_cost` for the units flagged in ``kept``, whose blocks cost ``used`` tokens."""
-        biggest = 0
-        if markers and kept.any():
-            # Each maximal run of left-out units (plus units archived before them) becomes one
-            # marker; pinned and summarized units are not counted in a run.
-            gap_step = open_base & ~kept
-            if summary and summarized:
-                gap_step[[cand_pos[i] for i in summarized]] = False
-            running = np.cumsum(hidden_arr + gap_step)
-            at = running[kept]
-            gaps = np.diff(at, prepend=0).tolist()
-            gaps.append(int(running[-1] - at[-1]))
-            for g in gaps:
-                if g:
-                    c = marker_memo.get(g)
-                    if c is None:
-                        c = marker_memo[g] = _marker_cost(tok, int(g))
-                    used += c
-                    biggest = max(biggest, c)
+    def mask_cost(kept: np.ndarray, used: int, summary: str | None) -> int:
+        """Tokens of the non-pinned part of the render (mirroring :func:`render` exactly) when the
+        units flagged in ``kept`` are sent and their blocks cost ``used`` tokens."""
+        if markers:
+            # Pinned and summarized units are not counted in a run of left-out units.
+            open_ = open_base & ~summarized_mask if summary else open_base
+            used += sum(map(marker, _gap_sizes(kept, hidden_arr, open_)))
         if summary:
             key = (summary, len(summarized))
             if key not in summary_memo:
                 summary_memo[key] = tok.message_tokens(summary_message(summary, len(summarized)))
             used += summary_memo[key]
-        return used, biggest
+        return used
 
     def total(chosen: Iterable[int], summary: str | None) -> int:
-        return render_cost(chosen, summary)[0]
+        chosen = list(chosen)
+        return mask_cost(kept_mask(chosen), int(costs[chosen].sum()) if chosen else 0, summary)
 
     chosen = set(plan.chosen)
     ratio = values / np.maximum(costs, 1)
@@ -409,7 +491,7 @@ def compact_units(
                     chosen.discard(b)
                     kept[block_pos[b]] = False
                     used -= int(costs[b])
-            if not chosen or mask_cost(kept, used, summary_text)[0] <= avail:
+            if not chosen or mask_cost(kept, used, summary_text) <= avail:
                 break
     if summary_text and total(chosen, summary_text) > avail:
         room = avail - total(chosen, None) - tok.message_tokens(summary_message("", len(summarized)))
@@ -417,21 +499,9 @@ def compact_units(
         if summary_text is None or total(chosen, summary_text) > avail:
             summary_text, summarized = None, []
     if plan.fill:
-        kept, blocks_cost = kept_mask(chosen), int(costs[list(chosen)].sum()) if chosen else 0
-        used, biggest = mask_cost(kept, blocks_cost, summary_text)
-        for b in sorted(set(range(len(local_blocks))) - chosen, key=lambda b: (-ratio[b], -b)):
-            # Adding a block removes at most the one marker of the gap it sits in, so
-            # used + cost - biggest is a lower bound: skip the exact count when even that overflows.
-            if values[b] <= 0 or b in partners or used + int(costs[b]) - biggest > avail:
-                continue
-            kept[block_pos[b]] = True
-            new_used, new_biggest = mask_cost(kept, blocks_cost + int(costs[b]), summary_text)
-            if new_used <= avail:
-                chosen.add(b)
-                blocks_cost += int(costs[b])
-                used, biggest = new_used, new_biggest
-            else:
-                kept[block_pos[b]] = False
+        room = avail - total(chosen, summary_text)
+        open_ = open_base & ~summarized_mask if summary_text else open_base
+        _fill(chosen, values, costs, ratio, partners, block_pos, hidden_arr, open_, room, marker)
 
     # Nothing survived (the plan's blocks did not fit beside their markers, or no block fits at
     # all): send the most valuable block that fits whole, else cut one, rather than send nothing.
@@ -466,13 +536,13 @@ def compact_units(
 
     report = []
     # Python floats once, not one numpy scalar conversion per unit and term.
-    names = list(plan.breakdown)
-    rows = np.column_stack([np.asarray(v, dtype=np.float64) for v in plan.breakdown.values()]).tolist() if names else []
+    columns = {k: j for j, k in enumerate(plan.breakdown)}
+    terms = np.array([np.asarray(v, dtype=np.float64) for v in plan.breakdown.values()]) if columns else None
     scores = np.asarray(plan.scores, dtype=np.float64).tolist()
     for p, u in enumerate(units):
         i = local.get(p)
         score = scores[i] if i is not None and scores else 0.0
-        parts = dict(zip(names, rows[i], strict=True)) if i is not None and rows else {}
+        parts: Mapping[str, float] = _Breakdown(columns, terms, i) if i is not None and terms is not None else {}
         if p in contents:
             content = contents[p]
             if p in truncated:

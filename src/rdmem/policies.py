@@ -298,9 +298,7 @@ def _marker_aware(values: np.ndarray, costs: np.ndarray, problem: Problem, *, pr
     """
     n = len(values)
     forced = problem.gap_before if problem.gap_before is not None else np.zeros(n, dtype=bool)
-    prot = np.zeros(n, dtype=bool)
-    for b, block in enumerate(problem.blocks):
-        prot[b] = bool(protected_blocks[block].any())
+    prot = problem.block_values(protected_blocks.astype(np.float64)) > 0
     if n > _GAP_DP_MAX_BLOCKS:
         order = np.lexsort((-np.arange(n), -values))
         keep = np.zeros(n, dtype=bool)
@@ -309,11 +307,11 @@ def _marker_aware(values: np.ndarray, costs: np.ndarray, problem: Problem, *, pr
     else:
         keep = np.ones(n, dtype=bool)
     idx = np.flatnonzero(keep)
-    sub_forced = np.zeros(len(idx), dtype=bool)
-    prev = -1
-    for j, b in enumerate(idx):
-        sub_forced[j] = bool(forced[prev + 1 : b + 1].any()) or b > prev + 1
-        prev = b
+    # A kept block has a forced gap before it when a left-out block lies between it and the previous
+    # kept one, or when any block in between (itself included) had one.
+    prev = np.concatenate([[-1], idx[:-1]])
+    seen = np.concatenate([[0], np.cumsum(forced)])
+    sub_forced = (idx > prev + 1) | (seen[idx + 1] > seen[prev + 1])
     return idx[_quantized_gap_knapsack(values[idx], costs[idx], problem, sub_forced)]
 
 

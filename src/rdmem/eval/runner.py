@@ -14,6 +14,7 @@ every question's evidence) and the full history are computed alongside.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import multiprocessing
 import os
@@ -23,7 +24,7 @@ import sys
 import time
 import warnings
 import zlib
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -255,6 +256,26 @@ def _init_worker(conversations: list[Conversation], config: EvalConfig, embedder
     warnings.simplefilter("ignore", RuntimeWarning)
     emb = embedder() if isinstance(embedder, _EmbedderFactory) else embedder
     _W = _Worker(conversations, config, emb, get_tokenizer(config.tokenizer))
+
+
+@contextlib.contextmanager
+def _one_thread_per_worker() -> Iterator[None]:
+    """Start worker processes with single-threaded BLAS/OpenMP (unless the user set a count).
+
+    The workers already use every core; a BLAS pool per worker only adds
+    threads that spin between small matrix products and take CPU from them.
+    """
+    names = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+    saved = {n: os.environ.get(n) for n in names}
+    if any(v is not None for v in saved.values()):
+        yield
+        return
+    os.environ.update({n: "1" for n in names})
+    try:
+        yield
+    finally:
+        for n in names:
+            os.environ.pop(n, None)
 
 
 def _worker() -> _Worker:
@@ -616,7 +637,9 @@ def run_eval(
         else:
             shipped = _shippable(emb)
             ctx = multiprocessing.get_context("spawn")
-            with ctx.Pool(workers, initializer=_init_worker, initargs=(convs, cfg, shipped)) as pool:
+            with _one_thread_per_worker(), ctx.Pool(
+                workers, initializer=_init_worker, initargs=(convs, cfg, shipped)
+            ) as pool:
                 for qs, cs, cpu in pool.imap_unordered(_run_job, jobs):
                     questions += qs
                     contexts += cs

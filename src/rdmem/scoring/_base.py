@@ -59,7 +59,7 @@ class ScoringContext:
                 u.embedding = v
         if not self.units:
             return np.zeros((0, 1), dtype=np.float32)
-        return np.stack([np.asarray(u.embedding, dtype=np.float32) for u in self.units])
+        return np.array([u.embedding for u in self.units], dtype=np.float32)
 
     @cached_property
     def query_embedding(self) -> np.ndarray | None:
