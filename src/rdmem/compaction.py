@@ -190,7 +190,7 @@ class Plan:
     together: list[list[int]] = field(default_factory=list)
 
 
-@lru_cache(maxsize=4096)
+@lru_cache(maxsize=1 << 16)
 def _marker_cost(tokenizer: Tokenizer, n: int) -> int:
     return tokenizer.message_tokens(elision_marker(n))
 
@@ -323,20 +323,22 @@ def _fill(
     running = np.cumsum(hidden + step)
     end = int(running[-1]) if len(running) else 0
     kept_at = np.flatnonzero(kept).tolist()
-    for b in sorted(set(range(len(costs))) - chosen, key=lambda b: (-ratio[b], -b)):
-        cost = int(costs[b])
-        if values[b] <= 0 or b in partners:
+    order = np.lexsort((-np.arange(len(costs)), -ratio))  # best value per token first, later first on ties
+    for b in order[values[order] > 0].tolist():
+        if b in chosen or b in partners:
             continue
+        cost = int(costs[b])
         p0, p1 = int(block_pos[b][0]), int(block_pos[b][-1])
         k = bisect.bisect_left(kept_at, p0)
         before = int(running[kept_at[k - 1]]) if k else 0
         after = int(running[kept_at[k]]) if k < len(kept_at) else end
-        delta = (
-            cost
-            + marker(int(running[p0]) - before - int(step[p0]))
+        delta = cost - (marker(after - before) if kept_at else 0)  # no marker at all while nothing is kept
+        if delta > room:  # the markers it leaves only add: skip counting them
+            continue
+        delta += (
+            marker(int(running[p0]) - before - int(step[p0]))
             + marker(after - int(running[p1]))
             + (sum(marker(int(h)) for h in hidden[p0 + 1 : p1 + 1] if h) if p1 > p0 else 0)  # spans inside it
-            - (marker(after - before) if kept_at else 0)  # no marker at all while nothing is kept
         )
         if delta > room:
             continue
@@ -416,10 +418,16 @@ def compact_units(
         cand, local_blocks, avail, ctx, tok, _marker_cost(tok, 10) if markers else 0, _forced_gaps(hidden_arr, open_base, blocks)
     )
     plan = policy.plan(problem) if cand else Plan(chosen=[], scores=np.zeros(0))
-    everything = np.zeros(len(units), dtype=bool)
-    everything[cand_arr] = True
-    gaps = _gap_sizes(everything, hidden_arr, open_base) if markers else []
-    if cand and sum(u.tokens for u in cand) + sum(map(marker, gaps)) <= avail:
+    def fits_whole() -> bool:
+        """Does every candidate fit, verbatim, with its markers?"""
+        tokens = sum(u.tokens for u in cand)
+        if tokens > avail:  # markers only add: no need to count them
+            return False
+        everything = np.zeros(len(units), dtype=bool)
+        everything[cand_arr] = True
+        return tokens + sum(map(marker, _gap_sizes(everything, hidden_arr, open_base))) <= avail
+
+    if cand and fits_whole():
         # Everything fits: whatever the policy, the whole history goes out verbatim, unsummarized
         # (a policy's reserve for markers must not cost a message when no marker is needed).
         plan.chosen, plan.summarize, plan.contents = list(range(len(local_blocks))), [], {}

@@ -185,6 +185,7 @@ class _SessionCache:
         self.stale = False
         self.dense: _Dense | None = None
         self.results: OrderedDict[tuple[Any, ...], list[tuple[str, float]]] = OrderedDict()
+        self.matches: dict[str, int] = {}  # full-text matches per word (capped), for _lexical
 
 
 class SQLiteStore(ConnectionLifecycle):
@@ -410,6 +411,7 @@ class SQLiteStore(ConnectionLifecycle):
         if cache is None:
             return
         cache.results.clear()
+        cache.matches.clear()
         if cache.version == version - 1 and not cache.stale:
             apply(cache)
             cache.version = version
@@ -581,7 +583,7 @@ class SQLiteStore(ConnectionLifecycle):
                 cache = self._caches[session] = _SessionCache(version)
             rankings: list[list[int]] = []
             id_of: dict[int, str] = {}
-            lexical = self._lexical(session, query, k, tier)
+            lexical = self._lexical(session, query, k, tier, cache.matches)
             rankings.append([uid for uid, _ in lexical])
             id_of.update(lexical)
             if query_embedding is not None:
@@ -595,7 +597,9 @@ class SQLiteStore(ConnectionLifecycle):
                     cache.results.popitem(last=False)
             return list(result)
 
-    def _lexical(self, session: str, query: str, k: int, tier: Tier | None) -> list[tuple[int, str]]:
+    def _lexical(
+        self, session: str, query: str, k: int, tier: Tier | None, matches: dict[str, int]
+    ) -> list[tuple[int, str]]:
         """BM25 (FTS5 ``bm25()``) over the session's units, ranking at most ``lexical_rows`` matches.
 
         Ranking costs a few microseconds per matching row, and a common word
@@ -604,7 +608,8 @@ class SQLiteStore(ConnectionLifecycle):
         while their matches add up to at most ``lexical_rows`` (the rarest is
         always kept); the words left out are the ones that carry the least
         BM25 weight. If even the rarest word is that common, only its most
-        recent ``lexical_rows`` matches are ranked.
+        recent ``lexical_rows`` matches are ranked. ``matches`` memoises each
+        word's (capped) match count until the session is written to.
         """
         db = self._db
         fts = _fts_table(session)
@@ -614,11 +619,14 @@ class SQLiteStore(ConnectionLifecycle):
         cap = self.lexical_rows
         count_sql = f"SELECT count(*) FROM (SELECT rowid FROM {fts} WHERE {fts} MATCH ? LIMIT {cap + 1})"
         try:
-            df = {w: int(db.execute(count_sql, (f'"{w}"',)).fetchone()[0]) for w in words}
+            for w in words:
+                if w not in matches:
+                    matches[w] = int(db.execute(count_sql, (f'"{w}"',)).fetchone()[0])
         except sqlite3.OperationalError as exc:
             if "no such table" in str(exc):
                 return []
             raise
+        df = {w: matches[w] for w in words}
         kept, total = [], 0
         for w in sorted((w for w in words if df[w]), key=lambda w: (df[w], w)):
             if kept and total + df[w] > cap:
