@@ -64,8 +64,11 @@ def test_prefix_is_byte_stable_between_compactions(cl100k):
 
 
 def test_default_watermarks():
-    mem = MemoryManager(100, "window")
-    assert (mem.high, mem.low) == (1.0, 0.8)
+    assert (MemoryManager(100, "window").high, MemoryManager(100, "window").low) == (1.0, 0.8)
+    # rd sets its own: it compacts often and by little (see RDPolicy.low_watermark).
+    assert MemoryManager(100, "rd").low == 0.95
+    assert MemoryManager(100, "rd", low=0.5).low == 0.5
+    assert MemoryManager(100, "rd", high=0.9).low == 0.9  # never above the high watermark
 
 
 @pytest.mark.parametrize("policy", ["rd", "importance"])

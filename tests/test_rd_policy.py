@@ -106,3 +106,8 @@ def test_a_correction_travels_with_what_it_corrects() -> None:
 def test_together_names_link_kinds() -> None:
     with pytest.raises(ValueError, match=r"together must name link kinds from \('correction', 'answer'\), got \['nope'\]"):
         RDPolicy(together=("nope",))
+
+
+def test_low_watermark_out_of_range_is_a_clear_error() -> None:
+    with pytest.raises(ValueError, match=r"low_watermark must be in \(0, 1\], got 1.5"):
+        RDPolicy(low_watermark=1.5)

@@ -20,6 +20,9 @@ from .units import MemoryUnit, make_unit, normalize_messages
 
 __all__ = ["MemoryManager"]
 
+#: The low watermark of policies that do not set their own ``low_watermark``.
+_DEFAULT_LOW = 0.8
+
 
 class MemoryManager:
     """Working memory under a token budget, with everything else archived, never lost.
@@ -43,7 +46,13 @@ class MemoryManager:
     session:
         The session id inside the store.
     high, low:
-        Watermarks as fractions of ``budget`` (``0 < low <= high``).
+        Watermarks as fractions of ``budget`` (``0 < low <= high``). ``low=None``
+        (default) takes the policy's ``low_watermark`` if it has one (``rd``:
+        0.95), else 0.8. A lower mark compacts less often, so the prompt
+        prefix stays stable for longer; a higher one leaves fewer messages that
+        arrived since the last compaction, which no policy has judged yet, in
+        the working set (on LoCoMo, ``rd`` streaming at 2,000 tokens: evidence
+        recall 0.137 with 0.8, 0.166 with 0.95).
     archive_candidates:
         How many archived units a query may bring back into competition.
 
@@ -68,7 +77,7 @@ class MemoryManager:
         embedder: Embedder | str | None = None,
         summarizer: Summarizer | None = None,
         high: float = 1.0,
-        low: float = 0.8,
+        low: float | None = None,
         markers: bool = True,
         archive_candidates: int = 200,
     ) -> None:
@@ -76,6 +85,9 @@ class MemoryManager:
             raise TypeError(f"budget must be an int number of tokens, got {type(budget).__name__}")
         if budget <= 0:
             raise ValueError(f"budget must be > 0 tokens, got {budget}")
+        self.policy = get_policy(policy)
+        if low is None:
+            low = min(float(getattr(self.policy, "low_watermark", _DEFAULT_LOW)), high)
         if not (0 < low <= high):
             raise ValueError(f"watermarks must satisfy 0 < low <= high, got low={low!r}, high={high!r}")
         if not isinstance(session, str) or not session:
@@ -83,7 +95,6 @@ class MemoryManager:
         if isinstance(archive_candidates, bool) or not isinstance(archive_candidates, int) or archive_candidates < 0:
             raise ValueError(f"archive_candidates must be an int >= 0, got {archive_candidates!r}")
         self.budget = int(budget)
-        self.policy = get_policy(policy)
         self.session = session
         self.high = float(high)
         self.low = float(low)

@@ -201,6 +201,10 @@ class RDPolicy:
     value: Scorer = field(default_factory=LearnedValue)
     recency_decay: float = 0.02
     together: tuple[str, ...] = ("correction",)
+    #: Where a :class:`~rdmem.MemoryManager` compacts down to, as a fraction of its budget (unless
+    #: given ``low=``). Messages that arrived since the last compaction stay unjudged until the
+    #: next one, so rd compacts often and by little: every ~5 % of the budget.
+    low_watermark: float = 0.95
 
     def __post_init__(self) -> None:
         unknown = set(self.together) - set(LINK_KINDS)
@@ -208,6 +212,8 @@ class RDPolicy:
             raise ValueError(f"together must name link kinds from {LINK_KINDS}, got {sorted(unknown)}")
         if self.mode not in TASK_MODES:
             raise ValueError(f"unknown mode {self.mode!r}; choose one of {', '.join(TASK_MODES)}")
+        if not 0 < self.low_watermark <= 1:
+            raise ValueError(f"low_watermark must be in (0, 1], got {self.low_watermark!r}")
 
     @property
     def needs_embeddings(self) -> bool:
