@@ -111,3 +111,32 @@ def test_together_names_link_kinds() -> None:
 def test_low_watermark_out_of_range_is_a_clear_error() -> None:
     with pytest.raises(ValueError, match=r"low_watermark must be in \(0, 1\], got 1.5"):
         RDPolicy(low_watermark=1.5)
+
+
+def test_ladder_compresses_what_does_not_fit_verbatim() -> None:
+    # Two facts wrapped in small talk (49 and 42 tokens; 27 each without it) and the latest message (5):
+    # 70 tokens hold one fact verbatim (with a marker for the other), or both once the small talk goes.
+    facts = [
+        ("trip", "user", "Hey, good morning! Haha, you know, so anyway. We booked the ferry to Naxos for 14 August, "
+                         "two adults and a car, cabin 212. Thanks so much, that sounds great!"),
+        ("vet", "assistant", "Oh wow, nice! Cool cool. Biscuit's rabies booster is due on 3 September at the "
+                             "Harbour Street clinic with Dr Mendes. Sounds good to me, haha!"),
+    ]
+    msgs = [{"id": mid, "role": role, "content": text} for mid, role, text in facts]
+    msgs.append({"id": "last", "role": "user", "content": "ok"})
+    verbatim = compact(msgs, budget=70, policy="rd")
+    ladder = compact(msgs, budget=70, policy="rd-ladder")
+    assert ladder.tokens <= 70
+    assert len(verbatim.kept_ids) + len(verbatim.compressed_ids) == 2  # "last" and one fact
+    assert set(ladder.compressed_ids) == {"trip", "vet"}  # both facts, shortened
+    assert "last" in ladder.kept_ids
+    sent = " ".join(m["content"] for m in ladder.messages)
+    for needle in ("Naxos", "14 August", "cabin 212", "3 September", "Dr Mendes"):
+        assert needle in sent
+    assert "Haha" not in sent and "Cool cool" not in sent
+    rungs = {d.id: d.rung.value for d in ladder.report}
+    assert rungs["trip"] in ("compressed", "summary") and rungs["last"] == "verbatim"
+
+
+def test_ladder_is_an_option_of_rd() -> None:
+    assert get_policy("rd-ladder").ladder and not get_policy("rd").ladder

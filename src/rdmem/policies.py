@@ -11,15 +11,20 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Protocol, runtime_checkable
 
 import numpy as np
 
 from .compaction import Plan, Problem
+from .compress import compress, one_line, split_prefix
+from .features import content_words
 from .scoring import Information, LearnedValue, Metadata, Recency, Relevance, Scorer, Weighted, seed_scorer
-from .select import get_selector
+from .select import get_selector, mckp
 from .select.chain import gap_knapsack
 from .deps import LINK_KINDS, find_links, merge_blocks
+from .tokens import Tokenizer
+from .units import Rung
 
 #: Above this many (blocks x budget) cells the marker-aware DP falls back to a marker reserve.
 _GAP_DP_CELLS = 40_000_000
@@ -205,6 +210,9 @@ class RDPolicy:
     #: given ``low=``). Messages that arrived since the last compaction stay unjudged until the
     #: next one, so rd compacts often and by little: every ~5 % of the budget.
     low_watermark: float = 0.95
+    #: Offer each message the rungs of the representation ladder (verbatim, compressed, one line)
+    #: and choose one per message by a multiple-choice knapsack (:func:`rdmem.select.mckp`).
+    ladder: bool = False
 
     def __post_init__(self) -> None:
         unknown = set(self.together) - set(LINK_KINDS)
@@ -257,6 +265,9 @@ class RDPolicy:
         block_values, block_costs = problem.block_values(values), problem.block_costs()
         merged = self._dependency_groups(problem)
         reasons = {int(i): "protected (" + self.mode + " mode)" for i in np.flatnonzero(protected)}
+        if self.ladder:
+            groups = merged if merged is not None else [np.array([b]) for b in range(len(block_values))]
+            return _ladder_plan(problem, groups, values, block_values, block_costs, parts, reasons)
         if merged is not None:
             # Linked blocks (a correction and what it corrects) are one item of the knapsack.
             group_of = np.empty(len(block_values), dtype=np.int64)
@@ -294,6 +305,84 @@ class RDPolicy:
             budget = max(problem.budget - problem.marker_tokens, 0)
             chosen = get_selector("knapsack")(block_values, block_costs, budget)
         return Plan(chosen=[int(b) for b in chosen], scores=values, breakdown=parts, fill=True, reasons=reasons)
+
+
+def _ladder_plan(
+    problem: Problem,
+    groups: list[np.ndarray],
+    values: np.ndarray,
+    block_values: np.ndarray,
+    block_costs: np.ndarray,
+    parts: dict[str, np.ndarray],
+    reasons: dict[int, str],
+) -> Plan:
+    """One rung per block (verbatim, compressed, one line or absent) by a multiple-choice knapsack.
+
+    Items are ``groups`` of blocks that travel together. A rung is worth the
+    unit's value times the share of its information content (IDF-weighted
+    content words) that the rung keeps. Groups of several messages (a tool
+    call with its results, a correction with what it corrects) and messages
+    without prose go verbatim or not at all. Elision markers are rate too:
+    the knapsack is re-run on a budget reduced by the markers its answer
+    needs until that answer fits with them.
+    """
+    ctx, tok = problem.ctx, problem.tokenizer
+    n = len(groups)
+    v = np.full((n, 3), np.nan)
+    c = np.full((n, 3), -1, dtype=np.int64)
+    v[:, 0] = [block_values[g].sum() for g in groups]
+    c[:, 0] = [block_costs[g].sum() for g in groups]
+    texts: dict[tuple[int, int], str] = {}
+    info = ctx.information
+    for b, group in enumerate(groups):
+        if len(group) != 1 or len(problem.blocks[int(group[0])]) != 1:
+            continue
+        i = int(problem.blocks[int(group[0])][0])
+        u = problem.units[i]
+        if not u.text or u.message.get("tool_calls") or u.role not in ("user", "assistant") or info[i] <= 0:
+            continue
+        for k, text in ((1, _compressed(u.text, tok)), (2, _gist(u.text, tok))):
+            if text == u.text:
+                continue
+            cost = tok.message_tokens({**u.message, "content": text})
+            if cost >= c[b, 0] or (k == 2 and c[b, 1] >= 0 and cost >= c[b, 1]):
+                continue
+            kept = sum(max(ctx.idf_of(w), 0.0) for w in set(content_words(text)))
+            v[b, k], c[b, k] = values[i] * min(kept / info[i], 1.0), cost
+            texts[(b, k)] = text
+    budget = problem.budget
+    for _ in range(4):
+        choice = mckp(v, c, budget)
+        sent = choice >= 0
+        runs = int(np.count_nonzero(sent[1:] & ~sent[:-1])) + int(bool(sent.any() and not sent[0]))
+        runs += int(bool(sent.any() and not sent[-1]))
+        need = int(c[np.flatnonzero(sent), choice[sent]].sum()) + runs * problem.marker_tokens
+        if need <= problem.budget or budget == 0:
+            break
+        budget = max(budget - (need - problem.budget), 0)
+    contents: dict[int, str] = {}
+    rungs: dict[int, Rung] = {}
+    for b in np.flatnonzero(choice > 0):
+        i = int(problem.blocks[int(groups[b][0])][0])
+        contents[i] = texts[(int(b), int(choice[b]))]
+        rungs[i] = Rung.COMPRESSED if choice[b] == 1 else Rung.SUMMARY
+        reasons.setdefault(i, "compressed to fit" if choice[b] == 1 else "one line to fit")
+    chosen = sorted(int(x) for b in np.flatnonzero(choice >= 0) for x in groups[b])
+    together = [[int(x) for x in g] for g in groups if len(g) > 1]
+    return Plan(
+        chosen=chosen, scores=values, breakdown=parts, contents=contents, rungs=rungs, fill=True,
+        reasons=reasons, together=together,
+    )
+
+
+@lru_cache(maxsize=65_536)
+def _compressed(text: str, tok: Tokenizer) -> str:
+    return compress(text, tokenizer=tok)
+
+
+@lru_cache(maxsize=65_536)
+def _gist(text: str, tok: Tokenizer) -> str:
+    return one_line(text, tokenizer=tok, max_tokens=max(20, tok.count(split_prefix(text)[0]) + 12))
 
 
 def _marker_aware(values: np.ndarray, costs: np.ndarray, problem: Problem, *, protected_blocks: np.ndarray) -> np.ndarray:
@@ -363,6 +452,11 @@ def _builtin() -> dict[str, Callable[[], Policy]]:
             fill=True,
         ),
         "rd": RDPolicy,
+        "rd-ladder": lambda: RDPolicy(
+            name="rd-ladder",
+            description="rd with the representation ladder: each message verbatim, compressed, one line or absent",
+            ladder=True,
+        ),
         **{
             f"rd-{mode}": (
                 lambda mode=mode: RDPolicy(
