@@ -60,3 +60,26 @@ def test_feedback_errors() -> None:
     window.add(role="user", content="hello")
     with pytest.raises(ValueError, match="feedback needs a policy with a learned value model"):
         window.feedback(["m0"], 1.0)
+
+
+def test_feedback_is_saved_with_the_session(tmp_path) -> None:
+    url = f"sqlite:///{tmp_path / 'mem.db'}"
+    train, needed = _history(2)
+    with MemoryManager(budget=150, policy="rd", store=url, session="s", high=100.0, low=100.0) as mem:
+        mem.extend(train)
+        plain = mem.context().kept_ids
+        for _ in range(10):
+            mem.feedback(sorted(needed), 1.0)
+        tuned, delta = mem.context().kept_ids, mem._feedback_delta.copy()
+    assert tuned != plain
+    with MemoryManager(budget=150, policy="rd", store=url, session="s", high=100.0, low=100.0) as mem:
+        assert mem.context().kept_ids == tuned  # a reopened session keeps what it learned
+        np.testing.assert_array_equal(mem._feedback_delta, delta)
+        mem.reset_feedback()
+        assert mem.context().kept_ids == plain
+    with MemoryManager(budget=150, policy="rd", store=url, session="s", high=100.0, low=100.0) as mem:
+        assert mem.context().kept_ids == plain  # and the reset is saved too
+        assert not np.any(mem._feedback_delta)
+    with MemoryManager(budget=150, policy="rd", store=url, session="other", high=100.0, low=100.0) as other:
+        other.extend(train)
+        assert other.context().kept_ids == plain  # feedback is per session

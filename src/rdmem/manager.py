@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -22,6 +23,8 @@ __all__ = ["MemoryManager"]
 
 #: The low watermark of policies that do not set their own ``low_watermark``.
 _DEFAULT_LOW = 0.8
+#: Key of the session-log records that save the feedback shift of the value model.
+_FEEDBACK = "value_feedback"
 
 
 class MemoryManager:
@@ -127,6 +130,8 @@ class MemoryManager:
                     unit.embedding = np.asarray(su.embedding, dtype=np.float32)
                 st.append(unit, su.tier)
             self._state = st
+            if st.units:
+                self._restore_feedback(store)
         return self._state
 
     @property
@@ -252,7 +257,8 @@ class MemoryManager:
 
         and every coordinate of ``delta`` is clipped to ``[-max_shift, max_shift]``
         (bounded: feedback can tilt the shipped model, never replace it). The
-        shift applies to this manager's session only; :meth:`reset_feedback`
+        shift applies to this session only, is saved in the store's log of the
+        session (a reopened session keeps it), and :meth:`reset_feedback`
         reverts it exactly. Needs a policy with a learned value model (``rd``).
         """
         if not 0.0 <= float(reward) <= 1.0:
@@ -276,12 +282,36 @@ class MemoryManager:
         z = (x - base.mean_) / base.scale_
         p = model.predict(x)
         step = learning_rate * ((float(reward) - p)[:, None] * z).mean(axis=0)
-        self._feedback_delta = np.clip(self._feedback_delta + step, -max_shift, max_shift)
-        self._tuned_policy = None
+        self._set_feedback(np.clip(self._feedback_delta + step, -max_shift, max_shift))
 
     def reset_feedback(self) -> None:
-        """Undo all :meth:`feedback` for this session (back to the shipped or given model)."""
-        self._feedback_delta = np.zeros_like(self._feedback_delta)
+        """Undo all :meth:`feedback` for this session (back to the shipped or given model), in the store too."""
+        self._base_value_model()
+        self._set_feedback(np.zeros_like(self._feedback_delta))
+
+    def _set_feedback(self, delta: np.ndarray) -> None:
+        self._store.log_compaction(self.session, {_FEEDBACK: [float(x) for x in delta]})
+        self._feedback_delta = delta
+        self._tuned_policy = None
+
+    def _restore_feedback(self, store: Store) -> None:
+        """The session's last saved feedback shift, if its policy learns and it was saved for this model."""
+        value = getattr(self.policy, "value", None)
+        if value is None or not hasattr(value, "_models"):
+            return
+        saved = [r[_FEEDBACK] for r in store.compaction_log(self.session) if _FEEDBACK in r]
+        if not saved:
+            return
+        prior = value._models()[0]
+        if len(saved[-1]) != len(prior.weights_):
+            warnings.warn(
+                f"rdmem: session {self.session!r} has feedback saved for another value model "
+                f"({len(saved[-1])} weights, this one has {len(prior.weights_)}); ignored",
+                RuntimeWarning,
+                stacklevel=4,
+            )
+            return
+        self._feedback_delta = np.asarray(saved[-1], dtype=np.float64)
         self._tuned_policy = None
 
     def _base_value_model(self):  # type: ignore[no-untyped-def]

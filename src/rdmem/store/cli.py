@@ -100,7 +100,7 @@ def _show(store: Store, info: Any, *, as_json: bool) -> None:
         _info_dict(info),
         tokens=sum(u.tokens for u in units),
         working_tokens=sum(u.tokens for u in working),
-        compactions=len(log),
+        compactions=sum(1 for r in log if "archived" in r),  # the log also keeps value-model feedback
         working_ids=[u.id for u in working],
     )
     if as_json:
