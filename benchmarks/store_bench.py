@@ -17,9 +17,9 @@ What is measured, honestly:
   store write (commit + fsync), and the compactions that the watermark
   triggers (they are in the tail, not hidden).
 - **messages(query)** is the wall time of ``MemoryManager.messages(query)``
-  on a session of 100,000 archived units plus a working set that fills 80 %
-  of the budget; the query's vector is looked up, not computed (the model is
-  excluded). Every query is different (LoCoMo questions), so the store's
+  on a session of 100,000 archived units plus a working set that fills 95 %
+  of the budget (where ``rd``, the default policy, compacts down to); the
+  query's vector is looked up, not computed (the model is excluded). Every query is different (LoCoMo questions), so the store's
   result cache never answers; a separate line gives the cached figure. The
   100,000 units are written through ``store.append`` in batches (the bulk
   path), not 100,000 ``add()`` calls; the manager then opens the session.
@@ -153,6 +153,7 @@ def bulk_units(pool: Sequence[str], vectors: np.ndarray, working_texts: Sequence
     """``n`` archived units drawn from the pool, then a working set; tokens and features computed once per text."""
     from rdmem.features import extract_features
     from rdmem.store import StoredUnit
+    from rdmem.policies import RDPolicy
     from rdmem.tokens import get_tokenizer
 
     tok = get_tokenizer("cl100k_base")
@@ -299,14 +300,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"pool: {len(pool):,} distinct texts ({len(turns):,} turns + consecutive pairs); "
           f"{len(questions) - 1} timed queries", flush=True)
 
-    # The working set: the last turns that fill 80 % of the budget.
+    # The working set: the last turns that fill rd's low watermark (95 % of the budget).
+    from rdmem.policies import RDPolicy
     from rdmem.tokens import get_tokenizer
 
     tok = get_tokenizer("cl100k_base")
     working, used = [], 0
     for t in reversed(turns):
         c = tok.message_tokens({"role": "user", "content": t})
-        if used + c > 0.8 * args.budget:
+        if used + c > RDPolicy().low_watermark * args.budget:
             break
         working.insert(0, t)
         used += c
