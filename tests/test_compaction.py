@@ -27,7 +27,7 @@ def test_doctest_example_holds():
         ({"budget": "100"}, TypeError, "budget must be an int number of tokens, got str"),
         ({"budget": True}, TypeError, "budget must be an int number of tokens, got bool"),
         ({"budget": 100, "policy": "magic"}, ValueError,
-         r"unknown policy 'magic'; choose one of importance, rd, rd-creative, rd-roleplay, rd-task, seed, summary_buffer, window"),
+         r"unknown policy 'magic'; choose one of importance, rd, rd-creative, rd-ladder, rd-roleplay, rd-task, seed, summary_buffer, window"),
         ({"budget": 100, "policy": 3}, TypeError, "policy must be a name or a policy object, got int"),
         ({"budget": 100, "query": 3}, TypeError, "query must be a string or None, got int"),
         ({"budget": 100, "tokenizer": "klingon"}, ValueError, "unknown tokenizer 'klingon'"),

@@ -180,7 +180,7 @@ class MemoryManager:
         result = compact_units(
             working,
             budget=target,
-            policy=self._active_policy,
+            policy=self._working_policy,
             tokenizer=st.tokenizer,
             embedder=self._embedder,
             summarizer=self.summarizer,
@@ -342,6 +342,17 @@ class MemoryManager:
             value = dataclasses.replace(self.policy.value, prior=self._value_model())  # type: ignore[attr-defined]
             self._tuned_policy = dataclasses.replace(self.policy, value=value)  # type: ignore[type-var]
         return self._tuned_policy
+
+    @property
+    def _working_policy(self) -> Policy:
+        """The policy that trims the working set: it holds whole messages, so no representation ladder
+        (the ladder chooses how to send them when a context is built)."""
+        policy = self._active_policy
+        if getattr(policy, "ladder", False):
+            import dataclasses
+
+            return dataclasses.replace(policy, ladder=False)  # type: ignore[type-var]
+        return policy
 
     def messages(self, query: str | None = None) -> list[dict[str, Any]]:
         """The messages for the next model call (``context(query).messages``)."""
