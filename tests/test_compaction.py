@@ -126,3 +126,14 @@ def test_system_prompt_too_big_is_cut_then_reported(cl100k):
         tiny = compact(history, budget=6, policy="window")
     assert tiny.messages == [] and tiny.warnings
     assert any("cannot fit a budget of 6" in str(w.message) for w in caught)
+
+
+def test_report_is_a_read_only_list_that_pickles_as_one():
+    import pickle
+
+    history = [{"role": "user", "content": f"Message number {i} about apples."} for i in range(20)]
+    result = compact(history, budget=60, policy="window")
+    assert len(result.report) == 20 and result.report[-1].decision == "kept"
+    assert [d.id for d in result.report if d.decision == "kept"] == result.kept_ids
+    copy = pickle.loads(pickle.dumps(result))
+    assert isinstance(copy.report, list) and copy.report == result.report and copy == result

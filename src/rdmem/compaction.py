@@ -81,6 +81,44 @@ class _Breakdown(Mapping[str, float]):
         return repr(dict(self))
 
 
+class _Report(Sequence[UnitDecision]):
+    """The per-unit report of a compaction, built the first time someone reads it.
+
+    Most calls (a manager answering a query) never look at it; building one
+    decision per unit would otherwise cost as much as rendering. Behaves as a
+    read-only list; pickles as one.
+    """
+
+    __slots__ = ("_build", "_items")
+
+    def __init__(self, build: Callable[[], list[UnitDecision]]) -> None:
+        self._build: Callable[[], list[UnitDecision]] | None = build
+        self._items: list[UnitDecision] = []
+
+    def _list(self) -> list[UnitDecision]:
+        if self._build is not None:
+            self._items, self._build = self._build(), None
+        return self._items
+
+    def __getitem__(self, index):  # type: ignore[no-untyped-def]
+        return self._list()[index]
+
+    def __len__(self) -> int:
+        return len(self._list())
+
+    def __iter__(self) -> Iterator[UnitDecision]:
+        return iter(self._list())
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Sequence) and list(self) == list(other)
+
+    def __repr__(self) -> str:
+        return repr(self._list())
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (list, (self._list(),))
+
+
 @dataclass(frozen=True)
 class Compaction:
     """The result of fitting a history to a budget.
@@ -94,7 +132,7 @@ class Compaction:
     messages: list[dict[str, Any]]
     tokens: int
     kept_ids: list[str]
-    report: list[UnitDecision]
+    report: Sequence[UnitDecision]
     budget: int
     policy: str
     summary: str | None = None
@@ -542,35 +580,41 @@ def compact_units(
     if n_tokens > budget:  # pragma: no cover - a bug, never user error
         raise RuntimeError(f"internal error: rendered {n_tokens} tokens for a budget of {budget}")
 
-    report = []
-    # Python floats once, not one numpy scalar conversion per unit and term.
-    columns = {k: j for j, k in enumerate(plan.breakdown)}
-    terms = np.array([np.asarray(v, dtype=np.float64) for v in plan.breakdown.values()]) if columns else None
-    scores = np.asarray(plan.scores, dtype=np.float64).tolist()
-    for p, u in enumerate(units):
-        i = local.get(p)
-        score = scores[i] if i is not None and scores else 0.0
-        parts: Mapping[str, float] = _Breakdown(columns, terms, i) if i is not None and terms is not None else {}
-        if p in contents:
-            content = contents[p]
-            if p in truncated:
-                decision, rung = "truncated", Rung.COMPRESSED
-            elif content is None:
-                decision, rung = "kept", Rung.VERBATIM
+    def decisions() -> list[UnitDecision]:
+        report = []
+        # Python floats once, not one numpy scalar conversion per unit and term.
+        columns = {k: j for j, k in enumerate(plan.breakdown)}
+        terms = np.array([np.asarray(v, dtype=np.float64) for v in plan.breakdown.values()]) if columns else None
+        scores = np.asarray(plan.scores, dtype=np.float64).tolist()
+        for p, u in enumerate(units):
+            i = local.get(p)
+            score = scores[i] if i is not None and scores else 0.0
+            parts: Mapping[str, float] = _Breakdown(columns, terms, i) if i is not None and terms is not None else {}
+            if p in contents:
+                content = contents[p]
+                if p in truncated:
+                    decision, rung = "truncated", Rung.COMPRESSED
+                elif content is None:
+                    decision, rung = "kept", Rung.VERBATIM
+                else:
+                    rung = plan.rungs.get(i, Rung.COMPRESSED) if i is not None else Rung.COMPRESSED
+                    decision = "compressed"
+                sent = u.tokens if content is None else tok.message_tokens({**u.message, "content": content})
+            elif p in summarized_global:
+                decision, rung, sent = "summarized", Rung.SUMMARY, 0
             else:
-                decision, rung = "compressed", plan.rungs.get(i, Rung.COMPRESSED) if i is not None else Rung.COMPRESSED
-            sent = u.tokens if content is None else tok.message_tokens({**u.message, "content": content})
-        elif p in summarized_global:
-            decision, rung, sent = "summarized", Rung.SUMMARY, 0
-        else:
-            decision, rung, sent = "archived", Rung.ABSENT, 0
-        reason = bad.get(p, "") or (plan.reasons.get(i, "") if i is not None else "")
-        if u.pinned:
-            reason = reason or "system message (pinned)"
-        report.append(UnitDecision(u.id, u.role, decision, rung, u.tokens, sent, score, parts, reason))
-    kept_ids = [d.id for d in report if d.decision == "kept"]
+                decision, rung, sent = "archived", Rung.ABSENT, 0
+            reason = bad.get(p, "") or (plan.reasons.get(i, "") if i is not None else "")
+            if u.pinned:
+                reason = reason or "system message (pinned)"
+            report.append(UnitDecision(u.id, u.role, decision, rung, u.tokens, sent, score, parts, reason))
+        return report
+
+    # The same rule as decisions() gives "kept": sent verbatim, not cut.
+    kept_ids = [u.id for p, u in enumerate(units) if p in contents and contents[p] is None and p not in truncated]
     for n in notes:
         warnings.warn(f"rdmem: {n}", RuntimeWarning, stacklevel=3)
+    report = _Report(decisions)
     return Compaction(messages, n_tokens, kept_ids, report, budget, policy.name, summary_text, notes)
 
 

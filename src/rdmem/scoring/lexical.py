@@ -31,12 +31,18 @@ class Lexical:
         n = len(docs)
         lengths = np.array([len(d) for d in docs], dtype=np.float64)
         norm = self.k1 * (1 - self.b + self.b * lengths / max(lengths.mean(), 1.0))
+        # One set intersection per unit (in C) finds the few units that hold any query term.
+        hits = [(i, terms.intersection(c)) for i, c in enumerate(counts)]
+        hits = [(i, found) for i, found in hits if found]
         out = np.zeros(n)
-        for term in sorted(terms):
-            tf = np.fromiter((c.get(term, 0) for c in counts), dtype=np.float64, count=n)
-            if not tf.any():
+        if not hits:
+            return out
+        rows = {term: [i for i, found in hits if term in found] for term in sorted(terms)}
+        for term, where in rows.items():
+            if not where:
                 continue
+            tf = np.array([counts[i][term] for i in where], dtype=np.float64)
             # Stems have no session-wide counts: their IDF comes from the units being scored.
-            idf = float(np.log((n + 1) / ((tf > 0).sum() + 0.5))) if self.stem else ctx.idf_of(term)
-            out += max(idf, 0.0) * tf * (self.k1 + 1) / (tf + norm)
+            idf = float(np.log((n + 1) / (len(where) + 0.5))) if self.stem else ctx.idf_of(term)
+            out[where] += max(idf, 0.0) * tf * (self.k1 + 1) / (tf + norm[where])
         return out
