@@ -177,17 +177,7 @@ class MemoryManager:
         st = self._load()
         working = st.working_units()
         target = max(int(self.low * self.budget), 1)
-        result = compact_units(
-            working,
-            budget=target,
-            policy=self._working_policy,
-            tokenizer=st.tokenizer,
-            embedder=self._embedder,
-            summarizer=self.summarizer,
-            markers=self.markers,
-            now=len(st.units),
-            doc_freq=(st.df, len(st.units)),
-        )
+        result = self._compact(working, target, self._working_policy)
         # A message cut to fit stays in working memory (context() cuts it again): archiving it would
         # drop the newest message silently when it alone exceeds the budget.
         kept = {d.id for d in result.report if d.decision in ("kept", "truncated", "compressed")}
@@ -233,10 +223,15 @@ class MemoryManager:
             extra = {st.by_id[i].index for i, _ in hits if i in st.by_id}
             cands = sorted(cands + [st.units[j] for j in extra], key=lambda u: u.index)
             cands = _whole_groups(cands, st.members)
+        return self._compact(cands, budget, self._active_policy, query)
+
+    def _compact(self, units: list[MemoryUnit], budget: int, policy: Policy, query: str | None = None) -> Compaction:
+        """:func:`compact_units` with this session's tokenizer, embedder, summarizer and document frequencies."""
+        st = self._load()
         return compact_units(
-            cands,
+            units,
             budget=budget,
-            policy=self._active_policy,
+            policy=policy,
             query=query,
             tokenizer=st.tokenizer,
             embedder=self._embedder,

@@ -270,11 +270,7 @@ class RDPolicy:
             return _ladder_plan(problem, groups, values, block_values, block_costs, parts, reasons)
         if merged is not None:
             # Linked blocks (a correction and what it corrects) are one item of the knapsack.
-            group_of = np.empty(len(block_values), dtype=np.int64)
-            for k, g in enumerate(merged):
-                group_of[g] = k
-            gv = np.bincount(group_of, weights=block_values, minlength=len(merged))
-            gc = np.bincount(group_of, weights=block_costs, minlength=len(merged)).astype(np.int64)
+            gv, gc = _group_totals(merged, block_values, block_costs)
             if problem.marker_tokens:
                 # Each group sits where its first block does; the marker count is then an estimate
                 # for groups that are not contiguous, and the engine's repair makes it exact.
@@ -307,6 +303,17 @@ class RDPolicy:
         return Plan(chosen=[int(b) for b in chosen], scores=values, breakdown=parts, fill=True, reasons=reasons)
 
 
+def _group_totals(groups: list[np.ndarray], values: np.ndarray, costs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Value and token cost of each group of blocks (the groups partition the blocks)."""
+    group_of = np.empty(len(values), dtype=np.int64)
+    for k, g in enumerate(groups):
+        group_of[g] = k
+    return (
+        np.bincount(group_of, weights=values, minlength=len(groups)),
+        np.bincount(group_of, weights=costs, minlength=len(groups)).astype(np.int64),
+    )
+
+
 def _ladder_plan(
     problem: Problem,
     groups: list[np.ndarray],
@@ -330,8 +337,7 @@ def _ladder_plan(
     n = len(groups)
     v = np.full((n, 3), np.nan)
     c = np.full((n, 3), -1, dtype=np.int64)
-    v[:, 0] = [block_values[g].sum() for g in groups]
-    c[:, 0] = [block_costs[g].sum() for g in groups]
+    v[:, 0], c[:, 0] = _group_totals(groups, block_values, block_costs)
     texts: dict[tuple[int, int], str] = {}
     info = ctx.information
     for b, group in enumerate(groups):

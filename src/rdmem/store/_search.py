@@ -66,6 +66,25 @@ def query_terms(query: str, *, limit: int = 32) -> list[str]:
     return list(dict.fromkeys(content_words(query)))[:limit]
 
 
+def rarest_terms(matches: dict[str, int], cap: int) -> tuple[list[str], int]:
+    """The query words to rank, rarest first, while their matches add up to at most ``cap``.
+
+    Like Lucene's common-terms query: the words left out are the commonest,
+    which carry the least BM25 weight; the rarest word is always kept. Words
+    with no match are dropped. Returns the words and their total matches.
+
+    >>> rarest_terms({"paris": 3, "trip": 40, "the": 900, "zzz": 0}, 100)
+    (['paris', 'trip'], 43)
+    """
+    kept, total = [], 0
+    for w in sorted((w for w in matches if matches[w]), key=lambda w: (matches[w], w)):
+        if kept and total + matches[w] > cap:
+            break
+        kept.append(w)
+        total += matches[w]
+    return kept, total
+
+
 def top_k(scores: np.ndarray, k: int, allowed: np.ndarray | None = None) -> np.ndarray:
     """Indices of the ``k`` highest ``scores``, best first (equal scores among them: lower index first).
 

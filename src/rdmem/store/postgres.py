@@ -26,7 +26,7 @@ import numpy as np
 
 from ..tokens import message_payload
 from ._base import ConnectionLifecycle, SessionInfo, StoredUnit, StoreError, Tier, check_session
-from ._search import query_terms, rank_fusion
+from ._search import query_terms, rank_fusion, rarest_terms
 
 __all__ = ["PostgresStore", "SCHEMA_VERSION"]
 
@@ -466,12 +466,7 @@ class PostgresStore(ConnectionLifecycle):
                 (words,),
             ).fetchall()
         }
-        kept, total = [], 0
-        for w in sorted((w for w in words if df.get(w)), key=lambda w: (df[w], w)):
-            if kept and total + df[w] > cap:
-                break
-            kept.append(w)
-            total += df[w]
+        kept, total = rarest_terms(df, cap)
         if not kept:
             return []
         tsq = " or ".join(kept)

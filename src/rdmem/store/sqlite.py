@@ -35,7 +35,7 @@ import numpy as np
 
 from ..tokens import message_payload
 from ._base import ConnectionLifecycle, SessionInfo, StoredUnit, StoreError, Tier, check_session
-from ._search import query_terms, rank_fusion, top_k
+from ._search import query_terms, rank_fusion, rarest_terms, top_k
 
 __all__ = ["SQLiteStore", "SCHEMA_VERSION"]
 
@@ -626,13 +626,7 @@ class SQLiteStore(ConnectionLifecycle):
             if "no such table" in str(exc):
                 return []
             raise
-        df = {w: matches[w] for w in words}
-        kept, total = [], 0
-        for w in sorted((w for w in words if df[w]), key=lambda w: (df[w], w)):
-            if kept and total + df[w] > cap:
-                break
-            kept.append(w)
-            total += df[w]
+        kept, total = rarest_terms({w: matches[w] for w in words}, cap)
         if not kept:
             return []
         match = " OR ".join(f'"{w}"' for w in kept)
