@@ -15,7 +15,7 @@ import numpy as np
 
 ALLOWED_KEYS = {"role", "content", "name", "tool_calls", "tool_call_id"}
 ROLES = {"system", "developer", "user", "assistant", "tool"}
-MARKER = re.compile(r"^\[rdmem: (\d+) messages? omitted\]$")
+MARKER = re.compile(r"^\[(\d+) messages? omitted\]$")
 TRUNCATED = "[rdmem: truncated,"
 
 
@@ -99,7 +99,7 @@ def ids_of(messages: Sequence[Mapping[str, Any]]) -> list[str]:
 
 
 def marker_count(message: Mapping[str, Any]) -> int | None:
-    """N for an elision marker message ``[rdmem: N messages omitted]``, else None."""
+    """N for an elision marker message ``[N messages omitted]``, else None."""
     content = message.get("content")
     if not isinstance(content, str):
         return None

@@ -10,7 +10,7 @@ from rdmem.compaction import _fill, _gap_sizes
 
 
 def _marker(gap: int) -> int:
-    # Marker sizes that grow with the number of digits, like the real "[rdmem: N messages omitted]".
+    # Marker sizes that grow with the number of digits, like the real "[N messages omitted]".
     return 0 if not gap else 8 + len(str(gap))
 
 

@@ -37,8 +37,8 @@ def test_markers_stand_for_each_elided_run():
         elision_marker(2),
         {"role": "user", "content": "u4"},
     ]
-    assert elision_marker(1)["content"] == "[rdmem: 1 message omitted]"
-    assert elision_marker(3)["content"] == "[rdmem: 3 messages omitted]"
+    assert elision_marker(1)["content"] == "[1 message omitted]"
+    assert elision_marker(3)["content"] == "[3 messages omitted]"
 
 
 def test_trailing_gap_and_no_markers():

@@ -654,7 +654,7 @@ def compact(
     summarizer:
         For policies that summarize (default: extractive, offline).
     markers:
-        Put a visible ``[rdmem: N messages omitted]`` where a span was left out.
+        Put a visible ``[N messages omitted]`` where a span was left out.
 
     >>> history = [{"role": "system", "content": "Be brief."}] + [
     ...     {"role": "user", "content": f"Message number {i} about apples."} for i in range(50)]

@@ -63,7 +63,7 @@ class MemoryManager:
     >>> for i in range(10):
     ...     _ = mem.add(role="user", content=f"note number {i}")
     >>> [m["content"] for m in mem.messages()]
-    ['[rdmem: 5 messages omitted]', 'note number 5', 'note number 6', 'note number 7', 'note number 8', 'note number 9']
+    ['[4 messages omitted]', 'note number 4', 'note number 5', 'note number 6', 'note number 7', 'note number 8', 'note number 9']
     >>> mem.archived_ids()
     ['m0', 'm1', 'm2', 'm3']
     """

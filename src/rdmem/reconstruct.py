@@ -2,18 +2,42 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from .units import MemoryUnit
 
-__all__ = ["render", "elision_marker", "summary_message", "validate_history", "is_valid_history"]
+__all__ = [
+    "render", "elision_marker", "marker_count", "MARKER", "summary_message", "validate_history", "is_valid_history",
+]
+
+#: The content of an elision marker message; group 1 is the number of messages left out.
+MARKER = re.compile(r"^\[(\d+) messages? omitted\]$")
 
 
 def elision_marker(n_messages: int) -> dict[str, Any]:
-    """The visible stand-in for a span of ``n_messages`` left out of the context."""
+    """The visible stand-in for a span of ``n_messages`` left out of the context.
+
+    Short on purpose: every elided run pays for one, so its words are rate
+    taken from the messages (9 tokens with cl100k's per-message overhead).
+
+    >>> elision_marker(3)
+    {'role': 'user', 'content': '[3 messages omitted]'}
+    """
     noun = "message" if n_messages == 1 else "messages"
-    return {"role": "user", "content": f"[rdmem: {n_messages} {noun} omitted]"}
+    return {"role": "user", "content": f"[{n_messages} {noun} omitted]"}
+
+
+def marker_count(message: Mapping[str, Any]) -> int | None:
+    """N for an elision marker message (see :func:`elision_marker`), else ``None``.
+
+    >>> marker_count({"role": "user", "content": "[12 messages omitted]"}), marker_count({"role": "user", "content": "hi"})
+    (12, None)
+    """
+    content = message.get("content")
+    m = MARKER.match(content) if isinstance(content, str) else None
+    return int(m.group(1)) if m else None
 
 
 def summary_message(summary: str, n_messages: int) -> dict[str, Any]:

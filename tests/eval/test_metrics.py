@@ -40,12 +40,12 @@ def test_all_evidence_is_one_only_when_every_id_is_present():
 
 def test_answer_token_recall_uses_content_words_and_ignores_markers():
     messages = [
-        {"role": "user", "content": "[rdmem: 12 messages omitted]"},
+        {"role": "user", "content": "[12 messages omitted]"},
         {"role": "assistant", "content": "She studies psychology at night."},
         {"role": "system", "content": "[rdmem: summary of 3 earlier messages]\nuser: counseling certification"},
     ]
     words = context_words(messages)
-    assert "omitted" not in words and "summary" not in words
+    assert "omitted" not in words and "summary" not in words and "12" not in words
     assert answer_token_recall("Psychology, counseling certification", words) == 1.0
     assert answer_token_recall("psychology and painting", words) == 0.5
     assert answer_token_recall(2022, {"2022"}) == 1.0  # LoCoMo has numeric answers

@@ -39,7 +39,7 @@ class LLMError(RuntimeError):
 
 ANSWER_PROMPT = (
     "You answer questions about a long conversation between two people, using only the memory "
-    "excerpts below (each line starts with its date and speaker; '[rdmem: N messages omitted]' marks "
+    "excerpts below (each line starts with its date and speaker; '[N messages omitted]' marks "
     "parts you cannot see). Answer with a short phrase, not a sentence. Resolve relative dates "
     "('last week') against the date of the excerpt. If the excerpts do not contain the answer, "
     "say 'No information available'.\n\n"

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from ..features import content_words
+from ..reconstruct import marker_count
 from ..select import knapsack
 from ..tokens import content_text
 
@@ -66,7 +67,9 @@ def all_evidence(evidence: Collection[str], present: Collection[str]) -> float:
 
 def context_text(messages: Iterable[Mapping[str, Any]]) -> str:
     """The text a model reads in ``messages``, without rdmem's own markers and summary headers."""
-    return "\n".join(_RDMEM_NOTE.sub(" ", content_text(m.get("content"))) for m in messages)
+    return "\n".join(
+        "" if marker_count(m) is not None else _RDMEM_NOTE.sub(" ", content_text(m.get("content"))) for m in messages
+    )
 
 
 def context_words(messages: Iterable[Mapping[str, Any]]) -> frozenset[str]:
