@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import doctest
 import re
 
 import pytest
 
-import rdmem.compress as compress_module
 from rdmem.compress import compress, one_line, split_prefix, strip_fillers
 
 PREFIX = "[1:56 pm on 8 May, 2023] Caroline:"
@@ -17,11 +15,6 @@ LONG = (
     "It was a long drive. The weather was nice. We were tired but happy. Ana starts her job at Farfetch on 15 May. "
     "Anyway, it was fun. Honestly, I think it was a good idea."
 )
-
-
-def test_doctests():
-    result = doctest.testmod(compress_module)
-    assert result.attempted > 0 and result.failed == 0
 
 
 def test_locomo_prefix_kept_and_greetings_removed(cl100k):

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import doctest
-import importlib
 import itertools
 import math
 
@@ -13,11 +11,6 @@ import pytest
 from rdmem.select.coverage import coverage, coverage_objective, prepare_similarity
 
 BOUND = (1 - 1 / math.e) / 2
-
-
-def test_doctests():
-    result = doctest.testmod(importlib.import_module("rdmem.select.coverage"))
-    assert result.attempted > 0 and result.failed == 0
 
 
 def _dup_matrix():

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import doctest
 import json
 
 import numpy as np
 import pytest
 
-import rdmem.deps as deps_module
 from rdmem.deps import find_links, merge_blocks
 from rdmem.units import encode_units
 
@@ -16,11 +14,6 @@ from rdmem.units import encode_units
 def _units(cl100k, turns):
     messages = [t if isinstance(t, dict) else {"role": t[0], "content": t[1]} for t in turns]
     return encode_units(messages, cl100k)
-
-
-def test_doctests():
-    result = doctest.testmod(deps_module)
-    assert result.attempted > 0 and result.failed == 0
 
 
 def test_but_not_green_apples(cl100k):
