@@ -74,7 +74,7 @@ def prior_matrix(ctx: ScoringContext, *, novelty: bool = True) -> np.ndarray:
     x = np.zeros((n, len(PRIOR_FEATURES)))
     if n:
         info = ctx.information
-        tokens = np.array([u.tokens for u in ctx.units], dtype=np.float64)
+        tokens = ctx.token_costs
         x[:, 0] = np.log1p(info)
         x[:, 1] = info / np.maximum(tokens, 1.0)
         x[:, 2] = np.log1p(tokens)
@@ -161,14 +161,15 @@ def query_matrix(ctx: ScoringContext, prior_logit: np.ndarray) -> np.ndarray:
     cos_z = (cos - cos.mean()) / (sd if sd > 1e-6 else 1.0)
     bm = Lexical().score(ctx)
     bm_n = bm / bm.max() if bm.max() > 0 else bm
-    index = np.array([u.index for u in ctx.units])
+    index = ctx.indices
     ents = query_entities(ctx.query)
     if ents:
-        x[:, 7] = [sum(e in low for e in ents) / len(ents) for low in (_lower(u.text) for u in ctx.units)]
-        x[:, 12] = [_speaker_of(u).lower() in ents for u in ctx.units]
+        lows = [_lower(u.text) for u in ctx.units]
+        x[:, 7] = sum(np.fromiter((e in low for low in lows), dtype=np.float64, count=n) for e in ents) / len(ents)
+        x[:, 12] = np.fromiter((_speaker_of(u) in ents for u in ctx.units), dtype=bool, count=n)
     if _WHEN.search(ctx.query):
         x[:, 8] = [_static_prior(u.text, u.role, 0, False, False, False)[2] for u in ctx.units]
-    x[:, 10] = np.log1p(np.array([u.tokens for u in ctx.units], dtype=np.float64))
+    x[:, 10] = np.log1p(ctx.token_costs)
     x[:, 0] = cos
     x[:, 1] = cos_z
     x[:, 2] = _rank_feature(cos)
@@ -183,17 +184,17 @@ def query_matrix(ctx: ScoringContext, prior_logit: np.ndarray) -> np.ndarray:
 
 
 def _speaker_of(unit: object) -> str:
-    """The unit's speaker: its ``name`` field, or a leading "[date] Name:" label ("" when neither)."""
+    """The unit's speaker, lower-cased: its ``name`` field, or a leading "[date] Name:" label ("" when neither)."""
     name = unit.message.get("name")  # type: ignore[attr-defined]
     if isinstance(name, str) and name:
-        return name.split()[0]
+        return name.split()[0].lower()
     return _labelled_speaker(unit.text)  # type: ignore[attr-defined]
 
 
 @lru_cache(maxsize=262_144)
 def _labelled_speaker(text: str) -> str:
     m = _SPEAKER.match(text)
-    return m.group(1) if m else ""
+    return m.group(1).lower() if m else ""
 
 
 @lru_cache(maxsize=262_144)

@@ -43,7 +43,7 @@ class ScoringContext:
         """The position of "now": one past the newest unit."""
         if self.now is not None:
             return self.now
-        return (max(u.index for u in self.units) + 1) if self.units else 0
+        return int(self.indices.max()) + 1 if self.units else 0
 
     @cached_property
     def _embedder(self) -> Embedder:
@@ -68,20 +68,39 @@ class ScoringContext:
         return self._embedder.embed([self.query])[0]
 
     @cached_property
+    def _text_words(self) -> list[tuple[tuple[str, ...], tuple[str, ...], dict[str, int], dict[str, int]]]:
+        return [text_words(u.text) for u in self.units]
+
+    @cached_property
     def unit_words(self) -> list[tuple[str, ...]]:
-        return [text_words(u.text)[0] for u in self.units]
+        return [t[0] for t in self._text_words]
 
     @cached_property
     def stemmed_words(self) -> list[tuple[str, ...]]:
-        return [text_words(u.text)[1] for u in self.units]
+        return [t[1] for t in self._text_words]
 
     @cached_property
     def word_counts(self) -> list[dict[str, int]]:
-        return [text_words(u.text)[2] for u in self.units]
+        return [t[2] for t in self._text_words]
 
     @cached_property
     def stem_counts(self) -> list[dict[str, int]]:
-        return [text_words(u.text)[3] for u in self.units]
+        return [t[3] for t in self._text_words]
+
+    @cached_property
+    def word_lengths(self) -> np.ndarray:
+        """Content words per unit (as many as stems), as float64: BM25's document lengths."""
+        return np.fromiter((len(t[0]) for t in self._text_words), dtype=np.float64, count=len(self.units))
+
+    @cached_property
+    def indices(self) -> np.ndarray:
+        """Each unit's position in the whole history (``MemoryUnit.index``), as int64."""
+        return np.fromiter((u.index for u in self.units), dtype=np.int64, count=len(self.units))
+
+    @cached_property
+    def token_costs(self) -> np.ndarray:
+        """Each unit's verbatim cost in tokens (``MemoryUnit.tokens``), as float64."""
+        return np.fromiter((u.tokens for u in self.units), dtype=np.float64, count=len(self.units))
 
     @cached_property
     def _df(self) -> tuple[Counter[str], int]:

@@ -25,20 +25,17 @@ class Lexical:
             return np.zeros(len(ctx))
         if self.stem:
             terms = {stem(t) for t in terms}
-            docs, counts = ctx.stemmed_words, ctx.stem_counts
+            counts = ctx.stem_counts
         else:
-            docs, counts = ctx.unit_words, ctx.word_counts
-        n = len(docs)
-        lengths = np.array([len(d) for d in docs], dtype=np.float64)
+            counts = ctx.word_counts
+        n = len(counts)
+        lengths = ctx.word_lengths
         norm = self.k1 * (1 - self.b + self.b * lengths / max(lengths.mean(), 1.0))
-        # One set intersection per unit (in C) finds the few units that hold any query term.
-        hits = [(i, terms.intersection(c)) for i, c in enumerate(counts)]
-        hits = [(i, found) for i, found in hits if found]
+        # One disjointness test per unit (in C) finds the few units that hold any query term.
+        hits = [i for i, c in enumerate(counts) if not terms.isdisjoint(c)]
         out = np.zeros(n)
-        if not hits:
-            return out
-        rows = {term: [i for i, found in hits if term in found] for term in sorted(terms)}
-        for term, where in rows.items():
+        for term in sorted(terms):
+            where = [i for i in hits if term in counts[i]]
             if not where:
                 continue
             tf = np.array([counts[i][term] for i in where], dtype=np.float64)

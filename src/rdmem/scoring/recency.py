@@ -30,6 +30,5 @@ class Recency:
             raise ValueError(f"per_turn must be > 0 messages, got {self.per_turn!r}")
 
     def score(self, ctx: ScoringContext) -> np.ndarray:
-        idx = np.array([u.index for u in ctx.units], dtype=np.float64)
-        age = (ctx.current_index - 1 - idx) / self.per_turn
+        age = (ctx.current_index - 1 - ctx.indices) / self.per_turn
         return np.exp(-self.decay * np.maximum(age, 0.0))
