@@ -165,3 +165,19 @@ def test_lexical_search_ranks_rare_words_first_on_large_sessions(tmp_path):
         # Only a common word: its most recent matches are ranked.
         hits = [i for i, _ in store.search("s", "Caroline", None, k=3, tier="archive")]
         assert hits and all(int(h[1:]) >= 150 for h in hits)
+
+
+@pytest.mark.parametrize("tier", [None, "archive", "working"])
+def test_lexical_ranking_is_the_same_with_or_without_the_session_cache(tmp_path, tier):
+    """Once the session's matrix is loaded, full-text hits are identified from it (no join): same answers."""
+    texts = ["pottery class with Mel", "pottery and painting", "a pottery workshop in May", "painting the fence",
+             "Mel likes pottery", "camping trip", "pottery pottery pottery", "the workshop was fun"]
+    with SQLiteStore(tmp_path / "m.db", cache_size=0) as store:
+        store.append("s", [unit(i, t, "archive" if i % 3 else "working") for i, t in enumerate(texts * 5)])
+        queries = ["pottery", "pottery workshop", "Mel painting", "camping", "nothing here"]
+        joined = [store.search("s", q, None, k=7, tier=tier) for q in queries]
+        assert store._caches["s"].dense is None  # no vector query yet: the join path answered
+        store.load("s")  # builds the session's matrix
+        assert store._caches["s"].dense is not None
+        assert [store.search("s", q, None, k=7, tier=tier) for q in queries] == joined
+        assert any(joined)

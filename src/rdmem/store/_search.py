@@ -96,10 +96,12 @@ def top_k(scores: np.ndarray, k: int, allowed: np.ndarray | None = None) -> np.n
     scores = np.asarray(scores)
     n = len(scores)
     if allowed is not None:
-        scores = np.where(allowed, scores, -np.inf)
         n = int(np.count_nonzero(allowed))
+        if n < len(scores):
+            scores = np.where(allowed, scores, -np.inf)
     k = min(k, n)
     if k <= 0:
         return np.zeros(0, dtype=np.int64)
-    part = np.argpartition(-scores, k - 1)[:k] if k < len(scores) else np.arange(len(scores))
+    # The k largest without negating a copy of the scores: the last k of an ascending partition.
+    part = np.argpartition(scores, len(scores) - k)[len(scores) - k :] if k < len(scores) else np.arange(len(scores))
     return part[np.lexsort((part, -scores[part]))]
