@@ -22,10 +22,11 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 warnings.simplefilter("ignore", RuntimeWarning)
 
 from rdmem.embed import CachedEmbedder, SentenceTransformerEmbedder  # noqa: E402
-from rdmem.eval.datasets import load_locomo  # noqa: E402
+from rdmem.eval.datasets import Conversation, load_locomo  # noqa: E402
+from rdmem.eval.metrics import oracle_values  # noqa: E402
 from rdmem.learn.features import PRIOR_FEATURES, QUERY_FEATURES  # noqa: E402
 from rdmem.learn.model import LogisticModel  # noqa: E402
-from rdmem.learn.train import training_rows  # noqa: E402
+from rdmem.learn.train import salience_direction, training_rows, with_salience  # noqa: E402
 from rdmem.select import knapsack  # noqa: E402
 from rdmem.tokens import get_tokenizer  # noqa: E402
 
@@ -43,34 +44,26 @@ def main() -> None:
     boot = LogisticModel(PRIOR_FEATURES).fit(*_stack([training_rows(c, tok, emb) for c in convs], "xp", "yp"))
     rows = [training_rows(c, tok, emb, boot) for c in convs]
     emb.save()
-    costs = []
-    weights = []
-    for c in convs:
-        from rdmem.units import encode_units
-
-        units = encode_units(c.messages, tok)
-        costs.append(np.array([u.tokens for u in units]))
-        pos = {u.id: i for i, u in enumerate(units)}
-        w = np.zeros(len(units))
-        probes = [p for p in c.probes if p.evidence]
-        for p in probes:
-            for e in p.evidence:
-                w[pos[e]] += 1 / len(p.evidence) / len(probes)
-        weights.append(w)
+    costs, weights = recall_weights(convs, tok)
 
     def evaluate(train_idx: list[int], test: int) -> dict[str, float]:
-        prior = LogisticModel(PRIOR_FEATURES).fit(*_stack([rows[i] for i in train_idx], "xp", "yp"))
+        # The salience direction is learned on the training conversations only, like the weights.
+        direction = salience_direction([rows[i] for i in train_idx])
+        xps = {i: with_salience(rows[i], direction) for i in (*train_idx, test)}
+        prior = LogisticModel(PRIOR_FEATURES).fit(
+            np.vstack([xps[i] for i in train_idx]), np.concatenate([rows[i]["yp"] for i in train_idx])
+        )
         qi = QUERY_FEATURES.index("prior_logit")
         xs, ys = [], []
         for i in train_idx:
             xq = rows[i]["xq"].copy()
-            n = len(rows[i]["xp"])
-            xq[:, qi] = np.tile(prior.decision(rows[i]["xp"]), len(xq) // n)
+            n = len(xps[i])
+            xq[:, qi] = np.tile(prior.decision(xps[i]), len(xq) // n)
             xs.append(xq)
             ys.append(rows[i]["yq"])
         query = LogisticModel(QUERY_FEATURES).fit(np.vstack(xs), np.concatenate(ys))
         out = {}
-        xp, cost = rows[test]["xp"], costs[test]
+        xp, cost = xps[test], costs[test]
         p = prior.predict(xp)
         for b in STREAM_BUDGETS:
             out[f"prior@{b}"] = float(weights[test][knapsack(p, cost, b)].sum())
@@ -94,6 +87,19 @@ def main() -> None:
     print(f"{'LOCO mean':>10} " + " ".join(f"{np.mean([r[k] for r in loco]):11.3f}" for k in keys))
     print(f"{'in-sample':>10} " + " ".join(f"{np.mean([r[k] for r in insample]):11.3f}" for k in keys))
     print(f"({time.time() - t0:.0f} s)")
+
+
+def recall_weights(convs: list[Conversation], tok: object) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """Per conversation: each message's token cost, and its share of the mean evidence recall over questions."""
+    from rdmem.units import encode_units
+
+    costs, weights = [], []
+    for c in convs:
+        units = encode_units(c.messages, tok)  # type: ignore[arg-type]
+        costs.append(np.array([u.tokens for u in units]))
+        probes = [p for p in c.probes if p.evidence]
+        weights.append(oracle_values([u.id for u in units], [p.evidence for p in probes]) / max(len(probes), 1))
+    return costs, weights
 
 
 def _stack(rows: list[dict], x: str, y: str) -> tuple[np.ndarray, np.ndarray]:

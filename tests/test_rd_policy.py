@@ -69,12 +69,15 @@ def test_task_mode_protects_goal_plan_and_state() -> None:
 def test_roleplay_and_creative_protect_their_units() -> None:
     persona = {"id": "persona", "role": "user", "content": "You are Captain Mira, a gruff pirate who hates parrots."}
     style = {"id": "style", "role": "user", "content": "Write in the style of a noir detective, present tense."}
-    draft = {"id": "draft", "role": "assistant", "content": "The rain hits the window like a debt collector. " * 12}
+    # A draft is the latest assistant message of at least 150 tokens.
+    draft = {"id": "draft", "role": "assistant", "content": "The rain hits the window like a debt collector. " * 15}
     msgs = [persona, style, draft] + _history([], 16) + [{"id": "now", "role": "user", "content": "go on"}]
     rp = compact(msgs, budget=120, policy="rd-roleplay")
     assert "persona" in rp.kept_ids
     cr = compact(msgs, budget=260, policy="rd-creative")
     assert {"style", "draft"} <= set(cr.kept_ids)
+    reasons = {d.id: d.reason for d in cr.report}
+    assert reasons["style"] == reasons["draft"] == "protected (creative mode)"
 
 
 def test_unknown_mode_is_a_clear_error() -> None:

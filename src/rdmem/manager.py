@@ -267,12 +267,12 @@ class MemoryManager:
             raise ValueError(f"unknown ids in feedback: {unknown[:5]}")
         if not ids:
             return
-        from .learn.features import prior_matrix
+        from .learn.features import model_prior_matrix
         from .scoring import ScoringContext
 
         units = [st.by_id[i] for i in ids]
         ctx = ScoringContext(units, embedder=self._embedder, doc_freq=(st.df, len(st.units)))
-        x = prior_matrix(ctx, novelty=False)
+        x = model_prior_matrix(base, ctx, novelty=False)
         model = self._value_model()
         z = (x - base.mean_) / base.scale_
         p = model.predict(x)

@@ -15,7 +15,7 @@ import numpy as np
 from ..features import _DATE, _NUMBER
 from ..scoring import Lexical, ScoringContext
 
-__all__ = ["PRIOR_FEATURES", "QUERY_FEATURES", "prior_matrix", "query_matrix", "message_body"]
+__all__ = ["PRIOR_FEATURES", "QUERY_FEATURES", "prior_matrix", "model_prior_matrix", "query_matrix", "message_body"]
 
 PRIOR_FEATURES = (
     "log_info",
@@ -33,7 +33,9 @@ PRIOR_FEATURES = (
     "greeting",
     "exclaim",
     "novelty",
+    "salience",
 )
+_SALIENCE = PRIOR_FEATURES.index("salience")
 
 QUERY_FEATURES = (
     "cos",
@@ -68,8 +70,14 @@ def message_body(text: str) -> str:
     return _PREFIX.sub("", text, count=1)
 
 
-def prior_matrix(ctx: ScoringContext, *, novelty: bool = True) -> np.ndarray:
-    """Query-agnostic features, one row per unit (columns: :data:`PRIOR_FEATURES`)."""
+def prior_matrix(ctx: ScoringContext, *, novelty: bool = True, salience: np.ndarray | None = None) -> np.ndarray:
+    """Query-agnostic features, one row per unit (columns: :data:`PRIOR_FEATURES`).
+
+    ``salience`` is a direction in embedding space learned with the prior
+    model (see :func:`rdmem.learn.train.salience_direction`); the ``salience``
+    column is each unit's vector projected on it, or 0 without one (or when
+    the embedder's dimension differs from the direction's).
+    """
     n = len(ctx)
     x = np.zeros((n, len(PRIOR_FEATURES)))
     if n:
@@ -91,7 +99,43 @@ def prior_matrix(ctx: ScoringContext, *, novelty: bool = True) -> np.ndarray:
         sim = e @ e.T
         np.fill_diagonal(sim, -1.0)
         x[:, 14] = 1.0 - sim.max(axis=1)
+    if salience is not None and n and ctx.embeddings.shape[1] == len(salience):
+        x[:, _SALIENCE] = ctx.embeddings @ salience
     return x
+
+
+def model_prior_matrix(model: object, ctx: ScoringContext, *, novelty: bool = True) -> np.ndarray:
+    """The prior features ``model`` was fitted on, in its order, with its salience direction (if it has one).
+
+    The direction lives in the model's ``meta["salience"]``; a model saved
+    before the feature existed simply does not list it.
+    """
+    features = tuple(model.features)  # type: ignore[attr-defined]
+    x = prior_matrix(ctx, novelty=novelty, salience=_direction(model))
+    if features == PRIOR_FEATURES:
+        return x
+    unknown = [f for f in features if f not in PRIOR_FEATURES]
+    if unknown:
+        raise ValueError(f"value model uses unknown prior features {unknown}; known: {', '.join(PRIOR_FEATURES)}")
+    return x[:, [PRIOR_FEATURES.index(f) for f in features]]
+
+
+def _direction(model: object) -> np.ndarray | None:
+    meta = getattr(model, "meta", None) or {}
+    d = meta.get("salience")
+    if d is None:
+        return None
+    key = id(d)
+    cached = _DIRECTIONS.get(key)
+    if cached is None or cached[0] is not d:
+        if len(_DIRECTIONS) >= 64:
+            _DIRECTIONS.clear()
+        cached = _DIRECTIONS[key] = (d, np.asarray(d, dtype=np.float32))
+    return cached[1]
+
+
+# id(list in a model's meta) -> (that list, as float32): converted once, not on every call.
+_DIRECTIONS: dict[int, tuple[object, np.ndarray]] = {}
 
 
 @lru_cache(maxsize=262_144)

@@ -14,7 +14,8 @@ class LearnedValue:
     """Probability that a future question needs each unit, from two logistic models.
 
     Without a query the ``prior`` model rates what kind of message a unit is
-    (facts, events, names, dates vs. greetings and chit-chat). With a query the
+    (facts, events, names, dates vs. greetings and chit-chat, and where its
+    vector lies along a learned "salience" direction). With a query the
     ``query`` model adds how the unit relates to it (dense and lexical
     relevance, their ranks, the neighbours' relevance, shared names, dates for
     "when" questions). ``None`` uses the models shipped with rdmem;
@@ -50,12 +51,12 @@ class LearnedValue:
 
     def explain(self, ctx: ScoringContext) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         """Probabilities and each feature's share of the logit (for reports)."""
-        from ..learn.features import prior_matrix, query_matrix
+        from ..learn.features import model_prior_matrix, query_matrix
 
         if not len(ctx):
             return np.zeros(0), {}
         prior, query = self._models()
-        xp = prior_matrix(ctx, novelty=self.novelty)
+        xp = model_prior_matrix(prior, ctx, novelty=self.novelty)
         logit = prior.decision(xp)
         parts = {f"prior.{k}": v for k, v in prior.contributions(xp).items()}
         if ctx.query:

@@ -1,0 +1,88 @@
+"""Training the value models: the salience direction, old model files, and a fit-save-load round trip."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from rdmem.eval.datasets import load_locomo
+from rdmem.learn import PRIOR_FEATURES, LogisticModel, default_models
+from rdmem.learn.features import model_prior_matrix, prior_matrix
+from rdmem.learn.train import fit_models, salience_direction, save_models, with_salience
+from rdmem.scoring import LearnedValue, ScoringContext
+from rdmem.units import encode_units
+
+
+def _synthetic_rows(rng: np.random.Generator, n: int, dim: int = 24) -> dict[str, np.ndarray]:
+    """Units whose vectors lean along axis 0 are the ones questions need; the hand-made features are noise."""
+    needed = rng.random(n) < 0.3
+    e = rng.normal(size=(n, dim))
+    e[needed, 0] += 2.0
+    e /= np.linalg.norm(e, axis=1, keepdims=True)
+    xp = rng.normal(size=(n, len(PRIOR_FEATURES)))
+    xp[:, PRIOR_FEATURES.index("salience")] = 0.0
+    return {"xp": xp, "yp": needed.astype(float), "e": e.astype(np.float32)}
+
+
+def test_salience_direction_finds_the_direction_that_needed_units_lie_along():
+    rng = np.random.default_rng(0)
+    rows = [_synthetic_rows(rng, 300) for _ in range(3)]
+    d = salience_direction(rows, components=8)
+    assert d is not None and d.shape == (24,)
+    assert d[0] > 0 and abs(d[0]) == pytest.approx(np.abs(d).max())
+    # On fresh units, the projection ranks needed ones first (AUC well above chance).
+    test = _synthetic_rows(rng, 400)
+    s = with_salience(test, d)[:, PRIOR_FEATURES.index("salience")]
+    pos, neg = s[test["yp"] == 1], s[test["yp"] == 0]
+    auc = (pos[:, None] > neg[None, :]).mean()
+    assert auc > 0.85
+
+
+def test_salience_direction_needs_vectors_of_one_dimension():
+    rng = np.random.default_rng(1)
+    a, b = _synthetic_rows(rng, 50, dim=24), _synthetic_rows(rng, 50, dim=16)
+    assert salience_direction([a, b]) is None
+    assert salience_direction([{"xp": a["xp"][:0], "yp": a["yp"][:0], "e": a["e"][:0]}]) is None
+    assert np.array_equal(with_salience(a, None), a["xp"])  # no direction: the column stays 0
+
+
+def test_a_model_saved_before_salience_still_scores(cl100k, hashing_embedder):
+    """Models are read by feature name: an older file without ``salience`` picks its own columns."""
+    units = encode_units([{"role": "user", "content": f"I moved to Porto in May {i}"} for i in range(5)], cl100k)
+    ctx = ScoringContext(units, embedder=hashing_embedder)
+    old_features = tuple(f for f in PRIOR_FEATURES if f != "salience")
+    old = LogisticModel(old_features).fit(np.random.default_rng(0).normal(size=(40, 15)), np.arange(40) % 2)
+    x = model_prior_matrix(old, ctx)
+    assert x.shape == (5, 15)
+    assert np.array_equal(x, prior_matrix(ctx)[:, : len(old_features)])
+    assert old.predict(x).shape == (5,)
+    bad = LogisticModel(("log_info", "shoe_size")).fit(np.zeros((4, 2)), np.array([0, 1, 0, 1.0]))
+    with pytest.raises(ValueError, match=r"unknown prior features \['shoe_size'\]"):
+        model_prior_matrix(bad, ctx)
+
+
+def test_the_shipped_prior_carries_a_salience_direction_for_minilm():
+    prior = default_models()["prior"]
+    assert "salience" in prior.features
+    assert len(prior.meta["salience"]) == 384  # all-MiniLM-L6-v2
+    assert prior.weights_[prior.features.index("salience")] > 0
+
+
+def test_fit_save_load_round_trip(tmp_path, locomo_path, cl100k, minilm):
+    conv = load_locomo(locomo_path)[0].select([1, 2, 3, 4])
+    models = fit_models([conv], cl100k, minilm)
+    prior = models["prior"]
+    assert len(prior.meta["salience"]) == 384 and prior.meta["conversations"] == [conv.id]
+    path = tmp_path / "value.json"
+    save_models(models, path)
+    value = LearnedValue.from_file(str(path))
+    units = encode_units(conv.messages[:60], cl100k)
+    for query in (None, conv.probes[0].question):
+        fresh = LearnedValue(prior=prior, query=models["query"]).score(ScoringContext(units, query, minilm))
+        loaded = value.score(ScoringContext(units, query, minilm))
+        assert np.allclose(fresh, loaded)
+    # The salience column is the units' vectors projected on the saved direction.
+    ctx = ScoringContext(units, embedder=minilm)
+    col = model_prior_matrix(value.prior, ctx)[:, PRIOR_FEATURES.index("salience")]
+    assert np.allclose(col, ctx.embeddings @ np.asarray(prior.meta["salience"], dtype=np.float32), atol=1e-5)
+    assert np.std(col) > 0
