@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -86,3 +88,29 @@ def test_fit_save_load_round_trip(tmp_path, locomo_path, cl100k, minilm):
     col = model_prior_matrix(value.prior, ctx)[:, PRIOR_FEATURES.index("salience")]
     assert np.allclose(col, ctx.embeddings @ np.asarray(prior.meta["salience"], dtype=np.float32), atol=1e-5)
     assert np.std(col) > 0
+
+
+def test_rdmem_train_on_jsonl_writes_models_that_rd_uses(tmp_path, capsys, cl100k, minilm):
+    from rdmem.cli import main as cli_main
+
+    facts = ["I moved to Porto on 2 May.", "My sister Ana starts at Farfetch in June.", "We adopted a cat called Mio."]
+    chat = ["haha nice", "ok sounds good", "lol", "cool cool", "thanks!", "see you"]
+    lines = []
+    for k in range(3):
+        texts = chat[: 2 + k] + facts + chat[2 + k:]
+        messages = [{"id": f"c{k}m{i}", "role": "user", "content": t} for i, t in enumerate(texts)]
+        probes = [{"question": "Where did I move?", "evidence": [f"c{k}m{2 + k}"]},
+                  {"question": "What is the cat called?", "evidence": [f"c{k}m{4 + k}"]}]
+        lines.append(json.dumps({"id": f"conv{k}", "messages": messages, "probes": probes}))
+    data = tmp_path / "train.jsonl"
+    data.write_text("\n".join(lines) + "\n")
+    out = tmp_path / "model.json"
+    assert cli_main(["train", str(data), "--format", "jsonl", "--out", str(out),
+                     "--cache-dir", str(tmp_path / "cache")]) == 0
+    assert "value models fitted on 3 conversations" in capsys.readouterr().out
+    value = LearnedValue.from_file(str(out))
+    assert len(value.prior.meta["salience"]) == 384
+    # What it learned: the facts that questions asked about are worth more than the chat around them.
+    units = encode_units([{"role": "user", "content": t} for t in chat + facts], cl100k)
+    p = value.score(ScoringContext(units, embedder=minilm))
+    assert p[len(chat)] > p[: len(chat)].max() and p[len(chat) + 2] > p[: len(chat)].max()
