@@ -152,7 +152,8 @@ def main() -> None:
                     compactions += 1
                 previous = now
             working = mem.working_ids()
-            print(f"  {len(mem)} messages stored, {compactions} compactions (high 1.0 x budget -> low 0.8 x budget)")
+            print(f"  {len(mem)} messages stored, {compactions} compactions "
+                  f"(high {mem.high:g} x budget -> low {mem.low:g} x budget)")
             print(f"  working set: {len(working)} messages ({ranges(working, order)}); "
                   f"archived: {len(mem.archived_ids())}")
             ctx = mem.context(query="What should the restaurant know about our diets?")
