@@ -114,3 +114,21 @@ def test_rdmem_train_on_jsonl_writes_models_that_rd_uses(tmp_path, capsys, cl100
     units = encode_units([{"role": "user", "content": t} for t in chat + facts], cl100k)
     p = value.score(ScoringContext(units, embedder=minilm))
     assert p[len(chat)] > p[: len(chat)].max() and p[len(chat) + 2] > p[: len(chat)].max()
+
+
+@pytest.mark.parametrize(
+    ("prior", "message"),
+    [
+        ({"features": ["log_info", "shoe_size"]}, r"unknown prior features \['shoe_size'\]"),
+        ({"features": ["log_info"], "meta": {"salience": "up"}}, r"salience direction .* must be a non-empty list"),
+        ({"features": ["log_info"], "meta": {"salience": [1.0, None]}}, r"salience direction .* must be a non-empty list"),
+    ],
+)
+def test_a_bad_model_file_is_refused_when_loaded(tmp_path, prior, message):
+    n = len(prior["features"])
+    model = {"l2": 1.0, "weights": [0.1] * n, "bias": 0.0, "mean": [0.0] * n, "scale": [1.0] * n, **prior}
+    query = {"features": ["cos"], "weights": [1.0], "bias": 0.0, "mean": [0.0], "scale": [1.0]}
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps({"models": {"prior": model, "query": query}}))
+    with pytest.raises(ValueError, match=f"cannot read value models from .*bad.json.*{message}"):
+        LearnedValue.from_file(str(path))

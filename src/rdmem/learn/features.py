@@ -15,7 +15,10 @@ import numpy as np
 from ..features import _DATE, _NUMBER
 from ..scoring import Lexical, ScoringContext
 
-__all__ = ["PRIOR_FEATURES", "QUERY_FEATURES", "prior_matrix", "model_prior_matrix", "query_matrix", "message_body"]
+__all__ = [
+    "PRIOR_FEATURES", "QUERY_FEATURES", "prior_matrix", "model_prior_matrix", "check_prior_model", "query_matrix",
+    "message_body",
+]
 
 PRIOR_FEATURES = (
     "log_info",
@@ -114,10 +117,17 @@ def model_prior_matrix(model: object, ctx: ScoringContext, *, novelty: bool = Tr
     x = prior_matrix(ctx, novelty=novelty, salience=_direction(model))
     if features == PRIOR_FEATURES:
         return x
+    return x[:, check_prior_model(model)]
+
+
+def check_prior_model(model: object) -> list[int]:
+    """The columns of :func:`prior_matrix` that a prior ``model`` uses; a clear error if it cannot be served."""
+    features = tuple(model.features)  # type: ignore[attr-defined]
     unknown = [f for f in features if f not in PRIOR_FEATURES]
     if unknown:
         raise ValueError(f"value model uses unknown prior features {unknown}; known: {', '.join(PRIOR_FEATURES)}")
-    return x[:, [PRIOR_FEATURES.index(f) for f in features]]
+    _direction(model)
+    return [PRIOR_FEATURES.index(f) for f in features]
 
 
 def _direction(model: object) -> np.ndarray | None:
@@ -128,9 +138,15 @@ def _direction(model: object) -> np.ndarray | None:
     key = id(d)
     cached = _DIRECTIONS.get(key)
     if cached is None or cached[0] is not d:
+        try:
+            vec = np.asarray(d, dtype=np.float32)
+        except (TypeError, ValueError):
+            vec = np.zeros(0, dtype=np.float32)
+        if vec.ndim != 1 or not len(vec) or not np.isfinite(vec).all():
+            raise ValueError("value model's salience direction (meta['salience']) must be a non-empty list of numbers")
         if len(_DIRECTIONS) >= 64:
             _DIRECTIONS.clear()
-        cached = _DIRECTIONS[key] = (d, np.asarray(d, dtype=np.float32))
+        cached = _DIRECTIONS[key] = (d, vec)
     return cached[1]
 
 

@@ -34,12 +34,15 @@ class LearnedValue:
         """Models written by ``rdmem train --out PATH``."""
         import json
 
+        from ..learn.features import check_prior_model
         from ..learn.model import LogisticModel
 
         try:
             with open(path, encoding="utf-8") as fh:
                 data = json.load(fh)["models"]
-            return cls(prior=LogisticModel.from_dict(data["prior"]), query=LogisticModel.from_dict(data["query"]))
+            prior = LogisticModel.from_dict(data["prior"])
+            check_prior_model(prior)
+            return cls(prior=prior, query=LogisticModel.from_dict(data["query"]))
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise ValueError(f"cannot read value models from {path!r}: {exc}") from None
 
