@@ -291,13 +291,12 @@ class MemoryManager:
 
     def _restore_feedback(self, store: Store) -> None:
         """The session's last saved feedback shift, if its policy learns and it was saved for this model."""
-        value = getattr(self.policy, "value", None)
-        if value is None or not hasattr(value, "_models"):
+        prior = self._learned_prior()
+        if prior is None:
             return
         saved = [r[_FEEDBACK] for r in store.compaction_log(self.session) if _FEEDBACK in r]
         if not saved:
             return
-        prior = value._models()[0]
         if len(saved[-1]) != len(prior.weights_):
             warnings.warn(
                 f"rdmem: session {self.session!r} has feedback saved for another value model "
@@ -309,11 +308,15 @@ class MemoryManager:
         self._feedback_delta = np.asarray(saved[-1], dtype=np.float64)
         self._tuned_policy = None
 
-    def _base_value_model(self):  # type: ignore[no-untyped-def]
+    def _learned_prior(self):  # type: ignore[no-untyped-def]
+        """The prior value model of the policy, or ``None`` when the policy has no learned value model."""
         value = getattr(self.policy, "value", None)
-        if value is None or not hasattr(value, "_models"):
+        return value._models()[0] if value is not None and hasattr(value, "_models") else None
+
+    def _base_value_model(self):  # type: ignore[no-untyped-def]
+        prior = self._learned_prior()
+        if prior is None:
             raise ValueError(f"feedback needs a policy with a learned value model (rd); {self.policy.name!r} has none")
-        prior = value._models()[0]
         if self._feedback_delta is None or len(self._feedback_delta) != len(prior.weights_):
             self._feedback_delta = np.zeros(len(prior.weights_))
         return prior

@@ -16,8 +16,8 @@ from ..features import _DATE, _NUMBER
 from ..scoring import Lexical, ScoringContext
 
 __all__ = [
-    "PRIOR_FEATURES", "QUERY_FEATURES", "prior_matrix", "model_prior_matrix", "check_prior_model", "query_matrix",
-    "message_body",
+    "PRIOR_FEATURES", "QUERY_FEATURES", "prior_matrix", "model_prior_matrix", "check_prior_model", "salience_of",
+    "query_matrix", "message_body",
 ]
 
 PRIOR_FEATURES = (
@@ -103,8 +103,13 @@ def prior_matrix(ctx: ScoringContext, *, novelty: bool = True, salience: np.ndar
         np.fill_diagonal(sim, -1.0)
         x[:, 14] = 1.0 - sim.max(axis=1)
     if salience is not None and n and ctx.embeddings.shape[1] == len(salience):
-        x[:, _SALIENCE] = ctx.embeddings @ salience
+        x[:, _SALIENCE] = salience_of(ctx.embeddings, salience)
     return x
+
+
+def salience_of(embeddings: np.ndarray, direction: np.ndarray) -> np.ndarray:
+    """Each vector projected on the salience ``direction`` (float32, the same at training and serving)."""
+    return np.asarray(embeddings, dtype=np.float32) @ np.asarray(direction, dtype=np.float32)
 
 
 def model_prior_matrix(model: object, ctx: ScoringContext, *, novelty: bool = True) -> np.ndarray:
@@ -131,27 +136,17 @@ def check_prior_model(model: object) -> list[int]:
 
 
 def _direction(model: object) -> np.ndarray | None:
-    meta = getattr(model, "meta", None) or {}
-    d = meta.get("salience")
+    """The salience direction saved in a prior model's ``meta`` (``None`` without one)."""
+    d = (getattr(model, "meta", None) or {}).get("salience")
     if d is None:
         return None
-    key = id(d)
-    cached = _DIRECTIONS.get(key)
-    if cached is None or cached[0] is not d:
-        try:
-            vec = np.asarray(d, dtype=np.float32)
-        except (TypeError, ValueError):
-            vec = np.zeros(0, dtype=np.float32)
-        if vec.ndim != 1 or not len(vec) or not np.isfinite(vec).all():
-            raise ValueError("value model's salience direction (meta['salience']) must be a non-empty list of numbers")
-        if len(_DIRECTIONS) >= 64:
-            _DIRECTIONS.clear()
-        cached = _DIRECTIONS[key] = (d, vec)
-    return cached[1]
-
-
-# id(list in a model's meta) -> (that list, as float32): converted once, not on every call.
-_DIRECTIONS: dict[int, tuple[object, np.ndarray]] = {}
+    try:
+        vec = np.asarray(d, dtype=np.float32)
+    except (TypeError, ValueError):
+        vec = np.zeros(0, dtype=np.float32)
+    if vec.ndim != 1 or not len(vec) or not np.isfinite(vec).all():
+        raise ValueError("value model's salience direction (meta['salience']) must be a non-empty list of numbers")
+    return vec
 
 
 @lru_cache(maxsize=262_144)

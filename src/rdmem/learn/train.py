@@ -14,7 +14,7 @@ from ..eval.datasets import Conversation
 from ..scoring import ScoringContext
 from ..tokens import Tokenizer
 from ..units import encode_units
-from .features import PRIOR_FEATURES, QUERY_FEATURES, model_prior_matrix, prior_matrix, query_matrix
+from .features import PRIOR_FEATURES, QUERY_FEATURES, model_prior_matrix, prior_matrix, query_matrix, salience_of
 from .model import LogisticModel
 
 __all__ = ["training_rows", "fit_models", "save_models", "salience_direction", "with_salience", "SALIENCE_COMPONENTS"]
@@ -99,10 +99,10 @@ def salience_direction(
     only: 0.226 → 0.239 evidence recall at 2,000 tokens and 0.380 → 0.414
     at 4,000 (``benchmarks/loco_salience.py``).
     """
-    vecs = [np.asarray(r["e"], dtype=np.float64) for r in rows if len(r["e"])]
-    if not vecs or len({v.shape[1] for v in vecs}) != 1:
+    vecs = [np.asarray(r["e"], dtype=np.float64) for r in rows]
+    if len({v.shape[1] for v in vecs if len(v)}) != 1:
         return None
-    x = np.vstack(vecs)
+    x = np.vstack([v for v in vecs if len(v)])
     k = min(components, x.shape[0] - 1, x.shape[1])
     if k < 1:
         return None
@@ -111,7 +111,7 @@ def salience_direction(
     keep = [j for j in range(len(PRIOR_FEATURES)) if j != _SALIENCE]
     names = tuple(PRIOR_FEATURES[j] for j in keep) + tuple(f"pc{j}" for j in range(k))
     model = LogisticModel(names, l2=l2).fit(
-        np.vstack([np.hstack([r["xp"][:, keep], (np.asarray(r["e"], dtype=np.float64) - mean) @ basis]) for r in rows]),
+        np.vstack([np.hstack([r["xp"][:, keep], (v - mean) @ basis]) for r, v in zip(rows, vecs, strict=True)]),
         np.concatenate([r["yp"] for r in rows]),
     )
     assert model.weights_ is not None and model.scale_ is not None
@@ -122,7 +122,7 @@ def with_salience(row: dict[str, np.ndarray], direction: np.ndarray | None) -> n
     """``row["xp"]`` with its salience column filled in from ``direction`` (left 0 without one)."""
     xp = np.array(row["xp"], dtype=np.float64)
     if direction is not None and len(row["e"]):
-        xp[:, _SALIENCE] = np.asarray(row["e"], dtype=np.float32) @ direction.astype(np.float32)
+        xp[:, _SALIENCE] = salience_of(row["e"], direction)
     return xp
 
 

@@ -603,12 +603,13 @@ class SQLiteStore(ConnectionLifecycle):
                 cache = self._caches[session] = _SessionCache(version)
             rankings: list[list[int]] = []
             id_of: dict[int, str] = {}
-            dense = self._dense(session, cache) if query_embedding is not None else cache.dense
-            lexical = self._lexical(session, query, k, tier, cache.matches, dense)
+            if query_embedding is not None:
+                self._dense(session, cache)  # loaded first: the full-text ranking uses it too
+            lexical = self._lexical(session, query, k, tier, cache)
             rankings.append([uid for uid, _ in lexical])
             id_of.update(lexical)
-            if dense is not None and query_embedding is not None:
-                hits = dense.search(query_embedding, k, tier)
+            if cache.dense is not None and query_embedding is not None:
+                hits = cache.dense.search(query_embedding, k, tier)
                 rankings.append([uid for uid, _ in hits])
                 id_of.update(hits)
             result = [(id_of[uid], score) for uid, score in rank_fusion(rankings)[:k]]
@@ -619,7 +620,7 @@ class SQLiteStore(ConnectionLifecycle):
             return list(result)
 
     def _lexical(
-        self, session: str, query: str, k: int, tier: Tier | None, matches: dict[str, int], dense: _Dense | None = None
+        self, session: str, query: str, k: int, tier: Tier | None, cache: _SessionCache
     ) -> list[tuple[int, str]]:
         """BM25 (FTS5 ``bm25()``) over the session's units, ranking at most ``lexical_rows`` matches.
 
@@ -629,15 +630,15 @@ class SQLiteStore(ConnectionLifecycle):
         while their matches add up to at most ``lexical_rows`` (the rarest is
         always kept); the words left out are the ones that carry the least
         BM25 weight. If even the rarest word is that common, only its most
-        recent ``lexical_rows`` matches are ranked. ``matches`` memoises each
-        word's (capped) match count until the session is written to.
+        recent ``lexical_rows`` matches are ranked. ``cache.matches`` memoises
+        each word's (capped) match count until the session is written to.
 
-        With the session's ``dense`` cache at hand, ids and tiers come from it
+        With the session's matrix (``cache.dense``) loaded, ids and tiers come from it
         instead of a join with ``units`` (half the time): the full-text index
         alone ranks, over-fetching by the number of units of the other tier
         when that is small, so the result is the same.
         """
-        db = self._db
+        db, matches, dense = self._db, cache.matches, cache.dense
         fts = _fts_table(session)
         words = list(dict.fromkeys(w for t in query_terms(query) for w in _FTS_WORD.findall(t)))
         if not words:
