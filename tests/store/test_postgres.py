@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 
 import numpy as np
 import psycopg
@@ -113,3 +114,33 @@ def test_lexical_search_ranks_rare_words_first_on_large_sessions(pg_url, session
     assert hits and all(int(h[1:]) >= 150 for h in hits)
     store.delete_session(session_name)
     store.close()
+
+
+def test_search_fuses_both_rankings_run_on_two_connections_and_close_releases_both(pg_url, session_name):
+    """The HNSW query runs on a second connection beside the full-text one; both rankings reach the fusion."""
+    rng = np.random.default_rng(1)
+    vecs = rng.normal(size=(40, 16)).astype(np.float32)
+    vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+    store = PostgresStore(pg_url)
+    texts = [f"filler note {i}" for i in range(40)]
+    texts[3] = "the kayak trip on the lake"
+    store.append(session_name, [StoredUnit(f"u{i}", i, {"role": "user", "content": t}, 5, {}, vecs[i], "archive")
+                                for i, t in enumerate(texts)])
+    hits = [i for i, _ in store.search(session_name, "kayak", vecs[17], k=2, tier="archive")]
+    assert sorted(hits) == ["u17", "u3"]  # the lexical best (u3) and the dense best (u17)
+
+    def backends() -> int:
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            return conn.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            ).fetchone()[0]
+
+    before = backends()
+    store.delete_session(session_name)
+    store.close()
+    deadline = time.monotonic() + 5  # a backend leaves pg_stat_activity a moment after its client disconnects
+    while backends() > before - 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert backends() <= before - 2  # both of the store's connections are gone
+    with pytest.raises(StoreError, match="used after close"):
+        store.search(session_name, "kayak", vecs[17], k=2)

@@ -20,6 +20,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, TypeVar
 
 import numpy as np
@@ -144,7 +145,10 @@ class PostgresStore(ConnectionLifecycle):
         At most this many full-text matches are ranked per search.
 
     The role needs the right to ``CREATE EXTENSION vector`` the first time
-    (or an administrator creates it beforehand).
+    (or an administrator creates it beforehand). The first search with an
+    embedding opens a second connection: the HNSW query runs on it while the
+    full-text query runs on the first, so a search waits for the slower of
+    the two, not for both.
     """
 
     def __init__(
@@ -168,6 +172,8 @@ class PostgresStore(ConnectionLifecycle):
         self._ef_search: int | None = None
         self._where = self._describe()
         self._conn: Any = self._connect()
+        self._dense_conn: Any = None  # the second connection, for HNSW queries (opened on first use)
+        self._dense_pool: ThreadPoolExecutor | None = None
 
     # -- connecting ------------------------------------------------------------
     def _describe(self) -> str:
@@ -416,26 +422,15 @@ class PostgresStore(ConnectionLifecycle):
             if key in cache.results:
                 cache.results.move_to_end(key)
                 return list(cache.results[key])
-            id_of: dict[int, str] = {}
-            rankings = []
-            filt = "session = %s" + (" AND tier = %s" if tier is not None else "")
-            params: tuple[Any, ...] = (session, tier) if tier is not None else (session,)
-            hits = self._lexical(conn, session, query, k, tier)
-            rankings.append([h[0] for h in hits])
-            id_of.update(hits)
+            dense: Future[list[tuple[int, str]]] | None = None
             if qvec is not None and qvec.shape[0] in self._dims:
-                d = qvec.shape[0]
-                ef = min(max(k, 40), 1000)
-                if ef != self._ef_search:
-                    conn.execute(f"SET hnsw.ef_search = {ef}")
-                    self._ef_search = ef
-                hits = conn.execute(
-                    f"SELECT uid, id FROM rdmem_units WHERE {filt} AND dim = {d} "
-                    f"ORDER BY embedding::vector({d}) <=> %s::vector({d}) LIMIT %s",
-                    (*params, qvec, k),
-                ).fetchall()
-                rankings.append([h[0] for h in hits])
-                id_of.update(hits)
+                dense = self._dense_executor().submit(self._dense, session, qvec, k, tier)
+            try:
+                lexical = self._lexical(conn, session, query, k, tier)
+            finally:
+                hits = dense.result() if dense is not None else []  # never leave the second connection busy
+            id_of = dict(lexical) | dict(hits)
+            rankings = [[h[0] for h in lexical]] + ([[h[0] for h in hits]] if dense is not None else [])
             result = [(id_of[uid], score) for uid, score in rank_fusion(rankings)[:k]]
             if self.cache_size:
                 cache.results[key] = result
@@ -444,6 +439,41 @@ class PostgresStore(ConnectionLifecycle):
             return list(result)
 
         return self._run(run)
+
+    def _dense_executor(self) -> ThreadPoolExecutor:
+        if self._dense_pool is None:
+            self._dense_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rdmem-pg-dense")
+        return self._dense_pool
+
+    def _dense(self, session: str, qvec: np.ndarray, k: int, tier: Tier | None) -> list[tuple[int, str]]:
+        """HNSW cosine ranking of the session's units, on the second connection (in the executor's thread)."""
+        if self._dense_conn is None:
+            self._dense_conn = self._connect()
+        conn = self._dense_conn
+        d = qvec.shape[0]
+        ef = min(max(k, 40), 1000)
+        if ef != self._ef_search:
+            conn.execute(f"SET hnsw.ef_search = {ef}")
+            self._ef_search = ef
+        tier_filt = " AND tier = %s" if tier is not None else ""
+        return [
+            (int(uid), i)
+            for uid, i in conn.execute(
+                f"SELECT uid, id FROM rdmem_units WHERE session = %s{tier_filt} AND dim = {d} "
+                f"ORDER BY embedding::vector({d}) <=> %s::vector({d}) LIMIT %s",
+                (session, *((tier,) if tier is not None else ()), qvec, k),
+            ).fetchall()
+        ]
+
+    def close(self) -> None:
+        with self._lock:
+            if self._dense_pool is not None:
+                self._dense_pool.shutdown(wait=True)
+                self._dense_pool = None
+            if self._dense_conn is not None:
+                self._dense_conn.close()
+                self._dense_conn = None
+        super().close()
 
     def _lexical(self, conn: Any, session: str, query: str, k: int, tier: Tier | None) -> list[tuple[int, str]]:
         """``ts_rank`` full-text ranking of the session's units, over at most ``lexical_rows`` matches.
@@ -470,25 +500,25 @@ class PostgresStore(ConnectionLifecycle):
         if not kept:
             return []
         tsq = " or ".join(kept)
-        filt = "session = %s" + (" AND tier = %s" if tier is not None else "")
-        params: tuple[Any, ...] = (session, tier) if tier is not None else (session,)
-        since = ""
-        if total > cap:
-            row = conn.execute(
-                f"SELECT uid FROM rdmem_units WHERE session = %s AND tsv @@ websearch_to_tsquery('{_TS_CONFIG}', %s) "
-                "ORDER BY uid DESC OFFSET %s LIMIT 1",
-                (session, tsq, cap - 1),
-            ).fetchone()
-            if row is not None:
-                since, params = " AND uid >= %s", (*params, row[0])
-        return [
-            (int(uid), i)
-            for uid, i in conn.execute(
+        tier_filt = " AND tier = %s" if tier is not None else ""
+        tier_param: tuple[Any, ...] = (tier,) if tier is not None else ()
+        if total <= cap:
+            sql = (
                 f"SELECT uid, id FROM rdmem_units, websearch_to_tsquery('{_TS_CONFIG}', %s) q "
-                f"WHERE {filt}{since} AND tsv @@ q ORDER BY ts_rank(tsv, q) DESC, uid LIMIT %s",
-                (tsq, *params, k),
-            ).fetchall()
-        ]
+                f"WHERE session = %s{tier_filt} AND tsv @@ q ORDER BY ts_rank(tsv, q) DESC, uid LIMIT %s"
+            )
+            params: tuple[Any, ...] = (tsq, session, *tier_param, k)
+        else:
+            # Even the rarest word is common: rank its ``cap`` most recent matches (of any tier, as the
+            # SQLite store does), in one statement.
+            sql = (
+                f"SELECT uid, id FROM (SELECT uid, id, tier, tsv FROM rdmem_units, "
+                f"websearch_to_tsquery('{_TS_CONFIG}', %s) q WHERE session = %s AND tsv @@ q "
+                f"ORDER BY uid DESC LIMIT %s) m, websearch_to_tsquery('{_TS_CONFIG}', %s) q "
+                f"WHERE true{tier_filt} ORDER BY ts_rank(m.tsv, q) DESC, uid LIMIT %s"
+            )
+            params = (tsq, session, cap, tsq, *tier_param, k)
+        return [(int(uid), i) for uid, i in conn.execute(sql, params).fetchall()]
 
     def sessions(self) -> list[SessionInfo]:
         rows = self._run(
