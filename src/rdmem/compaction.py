@@ -200,10 +200,16 @@ class Problem:
             return np.array([int(b[0]) for b in self.blocks], dtype=np.int64)
         return None
 
-    def block_costs(self) -> np.ndarray:
+    @cached_property
+    def _block_costs(self) -> np.ndarray:
+        tokens = self.ctx.token_costs.astype(np.int64)
         if self._single_units is not None:
-            return np.array([u.tokens for u in self.units], dtype=np.int64)[self._single_units]
-        return np.array([sum(self.units[i].tokens for i in b) for b in self.blocks], dtype=np.int64)
+            return tokens[self._single_units]
+        return np.array([int(tokens[b].sum()) for b in self.blocks], dtype=np.int64)
+
+    def block_costs(self) -> np.ndarray:
+        """Tokens of each block, verbatim (a new array: callers may change it)."""
+        return self._block_costs.copy()
 
     def block_values(self, values: np.ndarray) -> np.ndarray:
         if self._single_units is not None:
@@ -290,11 +296,11 @@ def _gap_sizes(kept: np.ndarray, hidden: np.ndarray, open_: np.ndarray) -> list[
     return gaps
 
 
-def _complete_groups(units: Sequence[MemoryUnit]) -> tuple[list[np.ndarray], dict[int, str]]:
-    """Blocks of non-pinned units that can be emitted, and reasons for those that cannot."""
+def _complete_groups(units: Sequence[MemoryUnit], open_: np.ndarray) -> tuple[list[np.ndarray], dict[int, str]]:
+    """Blocks of non-pinned units (flagged in ``open_``) that can be emitted, and reasons for those that cannot."""
     if all(u.role != "tool" and not u.message.get("tool_calls") for u in units):
         # No tool calls: every message is a block of its own.
-        return list(np.flatnonzero([not u.pinned for u in units]).reshape(-1, 1)), {}
+        return list(np.flatnonzero(open_).reshape(-1, 1)), {}
     by_group: dict[int, list[int]] = {}
     for pos, u in enumerate(units):
         if not u.pinned:
@@ -417,10 +423,11 @@ def compact_units(
             c = marker_memo[gap] = _marker_cost(tok, gap)
         return c
 
-    open_base = np.array([not u.pinned for u in units], dtype=bool)
+    open_base = np.fromiter((not u.pinned for u in units), dtype=bool, count=len(units))
     pinned = np.flatnonzero(~open_base).tolist()
-    hidden_arr = np.asarray(hidden_before(units), dtype=np.int64)
-    blocks, bad = _complete_groups(units)
+    hidden = hidden_before(units)
+    hidden_arr = np.asarray(hidden, dtype=np.int64)
+    blocks, bad = _complete_groups(units, open_base)
     cand_arr = np.sort(np.concatenate(blocks)) if blocks else np.zeros(0, dtype=np.int64)
     cand_pos = cand_arr.tolist()
     cand = [units[p] for p in cand_pos]
@@ -575,7 +582,9 @@ def compact_units(
         for i in local_blocks[b]:
             contents[cand_pos[int(i)]] = plan.contents.get(int(i))
     summarized_global = {cand_pos[i] for i in summarized} if summary_text else set()
-    messages = render(list(units), contents, summary=summary_text, summarized=summarized_global, markers=markers)
+    messages = render(
+        list(units), contents, summary=summary_text, summarized=summarized_global, markers=markers, hidden=hidden
+    )
     n_tokens = tok.messages_tokens(messages)
     if n_tokens > budget:  # pragma: no cover - a bug, never user error
         raise RuntimeError(f"internal error: rendered {n_tokens} tokens for a budget of {budget}")

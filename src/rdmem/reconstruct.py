@@ -6,6 +6,8 @@ import re
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
+import numpy as np
+
 from .units import MemoryUnit
 
 __all__ = [
@@ -50,11 +52,8 @@ def hidden_before(units: Sequence[MemoryUnit]) -> list[int]:
     Units carry their position in the whole history (``index``), so a jump in
     indices is a span that left the context earlier.
     """
-    out, prev = [], -1
-    for u in units:
-        out.append(max(u.index - prev - 1, 0))
-        prev = u.index
-    return out
+    index = np.fromiter((u.index for u in units), dtype=np.int64, count=len(units))
+    return np.maximum(np.diff(index, prepend=-1) - 1, 0).tolist()
 
 
 def render(
@@ -64,6 +63,7 @@ def render(
     summary: str | None = None,
     summarized: Collection[int] = (),
     markers: bool = True,
+    hidden: Sequence[int] | None = None,
 ) -> list[dict[str, Any]]:
     """Messages for the chosen units, chronological, pinned system messages first.
 
@@ -72,12 +72,14 @@ def render(
     ``contents`` are left out; each maximal run of them becomes one elision
     marker when ``markers`` is true, except positions in ``summarized``, which
     the summary stands for. The summary goes right after the pinned system
-    messages.
+    messages. ``hidden`` is :func:`hidden_before` of ``units``, if the caller
+    has it already.
     """
     head: list[dict[str, Any]] = []
     body: list[dict[str, Any]] = []
     gap = 0
-    hidden = hidden_before(units)
+    if hidden is None:
+        hidden = hidden_before(units)
     for pos, u in enumerate(units):
         gap += hidden[pos]
         if pos not in contents:
