@@ -77,6 +77,19 @@ def test_question_answer_pairs(cl100k):
     assert find_links(units) == [(1, 0, "answer"), (4, 3, "answer")]
 
 
+def test_links_of_the_kinds_asked_for_only(cl100k):
+    units = _units(cl100k, [
+        ("user", "I like apples. Do you?"),
+        ("assistant", "Yes, red ones."),
+        ("user", "But not green apples."),
+    ])
+    assert find_links(units) == [(1, 0, "answer"), (2, 0, "correction")]
+    assert find_links(units, kinds=("correction",)) == [(2, 0, "correction")]
+    assert find_links(units, kinds=("answer",)) == [(1, 0, "answer")]
+    with pytest.raises(ValueError, match="kinds must be link kinds"):
+        find_links(units, kinds="correction")
+
+
 def test_answer_link_skips_tool_traffic(cl100k):
     call = {"id": "c1", "type": "function", "function": {"name": "weather", "arguments": json.dumps({"city": "Rome"})}}
     units = _units(cl100k, [

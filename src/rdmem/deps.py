@@ -20,7 +20,7 @@ Link kinds:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 
 import numpy as np
 
@@ -40,15 +40,24 @@ def _speaker(unit: MemoryUnit) -> tuple[str, str]:
 
 
 def _check_embeddings(embeddings: object, n: int) -> np.ndarray | None:
+    """``embeddings`` as an array, checked (one finite row per unit); rows are normalised where used."""
     if embeddings is None:
         return None
-    e = np.asarray(embeddings, dtype=np.float64)
+    e = np.asarray(embeddings)
+    if e.dtype.kind not in "fiu":
+        e = np.asarray(e, dtype=np.float64)
     if e.ndim != 2 or e.shape[0] != n:
         raise ValueError(f"embeddings must be an (n, d) array with one row per unit (n = {n}), got shape {e.shape}")
     if not np.isfinite(e).all():
         raise ValueError("embeddings must be finite")
-    norms = np.linalg.norm(e, axis=1, keepdims=True)
-    return e / np.where(norms > 0, norms, 1.0)
+    return e
+
+
+def _unit_rows(e: np.ndarray, rows: list[int]) -> np.ndarray:
+    """Rows of ``e`` scaled to length 1 (zero rows stay zero), in float64."""
+    x = np.asarray(e[rows], dtype=np.float64)
+    norms = np.linalg.norm(x, axis=1, keepdims=True)
+    return x / np.where(norms > 0, norms, 1.0)
 
 
 def find_links(
@@ -57,6 +66,7 @@ def find_links(
     *,
     window: int = 10,
     same_speaker_bonus: float = 0.1,
+    kinds: Collection[str] = LINK_KINDS,
 ) -> list[tuple[int, int, str]]:
     """Links ``(dependent position, target position, kind)`` among ``units``, sorted.
 
@@ -73,6 +83,8 @@ def find_links(
         Added to the similarity of candidates from the same speaker (role and
         name): people mostly correct themselves. With word overlap as the
         similarity it is scaled to words (a bonus of 0.1 is worth half a word).
+    kinds:
+        The link kinds to look for (default: all of :data:`LINK_KINDS`).
 
     When no candidate shares anything with the correction ("Actually, make it
     Tuesday." after "Let's meet Monday."), the nearest earlier unit of the
@@ -90,11 +102,13 @@ def find_links(
         raise ValueError(f"window must be an int >= 1 (units), got {window!r}")
     if isinstance(same_speaker_bonus, bool) or not isinstance(same_speaker_bonus, (int, float)) or same_speaker_bonus < 0:
         raise ValueError(f"same_speaker_bonus must be a number >= 0, got {same_speaker_bonus!r}")
+    if isinstance(kinds, str) or any(k not in LINK_KINDS for k in kinds):
+        raise ValueError(f"kinds must be link kinds from {LINK_KINDS}, got {kinds!r}")
     n = len(units)
     emb = _check_embeddings(embeddings, n)
     words: list[frozenset[str]] | None = None
     links: list[tuple[int, int, str]] = []
-    for i, u in enumerate(units):
+    for i, u in enumerate(units if "correction" in kinds else ()):
         if not u.features.correction or i == 0:
             continue
         cands = [j for j in range(max(0, i - window), i) if units[j].text.strip() and units[j].role != "tool"]
@@ -103,7 +117,8 @@ def find_links(
         me = _speaker(u)
         same = np.array([_speaker(units[j]) == me for j in cands], dtype=bool)
         if emb is not None:
-            sim = emb[cands] @ emb[i]
+            rows = _unit_rows(emb, [*cands, i])
+            sim = rows[:-1] @ rows[-1]
             score = sim + same_speaker_bonus * same
             informative = True
         else:
@@ -122,7 +137,7 @@ def find_links(
         else:
             target = cands[-1]
         links.append((i, target, "correction"))
-    for i, u in enumerate(units):
+    for i, u in enumerate(units if "answer" in kinds else ()):
         if not u.features.question or u.role not in _PARTIES:
             continue
         reply = _next_reply(units, i)

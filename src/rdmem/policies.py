@@ -234,7 +234,7 @@ class RDPolicy:
                                  and not any(u.features.correction for u in units)):
             return None
         embeddings = problem.ctx.embeddings if self.value.needs_embeddings else None
-        links = [link for link in find_links(units, embeddings) if link[2] in self.together]
+        links = find_links(units, embeddings, kinds=self.together)
         if not links:
             return None
         block_of = {int(i): b for b, block in enumerate(problem.blocks) for i in block}
@@ -264,6 +264,9 @@ class RDPolicy:
         parts["recency"] = values - p - np.where(protected, values - p, 0.0)
         block_values, block_costs = problem.block_values(values), problem.block_costs()
         merged = self._dependency_groups(problem)
+        # Blocks with a span that cannot come back right before them, and blocks holding a protected unit.
+        forced = problem.gap_before if problem.gap_before is not None else np.zeros(len(block_costs), bool)
+        protected_blocks = problem.block_values(protected.astype(np.float64)) > 0
         reasons = {int(i): "protected (" + self.mode + " mode)" for i in np.flatnonzero(protected)}
         if self.ladder:
             groups = merged if merged is not None else [np.array([b]) for b in range(len(block_values))]
@@ -274,13 +277,13 @@ class RDPolicy:
             if problem.marker_tokens:
                 # Each group sits where its first block does; the marker count is then an estimate
                 # for groups that are not contiguous, and the engine's repair makes it exact.
-                forced = problem.gap_before if problem.gap_before is not None else np.zeros(len(block_costs), bool)
                 firsts = [int(g[0]) for g in merged]
                 lasts = [int(g[-1]) for g in merged]
                 gap_before = np.array(
                     [bool(forced[f]) or (k > 0 and f > lasts[k - 1] + 1) for k, f in enumerate(firsts)]
                 )
-                picked = _quantized_gap_knapsack(gv, gc, problem, gap_before)
+                always = _group_totals(merged, protected_blocks.astype(np.float64), block_costs)[0] > 0
+                picked = _marker_aware(gv, gc, problem, forced=gap_before, always=always)
             else:
                 picked = get_selector("knapsack")(gv, gc, problem.budget)
             chosen = np.sort(np.concatenate([merged[k] for k in picked])) if len(picked) else np.zeros(0, int)
@@ -296,7 +299,7 @@ class RDPolicy:
             )
         if problem.marker_tokens and len(block_costs) * (problem.budget + 1) <= _GAP_DP_CELLS:
             # Elision markers are rate too: choose knowing each skipped run costs one.
-            chosen = _marker_aware(block_values, block_costs, problem, protected_blocks=protected)
+            chosen = _marker_aware(block_values, block_costs, problem, forced=forced, always=protected_blocks)
         else:
             budget = max(problem.budget - problem.marker_tokens, 0)
             chosen = get_selector("knapsack")(block_values, block_costs, budget)
@@ -391,20 +394,24 @@ def _gist(text: str, tok: Tokenizer) -> str:
     return one_line(text, tokenizer=tok, max_tokens=max(20, tok.count(split_prefix(text)[0]) + 12))
 
 
-def _marker_aware(values: np.ndarray, costs: np.ndarray, problem: Problem, *, protected_blocks: np.ndarray) -> np.ndarray:
-    """:func:`gap_knapsack` over the most valuable blocks (the rest become forced gaps).
+def _marker_aware(
+    values: np.ndarray, costs: np.ndarray, problem: Problem, *, forced: np.ndarray, always: np.ndarray
+) -> np.ndarray:
+    """:func:`gap_knapsack` over the most valuable items (the rest become forced gaps).
 
-    Blocks far down the value order are almost never worth their tokens; leaving
-    them out of the dynamic programme keeps it fast on large candidate sets.
+    Items are blocks, or groups of blocks that travel together, in order;
+    ``forced`` flags those with a span that cannot come back right before
+    them, ``always`` those that are never left out of the programme
+    (protected). Items far down the value order are almost never worth their
+    tokens; leaving them out of the dynamic programme keeps it fast on large
+    candidate sets (the engine's fill still offers them what is left).
     """
     n = len(values)
-    forced = problem.gap_before if problem.gap_before is not None else np.zeros(n, dtype=bool)
-    prot = problem.block_values(protected_blocks.astype(np.float64)) > 0
     if n > _GAP_DP_MAX_BLOCKS:
         order = np.lexsort((-np.arange(n), -values))
         keep = np.zeros(n, dtype=bool)
         keep[order[:_GAP_DP_MAX_BLOCKS]] = True
-        keep |= prot
+        keep |= always
     else:
         keep = np.ones(n, dtype=bool)
     idx = np.flatnonzero(keep)
