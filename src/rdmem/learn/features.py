@@ -149,22 +149,26 @@ def _direction(model: object) -> np.ndarray | None:
     return vec
 
 
-@lru_cache(maxsize=262_144)
 def _static_prior(
     text: str, role: str, entities: int, directive: bool, first_person: bool, event: bool
 ) -> tuple[float, ...]:
-    """The prior features that depend on the text alone (cached: texts recur across calls)."""
+    """The prior features that depend on the unit alone (columns ``entities`` to ``exclaim``)."""
+    number, date, question, greeting, exclaim = _body_flags(text)
+    return (
+        entities, number, date, directive, role == "user", role == "tool", question, first_person, event, greeting,
+        exclaim,
+    )
+
+
+@lru_cache(maxsize=262_144)
+def _body_flags(text: str) -> tuple[bool, bool, bool, bool, float]:
+    """Number, date, question mark, greeting, "!" per word of the text without its label (cached: texts
+    recur across calls, under any role)."""
     body = message_body(text)
     return (
-        entities,
         bool(_NUMBER.search(body)),
         bool(_DATE.search(body)),
-        directive,
-        role == "user",
-        role == "tool",
         "?" in body,
-        first_person,
-        event,
         bool(_GREETING.match(body)),
         body.count("!") / max(len(body.split()), 1),
     )
@@ -223,7 +227,7 @@ def query_matrix(ctx: ScoringContext, prior_logit: np.ndarray) -> np.ndarray:
         x[:, 7] = sum(np.fromiter((e in low for low in lows), dtype=np.float64, count=n) for e in ents) / len(ents)
         x[:, 12] = np.fromiter((_speaker_of(u) in ents for u in ctx.units), dtype=bool, count=n)
     if _WHEN.search(ctx.query):
-        x[:, 8] = [_static_prior(u.text, u.role, 0, False, False, False)[2] for u in ctx.units]
+        x[:, 8] = [_body_flags(u.text)[1] for u in ctx.units]
     x[:, 10] = np.log1p(ctx.token_costs)
     x[:, 0] = cos
     x[:, 1] = cos_z
