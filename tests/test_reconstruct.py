@@ -60,6 +60,15 @@ def test_replaced_content_and_pinned_order():
                    {"role": "user", "content": "u4 (cut)"}]
 
 
+def test_sources_name_the_unit_behind_each_message():
+    history = HISTORY + [{"role": "system", "content": "late rule"}]
+    sources: list = []
+    out = render(units_of(history), {0: None, 6: None, 2: None, 5: None}, summary="s", summarized={1}, sources=sources)
+    assert [m["content"] for m in out] == ["sys", "late rule", summary_message("s", 1)["content"], "a1",
+                                           elision_marker(2)["content"], "u4"]
+    assert sources == [0, 6, None, 2, None, 5]
+
+
 def test_units_archived_earlier_count_in_the_next_marker():
     units = units_of(HISTORY)
     later = [units[0], units[4], units[5]]  # units 1-3 left in an earlier compaction

@@ -582,10 +582,17 @@ def compact_units(
         for i in local_blocks[b]:
             contents[cand_pos[int(i)]] = plan.contents.get(int(i))
     summarized_global = {cand_pos[i] for i in summarized} if summary_text else set()
+    sources: list[int | None] = []
     messages = render(
-        list(units), contents, summary=summary_text, summarized=summarized_global, markers=markers, hidden=hidden
+        list(units), contents, summary=summary_text, summarized=summarized_global, markers=markers, hidden=hidden,
+        sources=sources,
     )
-    n_tokens = tok.messages_tokens(messages)
+    # A message sent verbatim costs what its unit was counted at; markers, the summary and cut or
+    # compressed contents are counted as rendered.
+    n_tokens = sum(
+        units[p].tokens if p is not None and contents[p] is None else tok.message_tokens(m)
+        for m, p in zip(messages, sources, strict=True)
+    )
     if n_tokens > budget:  # pragma: no cover - a bug, never user error
         raise RuntimeError(f"internal error: rendered {n_tokens} tokens for a budget of {budget}")
 

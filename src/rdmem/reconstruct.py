@@ -64,6 +64,7 @@ def render(
     summarized: Collection[int] = (),
     markers: bool = True,
     hidden: Sequence[int] | None = None,
+    sources: list[int | None] | None = None,
 ) -> list[dict[str, Any]]:
     """Messages for the chosen units, chronological, pinned system messages first.
 
@@ -73,10 +74,14 @@ def render(
     marker when ``markers`` is true, except positions in ``summarized``, which
     the summary stands for. The summary goes right after the pinned system
     messages. ``hidden`` is :func:`hidden_before` of ``units``, if the caller
-    has it already.
+    has it already. A ``sources`` list is filled with where each returned
+    message comes from: its unit's position, or ``None`` for a marker or the
+    summary.
     """
     head: list[dict[str, Any]] = []
     body: list[dict[str, Any]] = []
+    head_src: list[int | None] = []
+    body_src: list[int | None] = []
     gap = 0
     if hidden is None:
         hidden = hidden_before(units)
@@ -91,15 +96,22 @@ def render(
             msg["content"] = contents[pos]
         if u.pinned:
             head.append(msg)
+            head_src.append(pos)
             continue
         if gap and markers:
             body.append(elision_marker(gap))
+            body_src.append(None)
         gap = 0
         body.append(msg)
+        body_src.append(pos)
     if gap and markers and body:
         body.append(elision_marker(gap))
+        body_src.append(None)
     if summary:
         head.append(summary_message(summary, len(summarized)))
+        head_src.append(None)
+    if sources is not None:
+        sources[:] = head_src + body_src
     return head + body
 
 
