@@ -8,7 +8,7 @@ import warnings
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import cached_property, lru_cache
+from functools import cached_property
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
@@ -234,9 +234,22 @@ class Plan:
     together: list[list[int]] = field(default_factory=list)
 
 
-@lru_cache(maxsize=1 << 16)
 def _marker_cost(tokenizer: Tokenizer, n: int) -> int:
     return tokenizer.message_tokens(elision_marker(n))
+
+
+#: Per tokenizer, the tokens of the marker for each gap size seen (a gap is any count of messages up
+#: to the history's length, so compactions keep meeting new ones; the table is shared between calls).
+_MARKER_TABLES: dict[Tokenizer, dict[int, int]] = {}
+
+
+def _marker_table(tokenizer: Tokenizer) -> dict[int, int]:
+    table = _MARKER_TABLES.get(tokenizer)
+    if table is None or len(table) > 1 << 17:
+        if len(_MARKER_TABLES) >= 16:
+            _MARKER_TABLES.clear()
+        table = _MARKER_TABLES[tokenizer] = {}
+    return table
 
 
 def _truncation_suffix(shown: int, total: int) -> str:
@@ -412,7 +425,7 @@ def compact_units(
     """Fit already-encoded units to ``budget`` tokens with ``policy`` (see :func:`compact`)."""
     tok = tokenizer
     notes: list[str] = []
-    marker_memo: dict[int, int] = {}
+    marker_memo = _marker_table(tok)
 
     def marker(gap: int) -> int:
         """Tokens of the elision marker for ``gap`` left-out messages (0 for none, or without markers)."""
@@ -460,7 +473,7 @@ def compact_units(
 
     ctx = ScoringContext(cand, query=query, embedder=embedder, now=now, doc_freq=doc_freq)
     problem = Problem(
-        cand, local_blocks, avail, ctx, tok, _marker_cost(tok, 10) if markers else 0, _forced_gaps(hidden_arr, open_base, blocks)
+        cand, local_blocks, avail, ctx, tok, marker(10), _forced_gaps(hidden_arr, open_base, blocks)
     )
     plan = policy.plan(problem) if cand else Plan(chosen=[], scores=np.zeros(0))
     def fits_whole() -> bool:
