@@ -20,7 +20,6 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, TypeVar
 
 import numpy as np
@@ -145,10 +144,7 @@ class PostgresStore(ConnectionLifecycle):
         At most this many full-text matches are ranked per search.
 
     The role needs the right to ``CREATE EXTENSION vector`` the first time
-    (or an administrator creates it beforehand). The first search with an
-    embedding opens a second connection: the HNSW query runs on it while the
-    full-text query runs on the first, so a search waits for the slower of
-    the two, not for both.
+    (or an administrator creates it beforehand).
     """
 
     def __init__(
@@ -172,8 +168,6 @@ class PostgresStore(ConnectionLifecycle):
         self._ef_search: int | None = None
         self._where = self._describe()
         self._conn: Any = self._connect()
-        self._dense_conn: Any = None  # the second connection, for HNSW queries (opened on first use)
-        self._dense_pool: ThreadPoolExecutor | None = None
 
     # -- connecting ------------------------------------------------------------
     def _describe(self) -> str:
@@ -422,15 +416,13 @@ class PostgresStore(ConnectionLifecycle):
             if key in cache.results:
                 cache.results.move_to_end(key)
                 return list(cache.results[key])
-            dense: Future[list[tuple[int, str]]] | None = None
+            lexical = self._lexical(conn, session, query, k, tier)
+            rankings = [[h[0] for h in lexical]]
+            id_of = dict(lexical)
             if qvec is not None and qvec.shape[0] in self._dims:
-                dense = self._dense_executor().submit(self._dense, session, qvec, k, tier)
-            try:
-                lexical = self._lexical(conn, session, query, k, tier)
-            finally:
-                hits = dense.result() if dense is not None else []  # never leave the second connection busy
-            id_of = dict(lexical) | dict(hits)
-            rankings = [[h[0] for h in lexical]] + ([[h[0] for h in hits]] if dense is not None else [])
+                hits = self._dense(conn, session, qvec, k, tier)
+                rankings.append([h[0] for h in hits])
+                id_of.update(hits)
             result = [(id_of[uid], score) for uid, score in rank_fusion(rankings)[:k]]
             if self.cache_size:
                 cache.results[key] = result
@@ -440,16 +432,8 @@ class PostgresStore(ConnectionLifecycle):
 
         return self._run(run)
 
-    def _dense_executor(self) -> ThreadPoolExecutor:
-        if self._dense_pool is None:
-            self._dense_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rdmem-pg-dense")
-        return self._dense_pool
-
-    def _dense(self, session: str, qvec: np.ndarray, k: int, tier: Tier | None) -> list[tuple[int, str]]:
-        """HNSW cosine ranking of the session's units, on the second connection (in the executor's thread)."""
-        if self._dense_conn is None:
-            self._dense_conn = self._connect()
-        conn = self._dense_conn
+    def _dense(self, conn: Any, session: str, qvec: np.ndarray, k: int, tier: Tier | None) -> list[tuple[int, str]]:
+        """HNSW cosine ranking of the session's units."""
         d = qvec.shape[0]
         ef = min(max(k, 40), 1000)
         if ef != self._ef_search:
@@ -464,16 +448,6 @@ class PostgresStore(ConnectionLifecycle):
                 (session, *((tier,) if tier is not None else ()), qvec, k),
             ).fetchall()
         ]
-
-    def close(self) -> None:
-        with self._lock:
-            if self._dense_pool is not None:
-                self._dense_pool.shutdown(wait=True)
-                self._dense_pool = None
-            if self._dense_conn is not None:
-                self._dense_conn.close()
-                self._dense_conn = None
-        super().close()
 
     def _lexical(self, conn: Any, session: str, query: str, k: int, tier: Tier | None) -> list[tuple[int, str]]:
         """``ts_rank`` full-text ranking of the session's units, over at most ``lexical_rows`` matches.
