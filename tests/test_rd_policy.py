@@ -45,6 +45,21 @@ def test_query_brings_the_relevant_message() -> None:
     assert "job" in result.kept_ids
 
 
+def test_qa_mode_values_directives_and_the_agent_modes_protect_them() -> None:
+    """qa weighs an instruction by the learned model (the pattern also fires on advice between people, so a
+    hard guarantee would crowd out the facts a question needs); task mode never drops it."""
+    chat = [{"id": f"c{i}", "role": "user" if i % 2 == 0 else "assistant", "content": CHAT[i % len(CHAT)]}
+            for i in range(12)]
+    msgs = [{"id": "rule", "role": "user", "content": "Make sure you water the plants every morning."}, *chat[:6],
+            {"id": "fact", "role": "user", "content": "My sister Ana moved to Lisbon in March 2021."}, *chat[6:],
+            {"id": "now", "role": "user", "content": "ok"}]
+    qa = compact(msgs, budget=45, policy="rd", query="Where did Ana move to?")
+    assert {"fact", "now"} <= set(qa.kept_ids) and "rule" not in qa.kept_ids
+    task = compact(msgs, budget=45, policy="rd-task", query="Where did Ana move to?")
+    assert "rule" in task.kept_ids
+    assert {d.id: d.reason for d in task.report}["rule"] == "protected (task mode)"
+
+
 def test_task_mode_protects_goal_plan_and_state() -> None:
     msgs = [
         {"id": "goal", "role": "user", "content": "Goal: migrate the billing service from MySQL to PostgreSQL."},
