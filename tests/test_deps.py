@@ -86,8 +86,9 @@ def test_links_of_the_kinds_asked_for_only(cl100k):
     assert find_links(units) == [(1, 0, "answer"), (2, 0, "correction")]
     assert find_links(units, kinds=("correction",)) == [(2, 0, "correction")]
     assert find_links(units, kinds=("answer",)) == [(1, 0, "answer")]
-    with pytest.raises(ValueError, match="kinds must be link kinds"):
-        find_links(units, kinds="correction")
+    for bad in ("correction", ("typo",), 3):
+        with pytest.raises(ValueError, match="kinds must be link kinds"):
+            find_links(units, kinds=bad)
 
 
 def test_answer_link_skips_tool_traffic(cl100k):

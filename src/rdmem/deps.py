@@ -102,7 +102,7 @@ def find_links(
         raise ValueError(f"window must be an int >= 1 (units), got {window!r}")
     if isinstance(same_speaker_bonus, bool) or not isinstance(same_speaker_bonus, (int, float)) or same_speaker_bonus < 0:
         raise ValueError(f"same_speaker_bonus must be a number >= 0, got {same_speaker_bonus!r}")
-    if isinstance(kinds, str) or any(k not in LINK_KINDS for k in kinds):
+    if isinstance(kinds, str) or not isinstance(kinds, Collection) or any(k not in LINK_KINDS for k in kinds):
         raise ValueError(f"kinds must be link kinds from {LINK_KINDS}, got {kinds!r}")
     n = len(units)
     emb = _check_embeddings(embeddings, n)
