@@ -45,19 +45,29 @@ def test_query_brings_the_relevant_message() -> None:
     assert "job" in result.kept_ids
 
 
-def test_qa_mode_values_directives_and_the_agent_modes_protect_them() -> None:
-    """qa weighs an instruction by the learned model (the pattern also fires on advice between people, so a
-    hard guarantee would crowd out the facts a question needs); task mode never drops it."""
-    chat = [{"id": f"c{i}", "role": "user" if i % 2 == 0 else "assistant", "content": CHAT[i % len(CHAT)]}
-            for i in range(12)]
-    msgs = [{"id": "rule", "role": "user", "content": "Make sure you water the plants every morning."}, *chat[:6],
-            {"id": "fact", "role": "user", "content": "My sister Ana moved to Lisbon in March 2021."}, *chat[6:],
-            {"id": "now", "role": "user", "content": "ok"}]
-    qa = compact(msgs, budget=45, policy="rd", query="Where did Ana move to?")
-    assert {"fact", "now"} <= set(qa.kept_ids) and "rule" not in qa.kept_ids
-    task = compact(msgs, budget=45, policy="rd-task", query="Where did Ana move to?")
-    assert "rule" in task.kept_ids
-    assert {d.id: d.reason for d in task.report}["rule"] == "protected (task mode)"
+def test_instructions_are_protected_but_advice_in_a_chat_transcript_is_not() -> None:
+    """An instruction to the model is kept before anything else; the same words in a timestamped,
+    speaker-labelled transcript line are people talking to each other, weighed by the value model only
+    (protecting them crowded out the facts a question needs)."""
+    def history(label: bool) -> list[dict]:
+        def text(i: int, t: str) -> str:
+            return f"[9:{10 + i:02d} am on 2 May, 2023] {('Jon', 'Gina')[i % 2]}: {t}" if label else t
+
+        chat = [{"id": f"c{i}", "role": ("user", "assistant")[i % 2], "content": text(i + 1, CHAT[i % len(CHAT)])}
+                for i in range(12)]
+        rule = {"id": "rule", "role": "user", "content": text(0, "Make sure you water the plants every morning.")}
+        fact = {"id": "fact", "role": "user", "content": text(7, "My sister Ana moved to Lisbon in March 2021.")}
+        return [chat[0], rule, *chat[1:6], fact, *chat[6:], {"id": "now", "role": "user", "content": text(20, "ok")}]
+
+    question = "Where did Ana move to?"
+    for policy in ("rd", "rd-task"):
+        told = compact(history(label=False), budget=45, policy=policy, query=question)
+        assert "rule" in told.kept_ids
+        assert {d.id: d.reason for d in told.report}["rule"] == f"protected ({policy[3:] or 'qa'} mode)"
+        quoted = compact(history(label=True), budget=90, policy=policy, query=question)
+        assert {d.id: d.reason for d in quoted.report}["rule"] == ""
+    quoted = compact(history(label=True), budget=90, policy="rd", query=question)
+    assert {"fact", "now"} <= set(quoted.kept_ids) and "rule" not in quoted.kept_ids
 
 
 def test_task_mode_protects_goal_plan_and_state() -> None:

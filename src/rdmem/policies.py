@@ -137,10 +137,14 @@ class TaskMode:
 
     ``protect`` names unit types kept whenever they fit: ``latest`` (the newest
     user message: the one the model is about to answer), ``directive`` (user
-    instructions), ``goal`` (the first user message), ``plan`` (numbered or
-    checklist steps, "plan", "next step"), ``state`` (the latest tool result),
-    ``persona`` ("you are …", character sheets), ``style`` (tone and style
-    constraints), ``draft`` (the latest long assistant message).
+    instructions, but not in a timestamped, speaker-labelled line of a chat
+    transcript such as "[1:56 pm on 8 May, 2023] Jon: Make sure you …": that
+    records people talking to each other, not an instruction to the model,
+    and only the value model weighs it), ``goal`` (the first user message),
+    ``plan`` (numbered or checklist steps, "plan", "next step"), ``state``
+    (the latest tool result), ``persona`` ("you are …", character sheets),
+    ``style`` (tone and style constraints), ``draft`` (the latest long
+    assistant message).
     """
 
     name: str
@@ -150,16 +154,17 @@ class TaskMode:
 
 
 TASK_MODES: dict[str, TaskMode] = {
-    # qa does not protect directives: the learned value model weighs them (``directive`` is one of its
-    # features). The pattern also fires on advice between people ("Make sure you watch …", "Don't forget
-    # to take pictures"), and a hard guarantee on it crowded out the facts questions need (LoCoMo dev,
-    # query regime: 0.58 -> 0.70 recall at 500 tokens, 0.74 -> 0.79 at 1,000 without it). The agent
-    # modes, where instructions are the point, still protect them.
-    "qa": TaskMode("qa", 0.05, ("latest",), "facts: names, dates, events, preferences; chit-chat goes first"),
+    "qa": TaskMode("qa", 0.05, ("latest", "directive"), "facts: names, dates, events, preferences; chit-chat goes first"),
     "task": TaskMode("task", 0.3, ("latest", "directive", "goal", "plan", "state"), "goal, plan and current state never dropped"),
     "roleplay": TaskMode("roleplay", 0.4, ("latest", "directive", "persona"), "persona and character facts never dropped"),
     "creative": TaskMode("creative", 0.4, ("latest", "directive", "style", "draft"), "style constraints and the latest draft kept"),
 }
+
+
+def _transcript_line(text: str) -> bool:
+    """Is ``text`` a line of a chat export: a bracketed time or date, then a speaker label ("[…] Name: …")?"""
+    prefix, _ = split_prefix(text)
+    return prefix.startswith("[") and prefix.endswith(":")
 
 
 def _protected(units: list, kinds: tuple[str, ...]) -> np.ndarray:
@@ -171,7 +176,7 @@ def _protected(units: list, kinds: tuple[str, ...]) -> np.ndarray:
         if last_user is not None:
             out[last_user] = True
     if "directive" in kinds:
-        out |= np.array([u.features.directive for u in units], dtype=bool)
+        out |= np.array([u.features.directive and not _transcript_line(u.text) for u in units], dtype=bool)
     if "goal" in kinds:
         first_user = next((i for i, u in enumerate(units) if u.role == "user"), None)
         if first_user is not None:
