@@ -245,8 +245,8 @@ _MARKER_TABLES: dict[Tokenizer, dict[int, int]] = {}
 
 def _marker_table(tokenizer: Tokenizer) -> dict[int, int]:
     table = _MARKER_TABLES.get(tokenizer)
-    if table is None or len(table) > 1 << 17:
-        if len(_MARKER_TABLES) >= 16:
+    if table is None or len(table) > 1 << 15:  # bounded: a few MB per tokenizer, at most 8 tokenizers
+        if len(_MARKER_TABLES) >= 8:
             _MARKER_TABLES.clear()
         table = _MARKER_TABLES[tokenizer] = {}
     return table
