@@ -22,26 +22,20 @@ import numpy as np
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 warnings.simplefilter("ignore", RuntimeWarning)
 
-from rdmem.embed import CachedEmbedder, SentenceTransformerEmbedder  # noqa: E402
-from rdmem.eval.datasets import load_locomo  # noqa: E402
 from rdmem.learn.features import PRIOR_FEATURES  # noqa: E402
 from rdmem.learn.model import LogisticModel  # noqa: E402
 from rdmem.learn.train import salience_direction, training_rows, with_salience  # noqa: E402
 from rdmem.select import knapsack  # noqa: E402
-from rdmem.tokens import get_tokenizer  # noqa: E402
-from loco_value_model import recall_weights  # noqa: E402  (this folder is on sys.path when run as a script)
+from loco_value_model import locomo_setup, recall_weights  # noqa: E402  (this folder is on sys.path when run as a script)
 
 PATH = sys.argv[1] if len(sys.argv) > 1 else "../shared/data/locomo/locomo_dev.json"
 KS = tuple(int(k) for k in sys.argv[2:]) or (0, 16, 32, 64)
-CACHE = os.environ.get("RDMEM_CACHE_DIR", os.path.expanduser("~/.cache/rdmem"))
 BUDGETS = (1000, 2000, 4000)
 
 
 def main() -> None:
     t0 = time.time()
-    emb = CachedEmbedder(SentenceTransformerEmbedder(), cache_dir=CACHE)
-    tok = get_tokenizer("cl100k_base")
-    convs = [c.select([1, 2, 3, 4]) for c in load_locomo(PATH)]
+    emb, tok, convs = locomo_setup(PATH)
     rows = [training_rows(c, tok, emb) for c in convs]
     costs, weights = recall_weights(convs, tok)
     emb.save()

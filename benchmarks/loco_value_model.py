@@ -38,9 +38,7 @@ QUERY_BUDGETS = (1000, 2000, 4000)
 
 def main() -> None:
     t0 = time.time()
-    emb = CachedEmbedder(SentenceTransformerEmbedder(), cache_dir=CACHE)
-    tok = get_tokenizer("cl100k_base")
-    convs = [c.select([1, 2, 3, 4]) for c in load_locomo(PATH)]
+    emb, tok, convs = locomo_setup(PATH)
     boot = LogisticModel(PRIOR_FEATURES).fit(*_stack([training_rows(c, tok, emb) for c in convs], "xp", "yp"))
     rows = [training_rows(c, tok, emb, boot) for c in convs]
     emb.save()
@@ -87,6 +85,12 @@ def main() -> None:
     print(f"{'LOCO mean':>10} " + " ".join(f"{np.mean([r[k] for r in loco]):11.3f}" for k in keys))
     print(f"{'in-sample':>10} " + " ".join(f"{np.mean([r[k] for r in insample]):11.3f}" for k in keys))
     print(f"({time.time() - t0:.0f} s)")
+
+
+def locomo_setup(path: str) -> tuple[CachedEmbedder, object, list[Conversation]]:
+    """The cached MiniLM embedder, the cl100k tokenizer and the conversations (categories 1-4) at ``path``."""
+    emb = CachedEmbedder(SentenceTransformerEmbedder(), cache_dir=CACHE)
+    return emb, get_tokenizer("cl100k_base"), [c.select([1, 2, 3, 4]) for c in load_locomo(path)]
 
 
 def recall_weights(convs: list[Conversation], tok: object) -> tuple[list[np.ndarray], list[np.ndarray]]:

@@ -274,13 +274,13 @@ class RDPolicy:
         parts["recency"] = values - p - np.where(protected, values - p, 0.0)
         block_values, block_costs = problem.block_values(values), problem.block_costs()
         merged = self._dependency_groups(problem)
-        # Blocks with a span that cannot come back right before them, and blocks holding a protected unit.
-        forced = problem.gap_before if problem.gap_before is not None else np.zeros(len(block_costs), bool)
-        protected_blocks = problem.block_values(protected.astype(np.float64)) > 0
         reasons = {int(i): "protected (" + self.mode + " mode)" for i in np.flatnonzero(protected)}
         if self.ladder:
             groups = merged if merged is not None else [np.array([b]) for b in range(len(block_values))]
             return _ladder_plan(problem, groups, values, block_values, block_costs, parts, reasons)
+        # Blocks with a span that cannot come back right before them, and blocks holding a protected unit.
+        forced = problem.gap_before if problem.gap_before is not None else np.zeros(len(block_costs), bool)
+        protected_blocks = problem.block_values(protected.astype(np.float64)) > 0
         if merged is not None:
             # Linked blocks (a correction and what it corrects) are one item of the knapsack.
             gv, gc = _group_totals(merged, block_values, block_costs)
