@@ -144,3 +144,14 @@ def test_search_fuses_both_rankings_and_close_releases_the_connection(pg_url, se
     assert backends() <= before - 1  # the store's connection is gone
     with pytest.raises(StoreError, match="used after close"):
         store.search(session_name, "kayak", vecs[17], k=2)
+
+
+def test_damaged_row_is_a_clear_error_naming_the_unit(pg_url, session_name):
+    store = open_store(pg_url)
+    store.append(session_name, [StoredUnit(f"u{i}", i, {"role": "user", "content": f"text {i}"}, 5) for i in range(2)])
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute("UPDATE rdmem_units SET message = '{broken' WHERE session = %s AND id = 'u1'", (session_name,))
+    with pytest.raises(StoreError, match=rf"PostgreSQL store at .*session '{session_name}', unit 'u1': "
+                       "stored JSON does not parse .*damaged"):
+        store.load(session_name)
+    store.close()

@@ -181,3 +181,30 @@ def test_lexical_ranking_is_the_same_with_or_without_the_session_cache(tmp_path,
         assert store._caches["s"].dense is not None
         assert [store.search("s", q, None, k=7, tier=tier) for q in queries] == joined
         assert any(joined)
+
+
+@pytest.mark.parametrize(
+    ("column", "value", "problem"),
+    [
+        ("message", "{broken", "stored JSON does not parse"),
+        ("message", '{"content": "no role"}', "the stored message is not a chat message"),
+        ("features", "[1, 2]", "the stored features are not a JSON object"),
+        ("tokens", "many", "the stored token count 'many' is not an int >= 0"),
+        ("embedding", b"\x01\x02\x03", "the stored embedding is not float32"),
+    ],
+)
+def test_damaged_row_is_a_clear_error_naming_the_unit(tmp_path, column, value, problem):
+    path = tmp_path / "m.db"
+    with SQLiteStore(path) as store:
+        store.append("s", [unit(0, "hello"), unit(1, "there")])
+    conn = sqlite3.connect(path)
+    conn.execute(f"UPDATE units SET {column} = ? WHERE id = 'u1'", (value,))
+    conn.commit()
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    conn.close()
+    before = digest(path)
+    with SQLiteStore(path) as store:
+        with pytest.raises(StoreError, match=rf"SQLite store {path}: session 's', unit 'u1': {problem}.*damaged"):
+            store.load("s")
+        assert store.load("other") == []  # the rest of the file is still usable
+    assert digest(path) == before

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, Self, runtime_checkable
 
 import numpy as np
 
-__all__ = ["Store", "StoredUnit", "SessionInfo", "Tier", "StoreError", "check_session"]
+from ..units import VALID_ROLES
+
+__all__ = ["Store", "StoredUnit", "SessionInfo", "Tier", "StoreError", "check_session", "decode_unit"]
 
 Tier = Literal["working", "archive"]
 
@@ -28,6 +31,34 @@ class StoredUnit:
     features: dict[str, Any] = field(default_factory=dict)
     embedding: np.ndarray | None = None
     tier: Tier = "working"
+
+
+def decode_unit(
+    where: str, session: str, uid: str, seq: Any, message: Any, tokens: Any, features: Any,
+    embedding: np.ndarray | None, tier: Tier,
+) -> StoredUnit:
+    """A row read back from a database as a :class:`StoredUnit` (``message`` and ``features`` as JSON text).
+
+    A damaged row (edited by hand, or a corrupt file that SQLite still
+    opens) is a :class:`StoreError` naming the store, the session and the
+    unit, not an exception from deep inside the manager.
+    """
+    def damaged(what: str) -> StoreError:
+        return StoreError(
+            f"{where}: session {session!r}, unit {uid!r}: {what}; the store is damaged (nothing was changed)"
+        )
+
+    try:
+        msg, feats = json.loads(message), json.loads(features)
+    except (TypeError, ValueError) as exc:
+        raise damaged(f"stored JSON does not parse ({exc})") from None
+    if not isinstance(msg, dict) or msg.get("role") not in VALID_ROLES:
+        raise damaged("the stored message is not a chat message (a JSON object with a valid 'role')")
+    if not isinstance(feats, dict):
+        raise damaged("the stored features are not a JSON object")
+    if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 0:
+        raise damaged(f"the stored token count {tokens!r} is not an int >= 0")
+    return StoredUnit(uid, int(seq), msg, tokens, feats, embedding, tier)
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from ..tokens import message_payload
-from ._base import ConnectionLifecycle, SessionInfo, StoredUnit, StoreError, Tier, check_session
+from ._base import ConnectionLifecycle, SessionInfo, StoredUnit, StoreError, Tier, check_session, decode_unit
 from ._search import query_terms, rank_fusion, rarest_terms
 
 __all__ = ["PostgresStore", "SCHEMA_VERSION"]
@@ -351,10 +351,8 @@ class PostgresStore(ConnectionLifecycle):
                     (session,),
                 ).fetchall()
 
-        return [
-            StoredUnit(i, int(seq), json.loads(m), int(t), json.loads(f), e, tier)
-            for i, seq, m, t, f, e, tier in self._run(read)
-        ]
+        where = f"PostgreSQL store at {self._where}"
+        return [decode_unit(where, session, i, seq, m, t, f, e, tier) for i, seq, m, t, f, e, tier in self._run(read)]
 
     def set_tier(self, session: str, ids: Sequence[str], tier: Tier) -> None:
         check_session(session)

@@ -34,7 +34,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from ..tokens import message_payload
-from ._base import ConnectionLifecycle, SessionInfo, StoredUnit, StoreError, Tier, check_session
+from ._base import ConnectionLifecycle, SessionInfo, StoredUnit, StoreError, Tier, check_session, decode_unit
 from ._search import query_terms, rank_fusion, rarest_terms, top_k
 
 __all__ = ["SQLiteStore", "SCHEMA_VERSION"]
@@ -520,11 +520,17 @@ class SQLiteStore(ConnectionLifecycle):
                 dense = cache.dense
                 vec_of = {int(dense.uids[r]): dense.vector(r) for r in range(dense.n)}
         out = []
+        where = f"SQLite store {self.path}"
         for uid, uid_str, seq, message, tokens, features, blob, tier in rows:
             emb = vec_of.get(uid)
             if emb is None and blob:  # another dimension than the session's matrix
+                if not isinstance(blob, bytes) or len(blob) % 4:
+                    raise StoreError(
+                        f"{where}: session {session!r}, unit {uid_str!r}: the stored embedding is not float32 "
+                        "(its size is not a multiple of 4 bytes); the store is damaged (nothing was changed)"
+                    )
                 emb = np.frombuffer(blob, dtype="<f4")
-            out.append(StoredUnit(uid_str, seq, json.loads(message), tokens, json.loads(features), emb, tier))
+            out.append(decode_unit(where, session, uid_str, seq, message, tokens, features, emb, tier))
         return out
 
     def set_tier(self, session: str, ids: Sequence[str], tier: Tier) -> None:
