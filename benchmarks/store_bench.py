@@ -165,7 +165,9 @@ def bulk_units(pool: Sequence[str], vectors: np.ndarray, working_texts: Sequence
     def unit(j: int, p: int, role: str, tier: str) -> StoredUnit:
         if p not in cost:
             msg = {"role": role, "content": pool[p]}
-            cost[p] = (tok.message_tokens(msg), extract_features(pool[p], role).as_dict())
+            # As a manager stores them: with the tokenizer that counted the tokens (reopening reuses them).
+            feats = {**extract_features(pool[p], role).as_dict(), "counted_by": tok.fingerprint}
+            cost[p] = (tok.message_tokens(msg), feats)
         tokens, feats = cost[p]
         return StoredUnit(f"u{j}", j, {"role": role, "content": pool[p]}, tokens, feats, vectors[p], tier)
 

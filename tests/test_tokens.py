@@ -176,3 +176,12 @@ def test_cl100k_agrees_with_raw_tiktoken(agent_history, cl100k):
         else:
             want = 4 + len(enc.encode(m["content"]))
         assert cl100k.message_tokens(m) == want, m["id"]
+
+
+def test_fingerprint_names_exactly_what_a_count_depends_on(cl100k, wordlevel_json):
+    fp = cl100k.fingerprint
+    assert fp is not None and "cl100k_base" in fp and fp.endswith(f"/{DEFAULT_MESSAGE_OVERHEAD}")
+    assert get_tokenizer(cl100k, message_overhead=3).fingerprint == fp[: -len(str(DEFAULT_MESSAGE_OVERHEAD))] + "3"
+    # A callable or a tokenizer file may change behind the same name: no fingerprint, counts are always redone.
+    assert get_tokenizer(len).fingerprint is None
+    assert get_tokenizer(wordlevel_json).fingerprint is None

