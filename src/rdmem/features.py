@@ -96,7 +96,12 @@ class Features:
     n_content_words: int = 0
 
     def as_dict(self) -> dict[str, object]:
-        return {
+        """The fields that differ from their defaults (what a store keeps; :meth:`from_dict` restores the rest).
+
+        >>> Features(entities=("Ana",), directive=True).as_dict()
+        {'entities': ['Ana'], 'directive': True}
+        """
+        out = {
             "entities": list(self.entities),
             "numbers": list(self.numbers),
             "dates": list(self.dates),
@@ -109,6 +114,7 @@ class Features:
             "tool_result": self.tool_result,
             "n_content_words": self.n_content_words,
         }
+        return {k: v for k, v in out.items() if v}
 
     @classmethod
     def from_dict(cls, data: dict[str, object]) -> Features:
