@@ -131,7 +131,7 @@ class MemoryManager:
             fingerprint = tok.fingerprint
             for position, su in enumerate(store.load(self.session)):
                 feats = Features.from_dict(su.features) if su.features else None
-                same = fingerprint is not None and su.features.get(_COUNTED_BY) == fingerprint
+                same = fingerprint is not None and (su.features or {}).get(_COUNTED_BY) == fingerprint
                 unit = make_unit(su.id, su.message, position, tok, features=feats, tokens=su.tokens if same else None)
                 if su.embedding is not None:
                     unit.embedding = np.asarray(su.embedding, dtype=np.float32)
