@@ -177,6 +177,23 @@ def bulk_units(pool: Sequence[str], vectors: np.ndarray, working_texts: Sequence
         yield unit(n + k, row[text], "user" if (n + k) % 2 == 0 else "assistant", "working")
 
 
+def hnsw_recall(store, units, qvectors: np.ndarray, k: int = 200) -> list[float]:
+    """Per query: the share of the exact ``k`` nearest archived units (cosine) that the PostgreSQL store's HNSW
+    ranking of session "big" returns (the dense half of its search, as ``messages(query)`` runs it)."""
+    ids, vecs = [], []
+    for u in units:
+        if u.tier == "archive":
+            ids.append(u.id)
+            vecs.append(u.embedding)
+    matrix = np.asarray(vecs, dtype=np.float32)
+    out = []
+    for q in np.asarray(qvectors, dtype=np.float32):
+        exact = {ids[i] for i in np.argsort(-(matrix @ q), kind="stable")[:k]}
+        found = store._run(lambda conn, q=q: store._dense(conn, "big", q, k, "archive"))  # noqa: SLF001
+        out.append(len(exact & {i for _, i in found}) / k)
+    return out
+
+
 def fill(store, session: str, units, batch: int = 5000) -> float:
     t0 = time.perf_counter()
     buf = []
@@ -364,12 +381,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             with store._db.cursor() as cur:  # noqa: SLF001 - a benchmark may look inside
                 cur.execute("VACUUM ANALYZE rdmem_units")
             size = store.disk_bytes()
+            recall = hnsw_recall(store, bulk_units(pool, vectors, working, args.units, seed=0), qvectors[1:41])
             store.close()
             lines.append(f"PostgreSQL bulk append of {n_total:,} units (HNSW maintained): {secs:.0f} s "
                          f"({n_total / secs:,.0f} units/s)")
+            lines.append(f"PostgreSQL HNSW recall of the exact 200 nearest archived units (the store's dense "
+                         f"ranking, {len(recall)} questions): mean {np.mean(recall):.3f}, min {np.min(recall):.3f}")
             lines.append(f"PostgreSQL bytes on disk per unit: {size / n_total:,.0f} (tables + GIN + HNSW, "
                          f"{size / 2**20:.0f} MiB)")
-            print("\n".join(lines[-2:]), flush=True)
+            print("\n".join(lines[-3:]), flush=True)
             for policy in args.policies.split(","):
                 r = bench_query(pg, "big", embedder, questions, args.budget, policy)
                 lines += report_query("PostgreSQL (HNSW)", r)
