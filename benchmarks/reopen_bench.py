@@ -38,6 +38,7 @@ def main() -> int:
         ap.error(f"--units must be > 0, got {args.units}")
     from rdmem import MemoryManager
     from rdmem.features import extract_features
+    from rdmem.manager import stored_features
     from rdmem.store import StoredUnit, open_store
     from rdmem.tokens import get_tokenizer
 
@@ -50,7 +51,7 @@ def main() -> int:
             p = j % len(pool)
             role = "user" if j % 2 == 0 else "assistant"
             msg = {"role": role, "content": f"{pool[p]} (note {j})"}
-            feats = {**extract_features(msg["content"], role).as_dict(), "counted_by": tok.fingerprint}
+            feats = stored_features(extract_features(msg["content"], role), tok)
             tier = "working" if j >= args.units - 100 else "archive"
             yield StoredUnit(f"u{j}", j, msg, tok.message_tokens(msg), feats, vectors[p], tier)
 

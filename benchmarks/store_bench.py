@@ -152,6 +152,7 @@ def bench_add(
 def bulk_units(pool: Sequence[str], vectors: np.ndarray, working_texts: Sequence[str], n: int, seed: int):
     """``n`` archived units drawn from the pool, then a working set; tokens and features computed once per text."""
     from rdmem.features import extract_features
+    from rdmem.manager import stored_features
     from rdmem.store import StoredUnit
     from rdmem.policies import RDPolicy
     from rdmem.tokens import get_tokenizer
@@ -166,7 +167,7 @@ def bulk_units(pool: Sequence[str], vectors: np.ndarray, working_texts: Sequence
         if p not in cost:
             msg = {"role": role, "content": pool[p]}
             # As a manager stores them: with the tokenizer that counted the tokens (reopening reuses them).
-            feats = {**extract_features(pool[p], role).as_dict(), "counted_by": tok.fingerprint}
+            feats = stored_features(extract_features(pool[p], role), tok)
             cost[p] = (tok.message_tokens(msg), feats)
         tokens, feats = cost[p]
         return StoredUnit(f"u{j}", j, {"role": role, "content": pool[p]}, tokens, feats, vectors[p], tier)

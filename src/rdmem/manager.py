@@ -170,7 +170,7 @@ class MemoryManager:
         emb = self._embedder
         if emb is not None:
             unit.embedding = emb.embed([embed_text(unit)])[0]
-        self._store.append(self.session, [_to_stored(unit, "working", st.tokenizer.fingerprint)])
+        self._store.append(self.session, [_to_stored(unit, "working", st.tokenizer)])
         st.append(unit, "working")
         if st.working_tokens() > self.high * self.budget:
             self._compact_working()
@@ -451,16 +451,22 @@ def _pending_call(working: Sequence[MemoryUnit]) -> set[str]:
     return set()
 
 
-def _to_stored(unit: MemoryUnit, tier: str, fingerprint: str | None) -> StoredUnit:
-    features = unit.features.as_dict()
-    if fingerprint is not None:
-        features[_COUNTED_BY] = fingerprint  # which tokenizer ``tokens`` was counted with
+def stored_features(features: Features, tokenizer: Tokenizer) -> dict[str, Any]:
+    """A unit's features as a store keeps them, naming the tokenizer its token count was made with
+    (a reopened session reuses the count only with the same one)."""
+    out = features.as_dict()
+    if tokenizer.fingerprint is not None:
+        out[_COUNTED_BY] = tokenizer.fingerprint
+    return out
+
+
+def _to_stored(unit: MemoryUnit, tier: str, tokenizer: Tokenizer) -> StoredUnit:
     return StoredUnit(
         id=unit.id,
         seq=unit.index,
         message=unit.message,
         tokens=unit.tokens,
-        features=features,
+        features=stored_features(unit.features, tokenizer),
         embedding=unit.embedding,
         tier=tier,  # type: ignore[arg-type]
     )

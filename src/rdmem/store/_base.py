@@ -11,7 +11,9 @@ import numpy as np
 
 from ..units import VALID_ROLES
 
-__all__ = ["Store", "StoredUnit", "SessionInfo", "Tier", "StoreError", "check_session", "decode_unit"]
+__all__ = [
+    "Store", "StoredUnit", "SessionInfo", "Tier", "StoreError", "check_session", "damaged_unit", "decode_unit",
+]
 
 Tier = Literal["working", "archive"]
 
@@ -33,6 +35,11 @@ class StoredUnit:
     tier: Tier = "working"
 
 
+def damaged_unit(where: str, session: str, uid: str, what: str) -> StoreError:
+    """The error for a stored unit that cannot be read back: which store, session and unit, and what is wrong."""
+    return StoreError(f"{where}: session {session!r}, unit {uid!r}: {what}; the store is damaged (nothing was changed)")
+
+
 def decode_unit(
     where: str, session: str, uid: str, seq: Any, message: Any, tokens: Any, features: Any,
     embedding: np.ndarray | None, tier: Tier,
@@ -44,9 +51,7 @@ def decode_unit(
     unit, not an exception from deep inside the manager.
     """
     def damaged(what: str) -> StoreError:
-        return StoreError(
-            f"{where}: session {session!r}, unit {uid!r}: {what}; the store is damaged (nothing was changed)"
-        )
+        return damaged_unit(where, session, uid, what)
 
     try:
         msg, feats = json.loads(message), json.loads(features)

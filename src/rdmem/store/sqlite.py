@@ -34,7 +34,9 @@ from typing import Any, TypeVar
 import numpy as np
 
 from ..tokens import message_payload
-from ._base import ConnectionLifecycle, SessionInfo, StoredUnit, StoreError, Tier, check_session, decode_unit
+from ._base import (
+    ConnectionLifecycle, SessionInfo, StoredUnit, StoreError, Tier, check_session, damaged_unit, decode_unit,
+)
 from ._search import query_terms, rank_fusion, rarest_terms, top_k
 
 __all__ = ["SQLiteStore", "SCHEMA_VERSION"]
@@ -525,10 +527,8 @@ class SQLiteStore(ConnectionLifecycle):
             emb = vec_of.get(uid)
             if emb is None and blob:  # another dimension than the session's matrix
                 if not isinstance(blob, bytes) or len(blob) % 4:
-                    raise StoreError(
-                        f"{where}: session {session!r}, unit {uid_str!r}: the stored embedding is not float32 "
-                        "(its size is not a multiple of 4 bytes); the store is damaged (nothing was changed)"
-                    )
+                    what = "the stored embedding is not float32 (its size is not a multiple of 4 bytes)"
+                    raise damaged_unit(where, session, uid_str, what)
                 emb = np.frombuffer(blob, dtype="<f4")
             out.append(decode_unit(where, session, uid_str, seq, message, tokens, features, emb, tier))
         return out
