@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from rdmem.features import content_words, extract_features
+import json
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rdmem.features import _DATE, content_words, date_spans, extract_features, has_date
 
 
 @pytest.mark.parametrize(
@@ -58,6 +63,51 @@ def test_numbers_and_dates():
     g = extract_features("We met yesterday, 3 days ago, and again on March 3rd, 2024 and 7 May.", "user")
     assert g.dates == ("yesterday", "3 days ago", "March 3rd, 2024", "7 May")
     assert extract_features("我们2023年5月4日见", "user").dates == ("2023年", "5月4日")
+
+
+def _dates_by_regex(text):
+    return [(m.start(), m.group(0)) for m in _DATE.finditer(text)]
+
+
+def _dates_found(text):
+    return [(a, text[a:b]) for a, b in date_spans(text)]
+
+
+_DATE_EDGES = [
+    "123:45 and 1:2:3", "2023年5月4日と12月25日", "ſep 5", "SEPT 9th, 2021", "Mayday, may 5", "this  week", "thisweek",
+    "last\nsummer", "marshmallow March", "x2019 2019x 2019", "12/25/2023/1", "0th of june", "3 of may", "tonight!",
+    "MONDAY", "TONİGHT", "Today ſep 5 and 6 May", "\u212aX", "since 1999-12-31T10:30pm", "４月", "٣ days ago", "", "no date here",
+]
+
+
+@pytest.mark.parametrize("text", _DATE_EDGES)
+def test_date_spans_are_the_date_pattern(text):
+    assert _dates_found(text) == _dates_by_regex(text)
+    assert has_date(text) == bool(_DATE.search(text))
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.sampled_from(
+    ["May", "may", "sept", "Sep", "june", "th", "st", " of ", ", ", " ", "\n", ".", ":", "/", "-", "年", "月", "日",
+     "1", "12", "2023", "19", "am", "PM", "days", " ago", "Last", "next", "THIS", "week", "monday", "today", "x", "ſ",
+     "İ", "ı", "Ab"]
+), max_size=14).map("".join))
+def test_date_spans_agree_with_the_pattern_on_generated_text(text):
+    assert _dates_found(text) == _dates_by_regex(text)
+
+
+def test_date_spans_agree_with_the_pattern_on_locomo(locomo_path):
+    turns = []
+    for sample in json.loads(locomo_path.read_text()):
+        for key, value in sample["conversation"].items():
+            if key.startswith("session_") and isinstance(value, list):
+                turns += [t["text"] for t in value]
+            elif key.endswith("_date_time"):
+                turns.append(value)  # "1:56 pm on 8 May, 2023"
+    assert len(turns) > 1000
+    assert sum(has_date(t) for t in turns) > 50  # the corpus has dates to find
+    for text in turns:
+        assert _dates_found(text) == _dates_by_regex(text), text
 
 
 @pytest.mark.parametrize(

@@ -7,8 +7,9 @@ microseconds per message and the same text always gives the same features.
 from __future__ import annotations
 
 import re
-from functools import lru_cache
+from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import lru_cache
 
 __all__ = ["Features", "extract_features", "content_words", "STOPWORDS"]
 
@@ -47,6 +48,17 @@ _DATE = re.compile(
     r"|\d{1,2}:\d{2}\s*(?:am|pm)?|\d{4}年|\d{1,2}月\d{1,2}[日号]",
     re.IGNORECASE,
 )
+# The same pattern without IGNORECASE, matched on lower-cased text (it has no upper-case letter), and where
+# one of its matches can begin there: any digit, or a word that starts one of its word alternatives. Trying
+# it only at those places finds exactly _DATE's matches several times faster than _DATE itself, which tries
+# its ~20 alternatives, each folding case, at every character (see date_spans).
+_DATE_LOWER = re.compile(_DATE.pattern)
+_DATE_START = re.compile(
+    rf"\d|\b(?=[adfjlmnostwy])(?:{_MONTHS}|yesterday|today|tomorrow|tonight|last|next|this|"
+    r"monday|tuesday|wednesday|thursday|friday|saturday|sunday)"
+)
+# The only non-ASCII characters IGNORECASE matches to ASCII letters (İ ı ſ K): lower() cannot stand in for it.
+_FOLDS_TO_ASCII = re.compile("[\u0130\u0131\u017f\u212a]")
 # Imperatives only: "Remember to ..." and "Always reply in French" are instructions,
 # "I remember when ..." and "I always loved painting" are not.
 _DIRECTIVE = re.compile(
@@ -215,6 +227,34 @@ _CALENDAR = frozenset(
 )
 
 
+def date_spans(text: str) -> Iterator[tuple[int, int]]:
+    """Where ``text`` mentions dates and times: ``(start, end)`` of each match of the date pattern, left to
+    right, without overlap (exactly its ``finditer``).
+
+    >>> t = "Back on 12 May, 2023 at 10:30 pm; moved in 2019, not 123:45."
+    >>> [t[a:b] for a, b in date_spans(t)]
+    ['12 May, 2023', '10:30 pm', '2019', '23:45']
+    """
+    if _FOLDS_TO_ASCII.search(text):
+        yield from (m.span() for m in _DATE.finditer(text))
+        return
+    low = text.lower()  # as long as text, with the same word, digit and space characters
+    end = 0
+    for start in _DATE_START.finditer(low):
+        pos = start.start()
+        if pos < end:
+            continue
+        m = _DATE_LOWER.match(low, pos)
+        if m is not None:
+            end = m.end()
+            yield pos, end
+
+
+def has_date(text: str) -> bool:
+    """Does ``text`` mention a date or time (see :func:`date_spans`)?"""
+    return next(date_spans(text), None) is not None
+
+
 def extract_features(text: str, role: str, *, has_tool_calls: bool = False) -> Features:
     """Features of one message.
 
@@ -231,7 +271,7 @@ def extract_features(text: str, role: str, *, has_tool_calls: bool = False) -> F
     is_directive = role in ("user", "system") and bool(_DIRECTIVE.search(text))
     sentences = re.split(r"(?<=[.!?])\s+", stripped)
     question = "?" in text or "？" in text or any(_QUESTION_START.match(s) for s in sentences if s)
-    dates = tuple(dict.fromkeys(m.group(0).strip() for m in _DATE.finditer(text)))
+    dates = tuple(dict.fromkeys(text[a:b].strip() for a, b in date_spans(text)))
     numbers = tuple(dict.fromkeys(m.group(0) for m in _NUMBER.finditer(text)))
     return Features(
         entities=_entities(text),

@@ -12,7 +12,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from ..features import _DATE, _NUMBER
+from ..features import _NUMBER, has_date
 from ..scoring import Lexical, ScoringContext
 
 __all__ = [
@@ -167,7 +167,7 @@ def _body_flags(text: str) -> tuple[bool, bool, bool, bool, float]:
     body = message_body(text)
     return (
         bool(_NUMBER.search(body)),
-        bool(_DATE.search(body)),
+        has_date(body),
         "?" in body,
         bool(_GREETING.match(body)),
         body.count("!") / max(len(body.split()), 1),
