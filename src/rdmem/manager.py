@@ -134,7 +134,10 @@ class MemoryManager:
                 same = fingerprint is not None and (su.features or {}).get(_COUNTED_BY) == fingerprint
                 unit = make_unit(su.id, su.message, position, tok, features=feats, tokens=su.tokens if same else None)
                 if su.embedding is not None:
-                    unit.embedding = np.asarray(su.embedding, dtype=np.float32)
+                    # Archived vectors may share the store's search matrix (SQLite: one column-major array);
+                    # the working set's few take part in every selection, so they get compact copies of
+                    # their own instead of being gathered out of that matrix on every call.
+                    unit.embedding = (np.array if su.tier == "working" else np.asarray)(su.embedding, dtype=np.float32)
                 st.append(unit, su.tier)
             self._state = st
             if st.units:

@@ -60,6 +60,8 @@ def test_reopening_restores_the_working_set_exactly(store_url, session_name, age
         with manager(store_url, session_name, minilm) as again:
             assert again.working_ids() == working
             assert again.archived_ids() == archived
+            # The working set's vectors are compact arrays of their own, not views into a search matrix.
+            assert all(u.embedding.flags.owndata for u in again._load().working_units())
             assert again.context().messages == plain.messages
             assert again.context("Which locker at the gym is mine?").messages == asked.messages
             again.add(role="user", content="One more thing: my locker is on the second floor.")
