@@ -168,3 +168,33 @@ def test_ladder_compresses_what_does_not_fit_verbatim() -> None:
 
 def test_ladder_is_an_option_of_rd() -> None:
     assert get_policy("rd-ladder").ladder and not get_policy("rd").ladder
+
+
+def _repeated_fact_history() -> list[dict]:
+    fact = "My passport number is X1234567 and it expires on 3 May 2031."
+    msgs = []
+    for mid, text in (("a1", fact), ("c", "I think the museum was nice."), ("a2", fact),
+                      ("b", "My sister Ana moved to Lisbon in March 2021 and opened a bakery.")):
+        msgs.append({"id": mid, "role": "user", "content": text})
+        msgs += [{"id": f"{mid}-f{i}", "role": "assistant" if i % 2 == 0 else "user", "content": CHAT[i]}
+                 for i in range(4)]
+    return msgs + [{"id": "last", "role": "user", "content": "ok"}]
+
+
+def test_near_duplicates_do_not_both_take_budget() -> None:
+    msgs = _repeated_fact_history()
+    # Without the rule the knapsack spends the room on the fact's second copy ...
+    assert {"a1", "a2"} <= set(compact(msgs, budget=100, policy=RDPolicy(duplicates=None)).kept_ids)
+    # ... with it, one copy stays and the room goes to a message that says something else.
+    result = compact(msgs, budget=100, policy="rd")
+    kept = set(result.kept_ids)
+    assert len(kept & {"a1", "a2"}) == 1 and {"b", "c"} <= kept
+    dropped = next(d for d in result.report if d.id in {"a1", "a2"} - kept)
+    assert dropped.reason == f"near-duplicate of {(kept & {'a1', 'a2'}).pop()}"
+    # Messages that merely share a topic are not duplicates.
+    assert all(not d.reason.startswith("near-duplicate") for d in result.report if d.id in {"b", "c"})
+
+
+def test_duplicates_threshold_is_checked() -> None:
+    with pytest.raises(ValueError, match=r"duplicates must be a cosine similarity in \(0, 1\] or None, got 1.5"):
+        RDPolicy(duplicates=1.5)

@@ -208,6 +208,14 @@ class RDPolicy:
     value above everything else. Blocks (a tool call with its results; a
     correction with what it corrects) are chosen by an exact 0/1 knapsack on
     token costs, then the engine fills what the elision markers left over.
+    Near-duplicates do not both take budget: messages whose vectors have
+    cosine >= ``duplicates`` form a group; when the knapsack keeps several
+    of one group, only the most valuable stays (the newest of equals), and
+    the group's other members are worth nothing to the fill, which spends the
+    room on other messages. (The knapsack itself still counts each copy, so
+    this is a repair, not the optimum of a coverage objective:
+    :func:`rdmem.select.coverage` is that, for plain budgets. The ``ladder``
+    option chooses rungs without it.)
     """
 
     name: str = "rd"
@@ -223,8 +231,17 @@ class RDPolicy:
     #: Offer each message the rungs of the representation ladder (verbatim, compressed, one line)
     #: and choose one per message by a multiple-choice knapsack (:func:`rdmem.select.mckp`).
     ladder: bool = False
+    #: Cosine similarity at or above which two messages are near-duplicates (``None``: never). High
+    #: on purpose: with MiniLM, restatements and repeated pleasantries reach 0.97, while different
+    #: facts on one topic from one speaker can reach 0.96.
+    duplicates: float | None = 0.97
 
     def __post_init__(self) -> None:
+        if self.duplicates is not None and (
+            isinstance(self.duplicates, bool) or not isinstance(self.duplicates, (int, float))
+            or not 0 < self.duplicates <= 1
+        ):
+            raise ValueError(f"duplicates must be a cosine similarity in (0, 1] or None, got {self.duplicates!r}")
         unknown = set(self.together) - set(LINK_KINDS)
         if unknown:
             raise ValueError(f"together must name link kinds from {LINK_KINDS}, got {sorted(unknown)}")
@@ -260,6 +277,29 @@ class RDPolicy:
         groups = [np.array([linked[k] for k in g]) for g in merged]
         groups += [np.array([b]) for b in range(len(problem.blocks)) if b not in in_group]
         return sorted(groups, key=lambda g: int(g[0]))
+
+    def _near_duplicates(self, problem: Problem, eligible: np.ndarray) -> list[list[int]]:
+        """Groups (of two or more) of the ``eligible`` units whose vectors are near-duplicates: the
+        connected parts of the graph "cosine >= ``duplicates``"."""
+        n = len(problem.units)
+        if self.duplicates is None or n < 2 or not self.value.needs_embeddings or not eligible.any():
+            return []
+        close = problem.ctx.similarity >= self.duplicates
+        np.fill_diagonal(close, False)
+        close &= eligible[None, :]
+        hot = np.flatnonzero(eligible & close.any(axis=1))
+        if not len(hot):
+            return []
+        sub = close[np.ix_(hot, hot)]
+        # Connected parts by label propagation: each unit takes the smallest label among its
+        # neighbours until nothing changes (as many rounds as the longest chain of duplicates).
+        label = np.arange(len(hot))
+        while True:
+            spread = np.minimum(label, np.where(sub, label[None, :], len(hot)).min(axis=1))
+            if np.array_equal(spread, label):
+                break
+            label = spread
+        return [hot[label == k].tolist() for k in np.unique(label)]
 
     def plan(self, problem: Problem) -> Plan:
         mode = TASK_MODES[self.mode]
@@ -303,6 +343,8 @@ class RDPolicy:
                         for i in problem.blocks[b]:
                             reasons.setdefault(int(i), "travels with the message it corrects")
             together = [[int(b) for b in g] for g in merged if len(g) > 1]
+            linked = {b for g in together for b in g}
+            chosen = self._one_copy(problem, chosen, values, protected, reasons, linked)
             return Plan(
                 chosen=[int(b) for b in chosen], scores=values, breakdown=parts, fill=True, reasons=reasons,
                 together=together,
@@ -313,7 +355,44 @@ class RDPolicy:
         else:
             budget = max(problem.budget - problem.marker_tokens, 0)
             chosen = get_selector("knapsack")(block_values, block_costs, budget)
+        chosen = self._one_copy(problem, chosen, values, protected, reasons, set())
         return Plan(chosen=[int(b) for b in chosen], scores=values, breakdown=parts, fill=True, reasons=reasons)
+
+    def _one_copy(
+        self, problem: Problem, chosen: np.ndarray, values: np.ndarray, protected: np.ndarray,
+        reasons: dict[int, str], linked: set[int],
+    ) -> list[int]:
+        """``chosen`` (block indices) with at most one message of each group of near-duplicates; the
+        group's other members get value 0 in ``values`` (in place), so the fill does not add them back."""
+        n = len(problem.units)
+        if self.duplicates is None or n < 2 or not self.value.needs_embeddings:
+            return [int(b) for b in chosen]
+        # The block of each unit that is a block of its own (and not linked to another), else -1.
+        block_of = np.full(n, -1, dtype=np.int64)
+        if problem._single_units is not None:
+            block_of[problem._single_units] = np.arange(len(problem.blocks))
+        else:
+            for b, blk in enumerate(problem.blocks):
+                if len(blk) == 1:
+                    block_of[int(blk[0])] = b
+        if linked:
+            block_of[np.isin(block_of, list(linked))] = -1
+        groups = self._near_duplicates(problem, ~protected & (block_of >= 0))
+        if not groups:
+            return [int(b) for b in chosen]
+        is_chosen = np.zeros(len(problem.blocks), dtype=bool)
+        is_chosen[np.asarray(chosen, dtype=np.int64)] = True
+        for group in groups:
+            members = np.array(group)
+            picked = members[is_chosen[block_of[members]]]
+            among = picked if len(picked) else members
+            best = int(among[np.lexsort((among, values[among]))[-1]])  # the most valuable, then the newest
+            dropped = members[members != best]
+            is_chosen[block_of[dropped]] = False
+            values[dropped] = 0.0
+            twin = f"near-duplicate of {problem.units[best].id}"
+            reasons.update(dict.fromkeys(dropped.tolist(), twin))
+        return np.flatnonzero(is_chosen).tolist()
 
 
 def _group_totals(groups: list[np.ndarray], values: np.ndarray, costs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -98,8 +98,7 @@ def prior_matrix(ctx: ScoringContext, *, novelty: bool = True, salience: np.ndar
             dtype=np.float64,
         )
     if novelty and n > 1:
-        e = ctx.embeddings
-        sim = e @ e.T
+        sim = ctx.similarity.copy()
         np.fill_diagonal(sim, -1.0)
         x[:, 14] = 1.0 - sim.max(axis=1)
     if salience is not None and n and ctx.embeddings.shape[1] == len(salience):

@@ -62,6 +62,14 @@ class ScoringContext:
         return np.array([u.embedding for u in self.units], dtype=np.float32)
 
     @cached_property
+    def similarity(self) -> np.ndarray:
+        """Cosine similarity of every pair of units (``embeddings @ embeddings.T``; read-only, shared)."""
+        e = self.embeddings
+        sim = e @ e.T
+        sim.flags.writeable = False
+        return sim
+
+    @cached_property
     def query_embedding(self) -> np.ndarray | None:
         if not self.query:
             return None
