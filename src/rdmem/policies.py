@@ -278,11 +278,10 @@ class RDPolicy:
         groups += [np.array([b]) for b in range(len(problem.blocks)) if b not in in_group]
         return sorted(groups, key=lambda g: int(g[0]))
 
-    def _near_duplicates(self, problem: Problem, eligible: np.ndarray) -> list[list[int]]:
+    def _near_duplicates(self, problem: Problem, eligible: np.ndarray) -> list[np.ndarray]:
         """Groups (of two or more) of the ``eligible`` units whose vectors are near-duplicates: the
-        connected parts of the graph "cosine >= ``duplicates``"."""
-        n = len(problem.units)
-        if self.duplicates is None or n < 2 or not self.value.needs_embeddings or not eligible.any():
+        connected parts of the graph "cosine >= ``duplicates``" (a threshold is set: see :meth:`_one_copy`)."""
+        if not eligible.any():
             return []
         close = problem.ctx.similarity >= self.duplicates
         np.fill_diagonal(close, False)
@@ -299,7 +298,7 @@ class RDPolicy:
             if np.array_equal(spread, label):
                 break
             label = spread
-        return [hot[label == k].tolist() for k in np.unique(label)]
+        return [hot[label == k] for k in np.unique(label)]
 
     def plan(self, problem: Problem) -> Plan:
         mode = TASK_MODES[self.mode]
@@ -382,8 +381,7 @@ class RDPolicy:
             return [int(b) for b in chosen]
         is_chosen = np.zeros(len(problem.blocks), dtype=bool)
         is_chosen[np.asarray(chosen, dtype=np.int64)] = True
-        for group in groups:
-            members = np.array(group)
+        for members in groups:
             picked = members[is_chosen[block_of[members]]]
             among = picked if len(picked) else members
             best = int(among[np.lexsort((among, values[among]))[-1]])  # the most valuable, then the newest
