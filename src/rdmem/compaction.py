@@ -375,38 +375,40 @@ def _fill(
     kept = np.zeros(len(hidden), dtype=bool)
     for b in chosen:
         kept[block_pos[b]] = True
-    step = (open_ & ~kept).astype(np.int64)
-    # The gap between kept units a < c is running[c] - running[a] (kept units add nothing to it).
-    running = np.cumsum(hidden + step)
-    end = int(running[-1]) if len(running) else 0
+    # With nothing kept, the gap between units a < c would be base[c] - base[a]; every kept unit
+    # that a marker counts when left out (open) lowers the count at and after it by one.
+    base = np.cumsum(hidden + open_).tolist()
     kept_at = np.flatnonzero(kept).tolist()
+    kept_open = np.flatnonzero(kept & open_).tolist()
+    end = base[-1] - len(kept_open) if base else 0
+    is_open, spans, cost_of = open_.tolist(), hidden.tolist(), costs.tolist()
     order = np.lexsort((-np.arange(len(costs)), -ratio))  # best value per token first, later first on ties
     for b in order[values[order] > 0].tolist():
         if b in chosen or b in partners:
             continue
-        cost = int(costs[b])
+        cost = cost_of[b]
         p0, p1 = int(block_pos[b][0]), int(block_pos[b][-1])
         k = bisect.bisect_left(kept_at, p0)
-        before = int(running[kept_at[k - 1]]) if k else 0
-        after = int(running[kept_at[k]]) if k < len(kept_at) else end
+        before = base[kept_at[k - 1]] - bisect.bisect_right(kept_open, kept_at[k - 1]) if k else 0
+        after = base[kept_at[k]] - bisect.bisect_right(kept_open, kept_at[k]) if k < len(kept_at) else end
         delta = cost - (marker(after - before) if kept_at else 0)  # no marker at all while nothing is kept
         if delta > room:  # the markers it leaves only add: skip counting them
             continue
+        # The block's own units are not kept, so the counts at p0 and p1 are base less the kept before p0.
+        shift = bisect.bisect_left(kept_open, p0)
         delta += (
-            marker(int(running[p0]) - before - int(step[p0]))
-            + marker(after - int(running[p1]))
-            + (sum(marker(int(h)) for h in hidden[p0 + 1 : p1 + 1] if h) if p1 > p0 else 0)  # spans inside it
+            marker(base[p0] - shift - before - is_open[p0])
+            + marker(after - (base[p1] - shift))
+            + (sum(marker(h) for h in spans[p0 + 1 : p1 + 1] if h) if p1 > p0 else 0)  # spans inside it
         )
         if delta > room:
             continue
         chosen.add(b)
         room -= delta
-        dec = np.cumsum(step[p0 : p1 + 1])
-        running[p0 : p1 + 1] -= dec
-        running[p1 + 1 :] -= dec[-1]
-        end -= int(dec[-1])
-        step[p0 : p1 + 1] = 0
         kept_at[k:k] = range(p0, p1 + 1)
+        now_kept = [p for p in range(p0, p1 + 1) if is_open[p]]
+        kept_open[shift:shift] = now_kept
+        end -= len(now_kept)
 
 
 def compact_units(

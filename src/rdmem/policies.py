@@ -289,7 +289,7 @@ class RDPolicy:
         hot = np.flatnonzero(eligible & close.any(axis=1))
         if not len(hot):
             return []
-        sub = close[np.ix_(hot, hot)]
+        sub = close[hot][:, hot]
         # Connected parts by label propagation: each unit takes the smallest label among its
         # neighbours until nothing changes (as many rounds as the longest chain of duplicates).
         label = np.arange(len(hot))
@@ -298,7 +298,8 @@ class RDPolicy:
             if np.array_equal(spread, label):
                 break
             label = spread
-        return [hot[label == k] for k in np.unique(label)]
+        order = np.argsort(label, kind="stable")
+        return np.split(hot[order], np.flatnonzero(np.diff(label[order])) + 1)
 
     def plan(self, problem: Problem) -> Plan:
         mode = TASK_MODES[self.mode]

@@ -148,10 +148,12 @@ def _direction(model: object) -> np.ndarray | None:
     return vec
 
 
+@lru_cache(maxsize=262_144)
 def _static_prior(
     text: str, role: str, entities: int, directive: bool, first_person: bool, event: bool
 ) -> tuple[float, ...]:
-    """The prior features that depend on the unit alone (columns ``entities`` to ``exclaim``)."""
+    """The prior features that depend on the unit alone (columns ``entities`` to ``exclaim``; cached: a
+    session's units are scored again on every query)."""
     number, date, question, greeting, exclaim = _body_flags(text)
     return (
         entities, number, date, directive, role == "user", role == "tool", question, first_person, event, greeting,
