@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import threading
 import time
 import warnings
@@ -156,3 +159,44 @@ def test_unreachable_endpoint(agent_history, cl100k):
     units = encode_units(agent_history, cl100k)
     with pytest.raises(SummarizerError, match="LLM endpoint unreachable"):
         LLMSummarizer(base_url="http://127.0.0.1:9", model="m", timeout=1).summarize(units, 50, cl100k)
+
+
+# Cases (conversation, first turn, turns, token cap) whose summary depended on Python's string-hash
+# seed before the coverage gains were summed exactly (math.fsum): summing the IDF of a set of words
+# in hash order changed the last bits of near-equal gains, and so which sentence won.
+_HASH_SENSITIVE = [(3, 440, 52, 464), (5, 216, 8, 109), (1, 162, 39, 428)]
+
+_SUMMARIZE_SCRIPT = """
+import hashlib, json, sys, warnings
+warnings.simplefilter("ignore")
+from rdmem.summarize import ExtractiveSummarizer
+from rdmem.tokens import get_tokenizer
+from rdmem.units import encode_units
+data = json.load(open(sys.argv[1]))
+tok = get_tokenizer("cl100k_base")
+out = []
+for c, start, length, cap in json.loads(sys.argv[2]):
+    conv = data[c]["conversation"]
+    keys = sorted((k for k in conv if k.startswith("session_") and not k.endswith("date_time")),
+                  key=lambda k: int(k.split("_")[1]))
+    msgs = [{"role": "user", "content": f"{t['speaker']}: {t['text']}"} for k in keys for t in conv[k]]
+    units = encode_units(msgs[start:start + length], tok)
+    out.append(hashlib.sha1(ExtractiveSummarizer().summarize(units, cap, tok).encode()).hexdigest())
+print(json.dumps(out))
+"""
+
+
+def test_extractive_summary_does_not_depend_on_the_hash_seed(locomo_path):
+    """The same input gives the same summary in every process (string hashing is randomised per process)."""
+    outputs = set()
+    for seed in ("1", "2", "3"):
+        env = {**os.environ, "PYTHONHASHSEED": seed}
+        run = subprocess.run(
+            [sys.executable, "-c", _SUMMARIZE_SCRIPT, str(locomo_path), json.dumps(_HASH_SENSITIVE)],
+            env=env, capture_output=True, text=True, timeout=120,
+        )
+        assert run.returncode == 0, run.stderr
+        digests = json.loads(run.stdout)
+        assert len(digests) == len(_HASH_SENSITIVE)
+        outputs.add(tuple(digests))
+    assert len(outputs) == 1, outputs

@@ -21,6 +21,7 @@ structured data is returned unchanged by :func:`compress`.
 from __future__ import annotations
 
 import heapq
+import math
 import re
 from collections.abc import Mapping
 
@@ -158,7 +159,7 @@ def _info(sentence: str) -> tuple[frozenset[str], float]:
 
 
 def _weight(words: frozenset[str], bonus: float, idf: Mapping[str, float] | None) -> float:
-    return (sum(idf.get(x, 1.0) for x in words) if idf is not None else float(len(words))) + bonus
+    return (math.fsum(idf.get(x, 1.0) for x in words) if idf is not None else float(len(words))) + bonus
 
 
 def _join(prefix: str, body: str) -> str:

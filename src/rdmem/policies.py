@@ -8,6 +8,7 @@ markers, repair to the exact budget, the report.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -444,7 +445,7 @@ def _ladder_plan(
             cost = tok.message_tokens({**u.message, "content": text})
             if cost >= c[b, 0] or (k == 2 and c[b, 1] >= 0 and cost >= c[b, 1]):
                 continue
-            kept = sum(max(ctx.idf_of(w), 0.0) for w in set(content_words(text)))
+            kept = math.fsum(max(ctx.idf_of(w), 0.0) for w in set(content_words(text)))
             v[b, k], c[b, k] = values[i] * min(kept / info[i], 1.0), cost
             texts[(b, k)] = text
     budget = problem.budget

@@ -82,12 +82,12 @@ class ExtractiveSummarizer:
         covered: set[str] = set()
         chosen: list[int] = []
         used = 0
-        heap = [(-sum(idf[w] for w in words) / costs[i], i) for i, _, words in cands]
+        heap = [(-math.fsum(idf[w] for w in words) / costs[i], i) for i, _, words in cands]
         heapq.heapify(heap)
         while heap:
             neg, i = heapq.heappop(heap)
             words = cands[i][2]
-            gain = sum(idf[w] for w in words - covered) / costs[i]
+            gain = math.fsum(idf[w] for w in words - covered) / costs[i]
             if gain <= 0:
                 continue
             if heap and gain < -heap[0][0] - 1e-12:

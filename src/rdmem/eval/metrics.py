@@ -162,11 +162,11 @@ def information_coverage(history: Sequence[str], context: Iterable[str]) -> floa
     """
     docs = [content_words(t) for t in history]
     idf = _idf(docs)
-    total = sum(idf.values())
+    total = math.fsum(idf.values())
     if total <= 0:
         return math.nan
     have = set(content_words("\n".join(context)))
-    return sum(w for word, w in idf.items() if word in have) / total
+    return math.fsum(w for word, w in idf.items() if word in have) / total
 
 
 def embedding_coverage(history: np.ndarray, context: np.ndarray) -> float:

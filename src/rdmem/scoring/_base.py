@@ -148,7 +148,7 @@ class ScoringContext:
         for i, (u, words) in enumerate(zip(self.units, self.unit_words, strict=True)):
             v = memo.get(u.text)
             if v is None:
-                v = memo[u.text] = sum(max(idf(w), 0.0) for w in set(words))
+                v = memo[u.text] = math.fsum(max(idf(w), 0.0) for w in set(words))
             out[i] = v
         return out
 
