@@ -161,26 +161,23 @@ def test_unreachable_endpoint(agent_history, cl100k):
         LLMSummarizer(base_url="http://127.0.0.1:9", model="m", timeout=1).summarize(units, 50, cl100k)
 
 
-# Cases (conversation, first turn, turns, token cap) whose summary depended on Python's string-hash
-# seed before the coverage gains were summed exactly (math.fsum): summing the IDF of a set of words
-# in hash order changed the last bits of near-equal gains, and so which sentence won.
-_HASH_SENSITIVE = [(3, 440, 52, 464), (5, 216, 8, 109), (1, 162, 39, 428)]
+# Cases (conversation, first message, messages, token cap) whose summary depended on Python's
+# string-hash seed before the coverage gains were summed exactly (math.fsum): summing the IDF of a set
+# of words in hash order changed the last bits of near-equal gains, and so which sentence won.
+_HASH_SENSITIVE = [(1, 182, 59, 460), (3, 443, 42, 423), (5, 567, 35, 228)]
 
 _SUMMARIZE_SCRIPT = """
 import hashlib, json, sys, warnings
 warnings.simplefilter("ignore")
+from rdmem.eval.datasets import load_locomo
 from rdmem.summarize import ExtractiveSummarizer
 from rdmem.tokens import get_tokenizer
 from rdmem.units import encode_units
-data = json.load(open(sys.argv[1]))
+convs = load_locomo(sys.argv[1])
 tok = get_tokenizer("cl100k_base")
 out = []
 for c, start, length, cap in json.loads(sys.argv[2]):
-    conv = data[c]["conversation"]
-    keys = sorted((k for k in conv if k.startswith("session_") and not k.endswith("date_time")),
-                  key=lambda k: int(k.split("_")[1]))
-    msgs = [{"role": "user", "content": f"{t['speaker']}: {t['text']}"} for k in keys for t in conv[k]]
-    units = encode_units(msgs[start:start + length], tok)
+    units = encode_units(convs[c].messages[start:start + length], tok)
     out.append(hashlib.sha1(ExtractiveSummarizer().summarize(units, cap, tok).encode()).hexdigest())
 print(json.dumps(out))
 """

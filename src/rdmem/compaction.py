@@ -201,6 +201,18 @@ class Problem:
         return None
 
     @cached_property
+    def block_of(self) -> np.ndarray:
+        """The block of each unit (its index in ``blocks``), -1 for a unit in none; read-only."""
+        out = np.full(len(self.units), -1, dtype=np.int64)
+        if self._single_units is not None:
+            out[self._single_units] = np.arange(len(self.blocks))
+        else:
+            for b, blk in enumerate(self.blocks):
+                out[blk] = b
+        out.flags.writeable = False
+        return out
+
+    @cached_property
     def _block_costs(self) -> np.ndarray:
         tokens = self.ctx.token_costs.astype(np.int64)
         if self._single_units is not None:

@@ -265,11 +265,13 @@ class RDPolicy:
         links = find_links(units, embeddings, kinds=self.together)
         if not links:
             return None
-        block_of = {int(i): b for b, block in enumerate(problem.blocks) for i in block}
-        linked = sorted({block_of[i] for d, t, _ in links for i in (d, t) if i in block_of})
+        block_of = problem.block_of.tolist()
+        linked = sorted({block_of[i] for d, t, _ in links for i in (d, t) if block_of[i] >= 0})
         index = {b: k for k, b in enumerate(linked)}
         block_links = [
-            (index[block_of[d]], index[block_of[t]], kind) for d, t, kind in links if d in block_of and t in block_of
+            (index[block_of[d]], index[block_of[t]], kind)
+            for d, t, kind in links
+            if block_of[d] >= 0 and block_of[t] >= 0
         ]
         merged = merge_blocks([np.array([k]) for k in range(len(linked))], block_links, kinds=self.together)
         if len(merged) == len(linked):
@@ -369,13 +371,10 @@ class RDPolicy:
         if self.duplicates is None or n < 2 or not self.value.needs_embeddings:
             return [int(b) for b in chosen]
         # The block of each unit that is a block of its own (and not linked to another), else -1.
-        block_of = np.full(n, -1, dtype=np.int64)
-        if problem._single_units is not None:
-            block_of[problem._single_units] = np.arange(len(problem.blocks))
-        else:
-            for b, blk in enumerate(problem.blocks):
-                if len(blk) == 1:
-                    block_of[int(blk[0])] = b
+        block_of = problem.block_of.copy()
+        if problem._single_units is None:
+            several = np.array([len(blk) > 1 for blk in problem.blocks] + [False])  # [-1]: no block
+            block_of[several[block_of]] = -1
         if linked:
             block_of[np.isin(block_of, list(linked))] = -1
         groups = self._near_duplicates(problem, ~protected & (block_of >= 0))
