@@ -38,8 +38,8 @@ def main() -> int:
         ap.error(f"--units must be > 0, got {args.units}")
     from rdmem import MemoryManager
     from rdmem.features import extract_features
-    from rdmem.manager import stored_features
-    from rdmem.store import StoredUnit, open_store
+    from rdmem._session import stored_features
+    from rdmem.store import NewUnit, open_store
     from rdmem.tokens import get_tokenizer
 
     pool = text_pool(locomo_turns(LOCOMO))
@@ -53,7 +53,7 @@ def main() -> int:
             msg = {"role": role, "content": f"{pool[p]} (note {j})"}
             feats = stored_features(extract_features(msg["content"], role), tok)
             tier = "working" if j >= args.units - 100 else "archive"
-            yield StoredUnit(f"u{j}", j, msg, tok.message_tokens(msg), feats, vectors[p], tier)
+            yield NewUnit(msg, tok.message_tokens(msg), feats, vectors[p], tier, id=f"u{j}")
 
     print(f"machine: {os.cpu_count()} cores, Python {platform.python_version()}, "
           f"load average {os.getloadavg()[0]:.1f} at start", flush=True)

@@ -156,8 +156,8 @@ def bench_add(
 def bulk_units(pool: Sequence[str], vectors: np.ndarray, working_texts: Sequence[str], n: int, seed: int):
     """``n`` archived units drawn from the pool, then a working set; tokens and features computed once per text."""
     from rdmem.features import extract_features
-    from rdmem.manager import stored_features
-    from rdmem.store import StoredUnit
+    from rdmem._session import stored_features
+    from rdmem.store import NewUnit
     from rdmem.policies import RDPolicy
     from rdmem.tokens import get_tokenizer
 
@@ -167,14 +167,14 @@ def bulk_units(pool: Sequence[str], vectors: np.ndarray, working_texts: Sequence
     row = {t: i for i, t in enumerate(pool)}
     cost: dict[int, tuple[int, dict]] = {}
 
-    def unit(j: int, p: int, role: str, tier: str) -> StoredUnit:
+    def unit(j: int, p: int, role: str, tier: str) -> NewUnit:
         if p not in cost:
             msg = {"role": role, "content": pool[p]}
             # As a manager stores them: with the tokenizer that counted the tokens (reopening reuses them).
             feats = stored_features(extract_features(pool[p], role), tok)
             cost[p] = (tok.message_tokens(msg), feats)
         tokens, feats = cost[p]
-        return StoredUnit(f"u{j}", j, {"role": role, "content": pool[p]}, tokens, feats, vectors[p], tier)
+        return NewUnit({"role": role, "content": pool[p]}, tokens, feats, vectors[p], tier, id=f"u{j}")
 
     for j, p in enumerate(picks):
         yield unit(j, int(p), "user" if j % 2 == 0 else "assistant", "archive")
@@ -222,7 +222,7 @@ def bench_query(
     c0, t0 = time.process_time(), time.perf_counter()
     n_units = len(mem)
     open_s, open_cpu = time.perf_counter() - t0, time.process_time() - c0
-    store = mem._store
+    store = mem._session().store
     # Split each call into the store's search and the rest (engine: scoring, selection, rendering).
     search_times: list[float] = []
     search_cpu: list[float] = []

@@ -23,7 +23,7 @@ def chat(n):
 @pytest.mark.parametrize("policy", sorted(rdmem.POLICIES))
 def test_watermarks_and_prefix_stability(policy, hashing_embedder, cl100k):
     budget, high, low = 300, 0.9, 0.6
-    mem = MemoryManager(budget, policy, embedder=hashing_embedder, high=high, low=low)
+    mem = MemoryManager(budget=budget, policy=policy, embedder=hashing_embedder, high=high, low=low)
     sent = {}
     prev: list[str] = []
     compactions = 0
@@ -51,7 +51,7 @@ def test_watermarks_and_prefix_stability(policy, hashing_embedder, cl100k):
 
 def test_prefix_is_byte_stable_between_compactions(cl100k):
     """What the model is sent grows by appending only, until the next compaction."""
-    mem = MemoryManager(400, "window")
+    mem = MemoryManager(budget=400, policy="window")
     previous = None
     stable_steps = 0
     for msg in chat(40):
@@ -64,16 +64,16 @@ def test_prefix_is_byte_stable_between_compactions(cl100k):
 
 
 def test_default_watermarks():
-    assert (MemoryManager(100, "window").high, MemoryManager(100, "window").low) == (1.0, 0.8)
+    assert (MemoryManager(budget=100, policy="window").high, MemoryManager(budget=100, policy="window").low) == (1.0, 0.8)
     # rd sets its own: it compacts often and by little (see RDPolicy.low_watermark).
-    assert MemoryManager(100, "rd").low == 0.95
-    assert MemoryManager(100, "rd", low=0.5).low == 0.5
-    assert MemoryManager(100, "rd", high=0.9).low == 0.9  # never above the high watermark
+    assert MemoryManager(budget=100, policy="rd").low == 0.95
+    assert MemoryManager(budget=100, policy="rd", low=0.5).low == 0.5
+    assert MemoryManager(budget=100, policy="rd", high=0.9).low == 0.9  # never above the high watermark
 
 
 @pytest.mark.parametrize("policy", ["rd", "importance"])
 def test_query_brings_back_archived_units(policy, cl100k, minilm):
-    mem = MemoryManager(160, policy, embedder=minilm)
+    mem = MemoryManager(budget=160, policy=policy, embedder=minilm)
     mem.add(role="user", content="My locker code at the gym is 4411.", id="locker")
     for msg in chat(30):
         mem.add(msg)
@@ -88,7 +88,7 @@ def test_query_brings_back_archived_units(policy, cl100k, minilm):
 
 
 def test_tool_groups_stay_together(cl100k, hashing_embedder):
-    mem = MemoryManager(200, "rd", embedder=hashing_embedder)
+    mem = MemoryManager(budget=200, policy="rd", embedder=hashing_embedder)
     for i in range(25):
         mem.add(role="user", content=f"Check stock for item {i}, please.")
         mem.add(role="assistant", content=None, tool_calls=[
@@ -106,7 +106,7 @@ def test_tool_groups_stay_together(cl100k, hashing_embedder):
 
 
 def test_an_oversized_message_is_cut_not_lost(cl100k):
-    mem = MemoryManager(100, "rd")
+    mem = MemoryManager(budget=100, policy="rd")
     mem.add(role="user", content="Please read this. " + "The report says revenue grew. " * 80, id="big")
     out = mem.messages()
     assert len(out) == 1 and TRUNCATED in out[0]["content"]
@@ -116,12 +116,12 @@ def test_an_oversized_message_is_cut_not_lost(cl100k):
 
 
 def test_add_forms_and_ids():
-    mem = MemoryManager(1000, "window")
+    mem = MemoryManager(budget=1000, policy="window")
     assert mem.add(role="user", content="a") == "m0"
     assert mem.add({"role": "assistant", "content": "b"}) == "m1"
     assert mem.add({"role": "user", "content": "c", "id": "x"}) == "x"
-    assert mem.extend([{"role": "assistant", "content": "d"}, {"role": "user", "content": "e"}]) == ["m3", "m4"]
-    assert mem.working_ids() == ["m0", "m1", "x", "m3", "m4"]
+    assert mem.extend([{"role": "assistant", "content": "d"}, {"role": "user", "content": "e"}]) == ["m2", "m3"]
+    assert mem.working_ids() == ["m0", "m1", "x", "m2", "m3"]
     assert len(mem) == 5
 
 
@@ -146,7 +146,7 @@ def test_bad_parameters(kwargs, exc, match):
 
 
 def test_bad_calls():
-    mem = MemoryManager(100, "window")
+    mem = MemoryManager(budget=100, policy="window")
     mem.add(role="user", content="hi", id="a")
     with pytest.raises(ValueError, match="session 'default' already has a message with id 'a'"):
         mem.add(role="user", content="again", id="a")
@@ -154,7 +154,7 @@ def test_bad_calls():
         mem.add({"role": "user", "content": "x"}, id="b")
     with pytest.raises(ValueError, match="invalid role 'robot'"):
         mem.add(role="robot", content="x")
-    with pytest.raises(ValueError, match=r"budget must be an int > 0 tokens, got 0"):
+    with pytest.raises(ValueError, match=r"budget must be > 0 tokens, got 0"):
         mem.context(budget=0)
     with pytest.raises(TypeError, match="query must be a string or None, got int"):
         mem.context(query=5)  # type: ignore[arg-type]

@@ -164,9 +164,9 @@ def test_markers_off(policy, agent_history, minilm, cl100k):
 @pytest.mark.parametrize("policy", POLICY_NAMES)
 def test_content_parts_and_names(policy, minilm, cl100k):
     history = [
-        {"id": 1, "role": "user", "name": "ana", "content": [{"type": "text", "text": "Book the 9:15 train."}]},
-        {"id": 2, "role": "assistant", "content": "Booked the 9:15 to Porto."},
-        {"id": 3, "role": "user", "name": "ben", "content": [{"type": "text", "text": "And a table for 4 at 8pm."}]},
+        {"id": "1", "role": "user", "name": "ana", "content": [{"type": "text", "text": "Book the 9:15 train."}]},
+        {"id": "2", "role": "assistant", "content": "Booked the 9:15 to Porto."},
+        {"id": "3", "role": "user", "name": "ben", "content": [{"type": "text", "text": "And a table for 4 at 8pm."}]},
     ]
     result = run(history, 10_000, policy, minilm)
     check_compaction(result, history, 10_000, cl100k)

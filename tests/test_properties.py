@@ -100,7 +100,7 @@ def test_memory_manager_streams_keep_every_invariant(policy, messages, budget, q
 
     from ._checks import history_problems
 
-    mem = MemoryManager(budget, policy, embedder=EMBEDDER)
+    mem = MemoryManager(budget=budget, policy=policy, embedder=EMBEDDER)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         ids = mem.extend(messages)

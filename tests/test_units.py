@@ -14,9 +14,12 @@ def call(cid, name="f"):
     return {"id": cid, "type": "function", "function": {"name": name, "arguments": "{}"}}
 
 
-def test_ids_default_to_position_and_ints_become_strings():
-    pairs = normalize_messages([{"role": "user", "content": "a"}, {"role": "user", "content": "b", "id": 7}])
+def test_ids_default_to_position_and_must_be_strings():
+    pairs = normalize_messages([{"role": "user", "content": "a"}, {"role": "user", "content": "b", "id": "7"}])
     assert [mid for mid, _ in pairs] == ["m0", "7"]
+    # An int id would come back as a string from every store: refused at input instead, with the fix.
+    with pytest.raises(ValueError, match=r"message 1: 'id' must be a non-empty string, got int 7 \(ids are strings: use '7'\)"):
+        normalize_messages([{"role": "user", "content": "a"}, {"role": "user", "content": "b", "id": 7}])
 
 
 def test_clean_copies_keep_only_api_keys_and_never_alias_the_input():
@@ -43,21 +46,32 @@ def test_missing_content_and_empty_tool_calls():
 @pytest.mark.parametrize(
     ("messages", "exc", "match"),
     [
-        ("hello", TypeError, "messages must be a list of dicts, got str"),
-        (None, TypeError, "messages must be a list of dicts, got NoneType"),
+        ("hello", TypeError, "messages must be a list of message dicts, got str"),
+        (None, TypeError, "messages must be a list of message dicts, got null"),
+        ({"role": "user", "content": "x"}, TypeError, r"got one dict \(wrap a single message in a list\)"),
         (["hi"], TypeError, "message 0 must be a dict with 'role' and 'content', got str"),
         ([{"content": "x"}], ValueError, r"message 0: invalid role None; expected one of system, developer"),
         ([{"role": "wizard", "content": "x"}], ValueError, "message 0: invalid role 'wizard'"),
         ([{"role": "user", "content": 5}], ValueError, "message 0: 'content' must be a string, a list of text parts"),
-        ([{"role": "user", "content": [1, 2]}], ValueError, "message 0: 'content' as a list must hold content parts"),
+        ([{"role": "user", "content": [1, 2]}], ValueError, r"message 0: content\[0\] must be a content part"),
+        ([{"role": "user", "content": [{"type": "text", "text": 5}]}], ValueError,
+         r"message 0: content\[0\]\.text must be a string, got int"),
+        ([{"role": "user", "content": [{"text": "x"}]}], ValueError, r"message 0: content\[0\]\.type must be a string"),
+        ([{"role": "user", "content": "x", "name": 5}], ValueError, "message 0: 'name' must be a string, got int"),
+        ([{"role": "user", "content": "bad \ud800 text"}], ValueError,
+         r"message 0: content is not valid Unicode: a lone surrogate '\\ud800' at character 4"),
+        ([{"role": "assistant", "content": None, "tool_calls": [{"id": "c1", "function": None}]}], ValueError,
+         r"message 0: tool_calls\[0\]\.function must be a dict with 'name' and 'arguments', got null"),
+        ([{"role": "assistant", "tool_calls": [{"id": "c1", "function": {"name": "f", "arguments": 5}}]}],
+         ValueError, r"message 0: tool_calls\[0\]\.function\.arguments must be a JSON string, got int"),
         ([{"role": "tool", "content": "x"}], ValueError, "message 0: a tool message needs a string 'tool_call_id'"),
         ([{"role": "user", "content": "x", "tool_calls": [call("c")]}], ValueError,
          "message 0: only assistant messages may carry 'tool_calls'"),
         ([{"role": "assistant", "content": "x", "tool_calls": [{"function": {}}]}], ValueError,
-         "message 0: 'tool_calls' must be a list of dicts, each with a string 'id'"),
+         r"message 0: tool_calls\[0\]\.id must be a non-empty string, got null"),
         ([{"role": "user", "content": "a", "id": "x"}, {"role": "user", "content": "b", "id": "x"}], ValueError,
          "message 1: duplicate id 'x'"),
-        ([{"role": "user", "content": "a", "id": 1.5}], ValueError, "message 0: 'id' must be a string or an int, got float"),
+        ([{"role": "user", "content": "a", "id": 1.5}], ValueError, "message 0: 'id' must be a non-empty string, got float 1.5"),
     ],
 )
 def test_bad_messages_name_the_problem(messages, exc, match):

@@ -1,33 +1,43 @@
-"""MemoryManager: a session's memory, streamed in message by message."""
+"""MemoryManager: a session's memory, streamed in message by message, kept in a store."""
 
 from __future__ import annotations
 
+import threading
 import warnings
-from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
+from ._session import SessionView, new_unit, pending_call
 from .compaction import Compaction, compact_units
 from .embed import Embedder, get_embedder
-from .features import Features, content_words
+from .messages import Message, parse_message, parse_messages
 from .policies import Policy, get_policy
 from .scoring import embed_text
-from .store import Store, StoredUnit, open_store
+from .store import Store, VersionConflict, open_store
 from .summarize import Summarizer
 from .tokens import Tokenizer, get_tokenizer
-from .units import MemoryUnit, make_unit, normalize_messages
+from .units import MemoryUnit, make_unit
 
 __all__ = ["MemoryManager"]
 
 #: The low watermark of policies that do not set their own ``low_watermark``.
 _DEFAULT_LOW = 0.8
-#: Key of the session-log records that save the feedback shift of the value model.
+#: Key of the session state that holds the feedback shift of the value model (and, before schema 2,
+#: of the session-log records that did).
 _FEEDBACK = "value_feedback"
-#: Key of a stored unit's features that names the tokenizer its ``tokens`` were counted with
-#: (:attr:`rdmem.tokens.Tokenizer.fingerprint`).
-_COUNTED_BY = "counted_by"
+#: How often a compaction is recomputed when other writers keep changing the session under it.
+_RETRIES = 8
+_UNSET: Any = object()
+
+
+def _check_budget(budget: object) -> int:
+    if isinstance(budget, bool) or not isinstance(budget, (int, np.integer)):
+        raise TypeError(f"budget must be an int number of tokens, got {type(budget).__name__}")
+    if budget <= 0:
+        raise ValueError(f"budget must be > 0 tokens, got {budget}")
+    return int(budget)
 
 
 class MemoryManager:
@@ -39,6 +49,13 @@ class MemoryManager:
     grows at its end, so the prompt prefix stays stable for inference-engine
     prefix caches. :meth:`context` builds what the model sees, from the working
     set and, for a query, the best archived units too.
+
+    The session lives in its store, not in this object: ids and places are
+    allocated by the store, and every call starts from the store's current
+    state, so several managers (threads, processes, machines sharing one
+    PostgreSQL) may use one session at once. A compaction is written only
+    if no one changed the session while it was computed (else it is done
+    again on the new state).
 
     Parameters
     ----------
@@ -73,9 +90,9 @@ class MemoryManager:
 
     def __init__(
         self,
-        budget: int,
-        policy: str | Policy = "rd",
-        *,
+        *args: Any,
+        budget: int = _UNSET,
+        policy: str | Policy = _UNSET,
         store: str | Store | None = None,
         session: str = "default",
         tokenizer: str | Tokenizer | Callable[[str], int] = "cl100k_base",
@@ -87,11 +104,19 @@ class MemoryManager:
         markers: bool = True,
         archive_candidates: int = 200,
     ) -> None:
-        if isinstance(budget, bool) or not isinstance(budget, (int, np.integer)):
-            raise TypeError(f"budget must be an int number of tokens, got {type(budget).__name__}")
-        if budget <= 0:
-            raise ValueError(f"budget must be > 0 tokens, got {budget}")
-        self.policy = get_policy(policy)
+        if args:
+            if len(args) > 2 or (len(args) >= 1 and budget is not _UNSET) or (len(args) == 2 and policy is not _UNSET):
+                raise TypeError("MemoryManager takes its settings as keywords: MemoryManager(budget=..., policy=...)")
+            warnings.warn("MemoryManager(budget, policy) with positional arguments is deprecated; "
+                          "pass them as keywords: MemoryManager(budget=..., policy=...)", DeprecationWarning,
+                          stacklevel=2)
+            budget = args[0]
+            if len(args) == 2:
+                policy = args[1]
+        if budget is _UNSET:
+            raise TypeError("MemoryManager needs a budget in tokens: MemoryManager(budget=4000, ...)")
+        self.budget = _check_budget(budget)
+        self.policy = get_policy("rd" if policy is _UNSET else policy)
         if low is None:
             low = min(float(getattr(self.policy, "low_watermark", _DEFAULT_LOW)), high)
         if not (0 < low <= high):
@@ -100,7 +125,6 @@ class MemoryManager:
             raise ValueError(f"session must be a non-empty string, got {session!r}")
         if isinstance(archive_candidates, bool) or not isinstance(archive_candidates, int) or archive_candidates < 0:
             raise ValueError(f"archive_candidates must be an int >= 0, got {archive_candidates!r}")
-        self.budget = int(budget)
         self.session = session
         self.high = float(high)
         self.low = float(low)
@@ -111,38 +135,32 @@ class MemoryManager:
         self._overhead = message_overhead
         self._embedder_spec = embedder
         self._store_spec = store
-        self._state: _State | None = None
+        self._view: SessionView | None = None
+        self._lock = threading.RLock()
         self._feedback_delta: np.ndarray | None = None
+        self._feedback_seen: object = None
+        self._legacy_checked = False
+        self._settings_saved = False
         self._tuned_policy: Policy | None = None
 
-    # -- lazy state -------------------------------------------------------
+    # -- the session's state, from the store ---------------------------------------------
     @property
     def tokenizer(self) -> Tokenizer:
-        return self._load().tokenizer
+        return self._session().tokenizer
 
-    def _load(self) -> _State:
-        if self._state is None:
+    def _session(self) -> SessionView:
+        """The view of the session, created on first use (tokenizer and store are opened then)."""
+        if self._view is None:
             tok = get_tokenizer(self._tokenizer_spec, message_overhead=self._overhead)
-            store = open_store(self._store_spec)
-            st = _State(tok, store)
-            # Positions, not stored seqs, index the units: two processes writing one session may share seqs.
-            # A stored count made with this very tokenizer is reused (re-tokenising is a quarter of the time
-            # it takes to open a large session); any other is counted again.
-            fingerprint = tok.fingerprint
-            for position, su in enumerate(store.load(self.session)):
-                feats = Features.from_dict(su.features) if su.features else None
-                same = fingerprint is not None and (su.features or {}).get(_COUNTED_BY) == fingerprint
-                unit = make_unit(su.id, su.message, position, tok, features=feats, tokens=su.tokens if same else None)
-                if su.embedding is not None:
-                    # Archived vectors may share the store's search matrix (SQLite: one column-major array);
-                    # the working set's few take part in every selection, so they get compact copies of
-                    # their own instead of being gathered out of that matrix on every call.
-                    unit.embedding = (np.array if su.tier == "working" else np.asarray)(su.embedding, dtype=np.float32)
-                st.append(unit, su.tier)
-            self._state = st
-            if st.units:
-                self._restore_feedback(store)
-        return self._state
+            self._view = SessionView(open_store(self._store_spec), self.session, tok)
+        return self._view
+
+    def _sync(self) -> SessionView:
+        """The view, caught up with what anyone wrote to the session since this manager last looked."""
+        view = self._session()
+        if view.sync():
+            self._restore_feedback(view)
+        return view
 
     @property
     def _embedder(self) -> Embedder | None:
@@ -150,107 +168,173 @@ class MemoryManager:
             return get_embedder(self._embedder_spec)
         return None
 
-    # -- writing -----------------------------------------------------------
+    # -- writing -----------------------------------------------------------------------
     def add(self, message: Mapping[str, Any] | None = None, /, **fields: Any) -> str:
         """Append one message (a dict, or ``role=``, ``content=``, ``id=``... keywords); return its id.
 
-        The message is stored before this returns; the working set is
-        compacted if it passed the high watermark.
+        Without an ``id`` the store gives it one (``m0``, ``m1``, ..., skipping
+        ids already taken). An ``id`` the session already has is a
+        :class:`ValueError` and changes nothing. Fields the chat API does not
+        know are stored with the message and given back by :meth:`history`,
+        never sent to the model. The message is stored before this returns;
+        the working set is compacted if it passed the high watermark.
         """
         if message is not None and fields:
             raise TypeError("pass either a message dict or keyword fields, not both")
-        msg = dict(message) if message is not None else fields
-        if not isinstance(msg, dict):
-            raise TypeError(f"message must be a dict, got {type(message).__name__}")
-        st = self._load()
-        index = len(st.units)
-        if "id" not in msg or msg["id"] is None:
-            msg["id"] = f"m{index}"
-        ((mid, clean),) = normalize_messages([msg])
-        if mid in st.by_id:
-            raise ValueError(f"session {self.session!r} already has a message with id {mid!r}")
-        unit = make_unit(mid, clean, index, st.tokenizer)
-        emb = self._embedder
-        if emb is not None:
-            unit.embedding = emb.embed([embed_text(unit)])[0]
-        self._store.append(self.session, [_to_stored(unit, "working", st.tokenizer)])
-        st.append(unit, "working")
-        if st.working_tokens() > self.high * self.budget:
-            self._compact_working()
-        return mid
+        if message is None and not fields:
+            raise TypeError("add() needs a message: add({'role': 'user', 'content': '...'}) or "
+                            "add(role='user', content='...')")
+        if message is not None and not isinstance(message, Mapping):
+            hint = f"; did you mean add(role='user', content={message!r})?" if isinstance(message, str) else ""
+            raise TypeError(f"add() takes a message dict or role=/content= keywords, got {type(message).__name__}"
+                            f"{hint}")
+        return self._write([parse_message(dict(message) if message is not None else fields, json_extras=True)])[0]
 
     def extend(self, messages: Sequence[Mapping[str, Any]]) -> list[str]:
-        """Add several messages in order (one :meth:`add` each); return their ids."""
-        return [self.add(m) for m in messages]
+        """Add several messages, in order, in one atomic write (all are checked first: if one is invalid,
+        none is stored); then compact once if needed. Returns their ids."""
+        return self._write(parse_messages(messages, json_extras=True))
+
+    def _write(self, parsed: list[Message]) -> list[str]:
+        if not parsed:
+            return []
+        with self._lock:
+            view = self._session()
+            tok = view.tokenizer
+            units = [make_unit(m.id or "", m.chat, 0, tok) for m in parsed]
+            emb = self._embedder
+            if emb is not None:
+                vecs = emb.embed([embed_text(u) for u in units])
+                for u, v in zip(units, vecs, strict=True):
+                    u.embedding = v
+            written = view.store.append(self.session, [new_unit(u, m.original(), tok, m.id)
+                                                       for u, m in zip(units, parsed, strict=True)])
+            if view.written(written.prev, written.version):
+                for u, su in zip(units, written.units, strict=True):
+                    u.id = su.id
+                    view.append(u, "working")
+            self._restore_feedback(view)
+            self._save_settings(view)
+            self._compact_working()
+            return [su.id for su in written.units]
+
+    def _save_settings(self, view: SessionView) -> None:
+        """Record in the session's state how this manager compacts it (shown by ``rdmem sessions show``)."""
+        if self._settings_saved:
+            return
+        self._settings_saved = True
+        settings = {"budget": self.budget, "high": self.high, "low": self.low, "policy": self.policy.name}
+        if view.state.get("settings") != settings:
+            written = view.store.update_state(self.session, {"settings": settings})
+            if view.written(written.prev, written.version):
+                view.state["settings"] = settings
+
+    def delete(self, ids: Sequence[str]) -> list[str]:
+        """Delete messages of the session for good (from both tiers); return the ids that were there.
+
+        A tool call deleted without its results (or results without their
+        call) are left out of every context from then on, so what the model
+        sees stays a valid history.
+        """
+        if isinstance(ids, str):
+            ids = [ids]
+        with self._lock:
+            view = self._session()
+            written = view.store.delete(self.session, list(ids))
+            self._sync()
+            return written.deleted
 
     def _compact_working(self) -> None:
-        st = self._load()
-        working = st.working_units()
-        target = max(int(self.low * self.budget), 1)
-        result = self._compact(working, target, self._working_policy)
-        # A message cut to fit stays in working memory (context() cuts it again): archiving it would
-        # drop the newest message silently when it alone exceeds the budget.
-        kept = {d.id for d in result.report if d.decision in ("kept", "truncated", "compressed")}
-        # A tool call still waiting for results stays too: archiving it would orphan the results to come.
-        kept |= _pending_call(working)
-        leaving = [u.id for u in working if u.id not in kept]
-        if leaving:
-            self._store.set_tier(self.session, leaving, "archive")
+        """Compact the working set if it passed the high watermark; the store takes the result only if the
+        session did not change meanwhile (else it is computed again on the new state)."""
+        for _ in range(_RETRIES):
+            view = self._sync()
+            if view.working_tokens() <= self.high * self.budget:
+                return
+            working = view.working_units()
+            target = max(int(self.low * self.budget), 1)
+            result = self._compact(working, target, self._working_policy)
+            # A message cut to fit stays in working memory (context() cuts it again): archiving it would
+            # drop the newest message silently when it alone exceeds the budget.
+            kept = {d.id for d in result.report if d.decision in ("kept", "truncated", "compressed")}
+            # A tool call still waiting for results stays too: archiving it would orphan the results to come.
+            kept |= pending_call(working)
+            leaving = [u.id for u in working if u.id not in kept]
+            if not leaving:
+                return
+            record = {"archived": leaving, "kept": len(kept), "budget": target, "policy": self.policy.name}
+            try:
+                written = view.store.set_tier(self.session, leaving, "archive", expect=view.version, log=record)
+            except VersionConflict:
+                continue
+            view.written(written.prev, written.version)
             for i in leaving:
-                st.set_tier(i, "archive")
-            self._store.log_compaction(
-                self.session,
-                {"archived": leaving, "kept": len(kept), "budget": target, "policy": self.policy.name},
-            )
+                view.set_tier(i, "archive")
+            return
 
-    # -- reading -----------------------------------------------------------
+    # -- reading -------------------------------------------------------------------------
     def working_ids(self) -> list[str]:
         """Ids of the units in working memory, in order."""
-        return [u.id for u in self._load().working_units()]
+        with self._lock:
+            return [u.id for u in self._sync().working_units()]
 
     def archived_ids(self) -> list[str]:
-        st = self._load()
-        return [u.id for u in st.units if st.tier[u.id] == "archive"]
+        """Ids of the archived units, in order."""
+        with self._lock:
+            return self._sync().archived_ids()
+
+    def history(self, *, offset: int = 0, limit: int | None = None) -> list[dict[str, Any]]:
+        """The session's messages as they were given (every field, with its ``id``), in order, from the
+        ``offset``-th on, at most ``limit``: what :meth:`add` stored, whatever the tiers."""
+        with self._lock:
+            store = self._session().store
+            return [{"id": su.id, **su.message} for su in store.load(self.session, offset=offset, limit=limit)]
 
     def context(self, query: str | None = None, *, budget: int | None = None) -> Compaction:
         """What the model should see now, within ``budget`` (default: the manager's).
 
         Without a query: the working set, compacted if it does not fit. With a
         query: the working set plus the archived units that best match the
-        query (lexical + dense), all competing in one budgeted selection.
+        query (lexical + dense), all competing in one budgeted selection. The
+        newest user message is always in it (cut, with a visible marker,
+        if it alone does not fit).
         """
-        st = self._load()
-        budget = self.budget if budget is None else budget
-        if isinstance(budget, bool) or not isinstance(budget, int) or budget <= 0:
-            raise ValueError(f"budget must be an int > 0 tokens, got {budget!r}")
+        budget = self.budget if budget is None else _check_budget(budget)
         if query is not None and not isinstance(query, str):
             raise TypeError(f"query must be a string or None, got {type(query).__name__}")
-        cands = st.working_units()
-        if query and self.archive_candidates and st.archived:
-            emb = self._embedder
-            qvec = emb.embed([query])[0] if emb is not None else None
-            hits = self._store.search(self.session, query, qvec, k=self.archive_candidates, tier="archive")
-            extra = {st.by_id[i].index for i, _ in hits if i in st.by_id}
-            cands = sorted(cands + [st.units[j] for j in extra], key=lambda u: u.index)
-            cands = _whole_groups(cands, st.members)
-        return self._compact(cands, budget, self._active_policy, query)
+        with self._lock:
+            view = self._sync()
+            cands = view.working_units()
+            if query and self.archive_candidates and view.archived:
+                emb = self._embedder
+                qvec = emb.embed([query])[0] if emb is not None else None
+                hits = view.store.search(self.session, query, qvec, k=self.archive_candidates, tier="archive")
+                extra = {view.by_id[i].index for i, _ in hits if i in view.by_id and view.tier[i] == "archive"}
+                cands = sorted(cands + [view.units[j] for j in extra], key=lambda u: u.index)
+                cands = view.whole_groups(cands)
+            return self._compact(cands, budget, self._active_policy, query)
+
+    def messages(self, query: str | None = None) -> list[dict[str, Any]]:
+        """The messages for the next model call (``context(query).messages``)."""
+        return self.context(query).messages
 
     def _compact(self, units: list[MemoryUnit], budget: int, policy: Policy, query: str | None = None) -> Compaction:
         """:func:`compact_units` with this session's tokenizer, embedder, summarizer and document frequencies."""
-        st = self._load()
+        view = self._session()
         return compact_units(
             units,
             budget=budget,
             policy=policy,
             query=query,
-            tokenizer=st.tokenizer,
+            tokenizer=view.tokenizer,
             embedder=self._embedder,
             summarizer=self.summarizer,
             markers=self.markers,
-            now=len(st.units),
-            doc_freq=(st.df, len(st.units)),
+            now=len(view.units),
+            doc_freq=(view.df, len(view.units)),
         )
 
+    # -- online feedback -----------------------------------------------------------------
     def feedback(self, ids: Sequence[str], reward: float, *, learning_rate: float = 0.5, max_shift: float = 2.0) -> None:
         """Tell the value model whether the units ``ids`` turned out to be needed (online learning).
 
@@ -262,60 +346,76 @@ class MemoryManager:
 
         and every coordinate of ``delta`` is clipped to ``[-max_shift, max_shift]``
         (bounded: feedback can tilt the shipped model, never replace it). The
-        shift applies to this session only, is saved in the store's log of the
-        session (a reopened session keeps it), and :meth:`reset_feedback`
-        reverts it exactly. Needs a policy with a learned value model (``rd``).
+        shift applies to this session only, is saved in the session's state in
+        the store (other managers of the session, and a reopened one, use it),
+        and :meth:`reset_feedback` reverts it exactly. Needs a policy with a
+        learned value model (``rd``).
         """
         if not 0.0 <= float(reward) <= 1.0:
             raise ValueError(f"reward must be in [0, 1], got {reward!r}")
         if not learning_rate > 0:
             raise ValueError(f"learning_rate must be > 0, got {learning_rate!r}")
-        base = self._base_value_model()
-        st = self._load()
-        unknown = [i for i in ids if i not in st.by_id]
-        if unknown:
-            raise ValueError(f"unknown ids in feedback: {unknown[:5]}")
-        if not ids:
-            return
-        from .learn.features import model_prior_matrix
-        from .scoring import ScoringContext
+        with self._lock:
+            view = self._sync()
+            base = self._base_value_model()
+            unknown = [i for i in ids if i not in view.by_id]
+            if unknown:
+                raise ValueError(f"unknown ids in feedback: {unknown[:5]}")
+            if not ids:
+                return
+            from .learn.features import model_prior_matrix
+            from .scoring import ScoringContext
 
-        units = [st.by_id[i] for i in ids]
-        ctx = ScoringContext(units, embedder=self._embedder, doc_freq=(st.df, len(st.units)))
-        x = model_prior_matrix(base, ctx, novelty=False)
-        model = self._value_model()
-        z = (x - base.mean_) / base.scale_
-        p = model.predict(x)
-        step = learning_rate * ((float(reward) - p)[:, None] * z).mean(axis=0)
-        self._set_feedback(np.clip(self._feedback_delta + step, -max_shift, max_shift))
+            units = [view.by_id[i] for i in ids]
+            ctx = ScoringContext(units, embedder=self._embedder, doc_freq=(view.df, len(view.units)))
+            x = model_prior_matrix(base, ctx, novelty=False)
+            model = self._value_model()
+            z = (x - base.mean_) / base.scale_
+            p = model.predict(x)
+            step = learning_rate * ((float(reward) - p)[:, None] * z).mean(axis=0)
+            self._set_feedback(np.clip(self._feedback_delta + step, -max_shift, max_shift))
 
     def reset_feedback(self) -> None:
         """Undo all :meth:`feedback` for this session (back to the shipped or given model), in the store too."""
-        self._base_value_model()
-        self._set_feedback(np.zeros_like(self._feedback_delta))
+        with self._lock:
+            self._sync()
+            self._base_value_model()
+            self._set_feedback(np.zeros_like(self._feedback_delta))
 
     def _set_feedback(self, delta: np.ndarray) -> None:
-        self._store.log_compaction(self.session, {_FEEDBACK: [float(x) for x in delta]})
+        view = self._session()
+        values = [float(x) for x in delta]
+        written = view.store.update_state(self.session, {_FEEDBACK: values})
+        view.store.log_compaction(self.session, {_FEEDBACK: values})
+        if view.written(written.prev, written.version):
+            view.state[_FEEDBACK] = values
         self._feedback_delta = delta
+        self._feedback_seen = view.state.get(_FEEDBACK)
         self._tuned_policy = None
 
-    def _restore_feedback(self, store: Store) -> None:
-        """The session's last saved feedback shift, if its policy learns and it was saved for this model."""
+    def _restore_feedback(self, view: SessionView) -> None:
+        """The session's saved feedback shift, if its policy learns and it was saved for this model."""
+        saved = view.state.get(_FEEDBACK)
+        if saved is None and view.units and not self._legacy_checked:
+            # Saved by rdmem 0.1, which kept it in the session's log only.
+            self._legacy_checked = True
+            logged = [r[_FEEDBACK] for r in view.store.compaction_log(self.session) if _FEEDBACK in r]
+            saved = logged[-1] if logged else None
+        if saved is None or saved == self._feedback_seen:
+            return
+        self._feedback_seen = saved
         prior = self._learned_prior()
         if prior is None:
             return
-        saved = [r[_FEEDBACK] for r in store.compaction_log(self.session) if _FEEDBACK in r]
-        if not saved:
-            return
-        if len(saved[-1]) != len(prior.weights_):
+        if len(saved) != len(prior.weights_):
             warnings.warn(
                 f"rdmem: session {self.session!r} has feedback saved for another value model "
-                f"({len(saved[-1])} weights, this one has {len(prior.weights_)}); ignored",
+                f"({len(saved)} weights, this one has {len(prior.weights_)}); ignored",
                 RuntimeWarning,
                 stacklevel=4,
             )
             return
-        self._feedback_delta = np.asarray(saved[-1], dtype=np.float64)
+        self._feedback_delta = np.asarray(saved, dtype=np.float64)
         self._tuned_policy = None
 
     def _learned_prior(self):  # type: ignore[no-untyped-def]
@@ -362,18 +462,12 @@ class MemoryManager:
             return dataclasses.replace(policy, ladder=False)  # type: ignore[type-var]
         return policy
 
-    def messages(self, query: str | None = None) -> list[dict[str, Any]]:
-        """The messages for the next model call (``context(query).messages``)."""
-        return self.context(query).messages
-
-    @property
-    def _store(self) -> Store:
-        return self._load().store
-
+    # -- lifecycle -------------------------------------------------------------------------
     def close(self) -> None:
-        if self._state is not None:
-            self._state.store.close()
-            self._state = None
+        with self._lock:
+            if self._view is not None:
+                self._view.store.close()
+                self._view = None
 
     def __enter__(self) -> MemoryManager:
         return self
@@ -382,95 +476,5 @@ class MemoryManager:
         self.close()
 
     def __len__(self) -> int:
-        return len(self._load().units)
-
-
-class _State:
-    """Run-time state of a manager (kept apart from its parameters)."""
-
-    def __init__(self, tokenizer: Tokenizer, store: Store) -> None:
-        self.tokenizer = tokenizer
-        self.store = store
-        self.units: list[MemoryUnit] = []
-        self.by_id: dict[str, MemoryUnit] = {}
-        self.tier: dict[str, str] = {}
-        self.df: Counter[str] = Counter()
-        self.members: dict[int, list[MemoryUnit]] = {}  # group -> its units
-        self.archived = 0
-        self._call_owner: dict[str, int] = {}
-        self._working: dict[str, MemoryUnit] = {}
-        self._working_tokens = 0
-
-    def append(self, unit: MemoryUnit, tier: str) -> None:
-        # Incremental :func:`group_units`: earlier groups never change when a unit is appended.
-        owner = self._call_owner.get(str(unit.message.get("tool_call_id"))) if unit.role == "tool" else None
-        if owner is None:
-            owner = len(self.members)
-            for call in unit.message.get("tool_calls") or ():
-                self._call_owner[call["id"]] = owner
-        unit.group = owner
-        self.members.setdefault(owner, []).append(unit)
-        self.units.append(unit)
-        self.by_id[unit.id] = unit
-        self.tier[unit.id] = "archive"
-        self.archived += 1
-        self.set_tier(unit.id, tier)
-        self.df.update(set(content_words(unit.text)))
-
-    def set_tier(self, uid: str, tier: str) -> None:
-        unit = self.by_id[uid]
-        if tier == "working" and uid not in self._working:
-            self._working[uid] = unit
-            self._working_tokens += unit.tokens
-        elif tier != "working" and uid in self._working:
-            del self._working[uid]
-            self._working_tokens -= unit.tokens
-        self.archived += (tier != "working") - (self.tier[uid] != "working")
-        self.tier[uid] = tier
-
-    def working_units(self) -> list[MemoryUnit]:
-        return sorted(self._working.values(), key=lambda u: u.index)
-
-    def working_tokens(self) -> int:
-        return self._working_tokens
-
-
-def _whole_groups(cands: list[MemoryUnit], members: Mapping[int, list[MemoryUnit]]) -> list[MemoryUnit]:
-    """Add the rest of any tool-call group a candidate belongs to."""
-    have = {u.id for u in cands}
-    extra = [m for g in {u.group for u in cands} for m in members.get(g, ()) if m.id not in have]
-    return sorted(cands + extra, key=lambda u: u.index) if extra else cands
-
-
-def _pending_call(working: Sequence[MemoryUnit]) -> set[str]:
-    """Ids of the newest assistant tool call and its results so far, when some results have not arrived."""
-    for pos in range(len(working) - 1, -1, -1):
-        unit = working[pos]
-        if unit.role == "tool":
-            continue
-        calls = {c["id"] for c in unit.message.get("tool_calls") or ()}
-        answered = {w.message.get("tool_call_id") for w in working[pos + 1:]}
-        return {w.id for w in working[pos:]} if calls - answered else set()
-    return set()
-
-
-def stored_features(features: Features, tokenizer: Tokenizer) -> dict[str, Any]:
-    """A unit's features as a store keeps them, naming the tokenizer its token count was made with
-    (a reopened session reuses the count only with the same one)."""
-    out = features.as_dict()
-    if tokenizer.fingerprint is not None:
-        out[_COUNTED_BY] = tokenizer.fingerprint
-    return out
-
-
-def _to_stored(unit: MemoryUnit, tier: str, tokenizer: Tokenizer) -> StoredUnit:
-    return StoredUnit(
-        id=unit.id,
-        seq=unit.index,
-        message=unit.message,
-        tokens=unit.tokens,
-        features=stored_features(unit.features, tokenizer),
-        embedding=unit.embedding,
-        tier=tier,  # type: ignore[arg-type]
-    )
-
+        with self._lock:
+            return len(self._sync().units)

@@ -7,7 +7,6 @@ together (an assistant tool call and its results) and which are pinned
 
 from __future__ import annotations
 
-import copy
 import hashlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -15,12 +14,10 @@ from enum import Enum
 from typing import Any
 
 from .features import Features, extract_features
+from .messages import VALID_ROLES, parse_messages
 from .tokens import Tokenizer, content_text
 
 __all__ = ["MemoryUnit", "Rung", "normalize_messages", "encode_units", "group_units", "VALID_ROLES"]
-
-VALID_ROLES = ("system", "developer", "user", "assistant", "tool")
-_ALLOWED_KEYS = ("role", "content", "name", "tool_calls", "tool_call_id")
 
 
 class Rung(str, Enum):
@@ -36,8 +33,9 @@ class Rung(str, Enum):
 class MemoryUnit:
     """One message of the history, ready to be scored and selected.
 
-    ``tokens`` is what the message costs when sent verbatim (overhead included).
-    ``group`` is shared by units that must be kept or dropped together.
+    ``message`` holds the fields the model is sent; ``tokens`` is what the
+    message costs when sent verbatim (overhead included). ``group`` is shared
+    by units that must be kept or dropped together.
     """
 
     id: str
@@ -57,62 +55,21 @@ class MemoryUnit:
         return self.role in ("system", "developer")
 
 
-def _message_id(msg: Mapping[str, Any], index: int) -> str:
-    mid = msg.get("id")
-    if mid is None:
-        return f"m{index}"
-    if isinstance(mid, (str, int)) and not isinstance(mid, bool):
-        return str(mid)
-    raise ValueError(f"message {index}: 'id' must be a string or an int, got {type(mid).__name__}")
-
-
 def normalize_messages(messages: Iterable[Mapping[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
-    """Validate chat messages; return ``(id, clean copy)`` pairs.
+    """Validate chat messages; return ``(id, clean copy)`` pairs (see :mod:`rdmem.messages`).
 
-    The copies carry only the keys the OpenAI chat API accepts; the caller's
-    dicts are never touched. Errors name the message index and the problem.
+    A message without an id gets its position, ``m<index>``. The copies
+    carry only the fields the OpenAI chat API accepts; the caller's dicts are
+    never touched. Errors name the message index and the bad field.
     """
-    if isinstance(messages, (str, bytes)) or not isinstance(messages, Iterable):
-        raise TypeError(f"messages must be a list of dicts, got {type(messages).__name__}")
-    out: list[tuple[str, dict[str, Any]]] = []
-    seen: set[str] = set()
-    for i, msg in enumerate(messages):
-        if not isinstance(msg, Mapping):
-            raise TypeError(f"message {i} must be a dict with 'role' and 'content', got {type(msg).__name__}")
-        role = msg.get("role")
-        if role not in VALID_ROLES:
-            raise ValueError(f"message {i}: invalid role {role!r}; expected one of {', '.join(VALID_ROLES)}")
-        content = msg.get("content")
-        if content is not None and not isinstance(content, (str, list)):
-            raise ValueError(
-                f"message {i}: 'content' must be a string, a list of text parts or null, got {type(content).__name__}"
-            )
-        if isinstance(content, list) and not all(isinstance(part, Mapping) for part in content):
-            raise ValueError(f"message {i}: 'content' as a list must hold content parts (dicts such as "
-                             "{'type': 'text', 'text': ...})")
-        if role == "tool" and not isinstance(msg.get("tool_call_id"), str):
-            raise ValueError(f"message {i}: a tool message needs a string 'tool_call_id'")
-        tool_calls = msg.get("tool_calls")
-        if tool_calls is not None:
-            if role != "assistant":
-                raise ValueError(f"message {i}: only assistant messages may carry 'tool_calls'")
-            if not isinstance(tool_calls, list) or not all(
-                isinstance(c, Mapping) and isinstance(c.get("id"), str) for c in tool_calls
-            ):
-                raise ValueError(f"message {i}: 'tool_calls' must be a list of dicts, each with a string 'id'")
-        mid = _message_id(msg, i)
-        if mid in seen:
-            raise ValueError(f"message {i}: duplicate id {mid!r}")
-        seen.add(mid)
-        # An empty tool_calls list is dropped: the chat API rejects it.
-        clean = {
-            k: copy.deepcopy(msg[k])
-            for k in _ALLOWED_KEYS
-            if k in msg and msg[k] is not None and not (k == "tool_calls" and not msg[k])
-        }
-        if "content" not in clean:
-            clean["content"] = None if tool_calls else ""
-        out.append((mid, clean))
+    parsed = parse_messages(messages)
+    given = {m.id for m in parsed if m.id is not None}
+    out = []
+    for i, m in enumerate(parsed):
+        mid = m.id if m.id is not None else f"m{i}"
+        if m.id is None and mid in given:
+            raise ValueError(f"message {i}: has no id, and its default id {mid!r} is another message's id")
+        out.append((mid, m.chat))
     return out
 
 

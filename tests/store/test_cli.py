@@ -7,7 +7,7 @@ import json
 import pytest
 
 from rdmem.cli import main
-from rdmem.store import StoredUnit, open_store
+from rdmem.store import NewUnit, open_store
 
 
 @pytest.fixture
@@ -15,7 +15,7 @@ def store_url(tmp_path):
     url = f"sqlite:///{tmp_path / 'mem.db'}"
     store = open_store(url)
     for s, n in (("alpha", 3), ("beta", 2)):
-        store.append(s, [StoredUnit(f"{s}{i}", i, {"role": "user", "content": f"{s} note {i}"}, 7, {}) for i in range(n)])
+        store.append(s, [NewUnit({"role": "user", "content": f"{s} note {i}"}, 7, id=f"{s}{i}") for i in range(n)])
     store.set_tier("alpha", ["alpha0"], "archive")
     store.log_compaction("alpha", {"archived": ["alpha0"]})
     store.close()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from rdmem.store import Store, StoredUnit, StoreError
+from rdmem.store import DuplicateIdError, NewUnit, Store, VersionConflict
 
 PETS = [
     ("u0", "user", "I adopted a puppy named Max last week, he is a golden retriever."),
@@ -19,12 +19,16 @@ PETS = [
 ]
 
 
-def units_of(rows, embedder=None, tier="working", start=0):
+def units_of(rows, embedder=None, tier="working"):
     vecs = embedder.embed([t for _, _, t in rows]) if embedder is not None else [None] * len(rows)
     return [
-        StoredUnit(i, start + n, {"role": r, "content": t}, 4 + len(t) // 4, {"n": n}, v, tier)
+        NewUnit({"role": r, "content": t}, 4 + len(t) // 4, {"n": n}, v, tier, id=i)
         for n, ((i, r, t), v) in enumerate(zip(rows, vecs))
     ]
+
+
+def plain(text, uid=None, tier="working"):
+    return NewUnit({"role": "user", "content": text}, 5, tier=tier, id=uid)
 
 
 def test_is_a_store(store):
@@ -37,19 +41,21 @@ def test_roundtrip_keeps_everything(store, session_name, minilm):
         {"role": "system", "content": "Be brief. Ünïcödé ✓ 漢字"},
         {"role": "assistant", "content": None, "tool_calls": [tool_call]},
         {"role": "tool", "tool_call_id": "call_1", "content": "12 C, rain"},
-        {"role": "user", "content": [{"type": "text", "text": "and tomorrow?"}], "name": "ana"},
+        {"role": "user", "content": [{"type": "text", "text": "and tomorrow?"}], "name": "ana",
+         "metadata": {"source": "slack", "thread": [1, 2]}, "timestamp": "2026-12-01T10:00:00Z"},
     ]
     vecs = minilm.embed(["Be brief", "weather", "12 C, rain", "and tomorrow?"])
     units = [
-        StoredUnit(f"id{i}", i, m, 10 + i, {"entities": ["Ana"], "directive": i == 0}, vecs[i] if i != 1 else None,
-                   "archive" if i == 2 else "working")
+        NewUnit(m, 10 + i, {"entities": ["Ana"], "directive": i == 0}, vecs[i] if i != 1 else None,
+                "archive" if i == 2 else "working", id=f"id{i}")
         for i, m in enumerate(msgs)
     ]
-    store.append(session_name, units[:2])
-    store.append(session_name, units[2:])
+    first = store.append(session_name, units[:2])
+    second = store.append(session_name, units[2:])
+    assert [u.seq for u in first.units + second.units] == [0, 1, 2, 3]
     back = store.load(session_name)
     assert [u.id for u in back] == ["id0", "id1", "id2", "id3"]
-    assert [u.message for u in back] == msgs
+    assert [u.message for u in back] == msgs  # fields the chat API does not know come back too
     assert [u.seq for u in back] == [0, 1, 2, 3]
     assert [u.tokens for u in back] == [10, 11, 12, 13]
     assert [u.tier for u in back] == ["working", "working", "archive", "working"]
@@ -63,13 +69,91 @@ def test_roundtrip_keeps_everything(store, session_name, minilm):
 def test_load_of_unknown_session_is_empty(store, session_name):
     assert store.load(session_name) == []
     assert store.search(session_name, "anything", None, k=5) == []
+    assert store.version(session_name) == 0
+    changes = store.changes(session_name)
+    assert (changes.version, changes.full, changes.units, changes.state) == (0, True, [], {})
 
 
-def test_duplicate_id_is_refused_and_nothing_written(store, session_name):
+def test_automatic_ids_skip_explicit_ones(store, session_name):
+    got = store.append(session_name, [plain("a"), plain("b", "m2"), plain("c")]).units
+    assert [u.id for u in got] == ["m0", "m2", "m1"]
+    got = store.append(session_name, [plain("d"), plain("e")]).units
+    assert [u.id for u in got] == ["m3", "m4"]  # m2 is taken: the counter goes past it
+    assert [u.message["content"] for u in store.load(session_name)] == list("abcde")
+
+
+def test_duplicate_id_is_refused_and_the_session_stays_usable(store, session_name):
     store.append(session_name, units_of(PETS[:2]))
-    with pytest.raises(StoreError, match="already has a unit with"):
-        store.append(session_name, units_of([("new", "user", "fresh"), PETS[1]], start=2))
+    version = store.version(session_name)
+    with pytest.raises(DuplicateIdError, match=f"session '{session_name}' already has a message with id 'a0'"):
+        store.append(session_name, units_of([("new", "user", "fresh"), PETS[1]]))
+    with pytest.raises(ValueError, match="id 'x' appears twice in one append"):
+        store.append(session_name, [plain("1", "x"), plain("2", "x")])
     assert [u.id for u in store.load(session_name)] == ["u0", "a0"]
+    assert store.version(session_name) == version
+    assert store.append(session_name, [plain("later")]).units[0].id == "m0"
+
+
+def test_versions_grow_and_changes_say_what_moved(store, session_name):
+    w1 = store.append(session_name, units_of(PETS[:4]))
+    assert w1.prev == 0 and w1.version > 0
+    w2 = store.set_tier(session_name, ["u0", "nope"], "archive")
+    assert w2.prev == w1.version and w2.version > w1.version
+    w3 = store.append(session_name, units_of(PETS[4:6]))
+    changes = store.changes(session_name, w1.version)
+    assert not changes.full and changes.version == w3.version == store.version(session_name)
+    assert [(u.id, u.tier) for u in changes.units] == [("u0", "archive"), ("u2", "working"), ("a2", "working")]
+    assert store.changes(session_name, w3.version).units == []
+    everything = store.changes(session_name, 0)
+    assert everything.full and [u.id for u in everything.units] == ["u0", "a0", "u1", "a1", "u2", "a2"]
+
+
+def test_conditional_writes_fail_when_someone_else_wrote(store, session_name):
+    seen = store.append(session_name, units_of(PETS[:4])).version
+    store.append(session_name, units_of(PETS[4:5]))
+    with pytest.raises(VersionConflict, match=f"session '{session_name}' is at version"):
+        store.set_tier(session_name, ["u0"], "archive", expect=seen, log={"archived": ["u0"]})
+    with pytest.raises(VersionConflict):
+        store.update_state(session_name, {"k": 1}, expect=seen)
+    assert {u.id: u.tier for u in store.load(session_name)}["u0"] == "working"
+    assert store.compaction_log(session_name) == []
+    now = store.version(session_name)
+    store.set_tier(session_name, ["u0"], "archive", expect=now, log={"archived": ["u0"]})
+    assert {u.id: u.tier for u in store.load(session_name)}["u0"] == "archive"
+    assert [r["archived"] for r in store.compaction_log(session_name)] == [["u0"]]
+
+
+def test_state_is_patched_and_read_back_with_changes(store, session_name):
+    store.update_state(session_name, {"feedback": [0.5, -1.0], "settings": {"budget": 300}})
+    store.update_state(session_name, {"settings": None, "other": True})
+    assert store.changes(session_name).state == {"feedback": [0.5, -1.0], "other": True}
+    assert store.load(session_name) == []
+    with pytest.raises(ValueError, match="session state must be JSON"):
+        store.update_state(session_name, {"bad": object()})
+
+
+def test_delete_removes_units_everywhere_and_makes_readers_start_over(store, session_name, minilm):
+    store.append(session_name, units_of(PETS, minilm, tier="archive"))
+    before = store.version(session_name)
+    q = "Which pet does the user have?"
+    assert store.search(session_name, q, minilm.embed([q])[0], k=2)[0][0] in ("u0", "a0")
+    gone = store.delete(session_name, ["u0", "a0", "nope"])
+    assert gone.deleted == ["u0", "a0"] and gone.version > before
+    assert [u.id for u in store.load(session_name)] == ["u1", "a1", "u2", "a2", "u3", "a3"]
+    hits = {i for i, _ in store.search(session_name, "puppy Max golden retriever", minilm.embed([q])[0], k=8)}
+    assert hits and not hits & {"u0", "a0"}
+    changes = store.changes(session_name, before)
+    assert changes.full and [u.id for u in changes.units] == ["u1", "a1", "u2", "a2", "u3", "a3"]
+    assert store.delete(session_name, ["nope"]).deleted == []
+
+
+def test_load_pages_in_order(store, session_name):
+    store.append(session_name, [plain(f"note {i}") for i in range(7)])
+    assert [u.id for u in store.load(session_name, offset=2, limit=3)] == ["m2", "m3", "m4"]
+    assert [u.id for u in store.load(session_name, offset=5)] == ["m5", "m6"]
+    assert store.load(session_name, offset=9) == []
+    with pytest.raises(ValueError, match="offset must be an int >= 0, got -1"):
+        store.load(session_name, offset=-1)
 
 
 def test_set_tier_moves_units_and_ignores_unknown_ids(store, session_name):
@@ -82,10 +166,31 @@ def test_set_tier_moves_units_and_ignores_unknown_ids(store, session_name):
     assert {u.id: u.tier for u in store.load(session_name)}["a0"] == "working"
 
 
-def test_invalid_tier_is_a_value_error(store, session_name):
+@pytest.mark.parametrize(
+    ("call", "exc", "match"),
+    [
+        (lambda s, n: s.set_tier(n, ["u0"], "cold"), ValueError, "tier must be one of working, archive, got 'cold'"),
+        (lambda s, n: s.set_tier(n, "u0", "archive"), TypeError, "ids must be a list of message ids, got str"),
+        (lambda s, n: s.delete(n, [1]), TypeError, "ids must be strings, got 1"),
+        (lambda s, n: s.search(n, "x", None, k=-1), ValueError, "k must be an int >= 0, got -1"),
+        (lambda s, n: s.search(n, "x", None, k=1, tier="hot"), ValueError, "tier must be one of working, archive or None"),
+        (lambda s, n: s.search(n, 5, None, k=1), TypeError, "query must be a string, got int"),
+        (lambda s, n: s.search(n, "x", np.array([np.nan]), k=1), ValueError, "query_embedding must be"),
+        (lambda s, n: s.append("", [plain("x")]), ValueError, "session must be a non-empty string"),
+        (lambda s, n: s.append(n, plain("x")), TypeError, "units must be a list of NewUnit"),
+        (lambda s, n: s.append(n, [plain("x", uid="")]), ValueError, "unit 0: id must be a non-empty string or None"),
+        (lambda s, n: s.append(n, [NewUnit({"role": "x"}, 1)]), ValueError, "unit 0: message must be a dict with a valid"),
+        (lambda s, n: s.append(n, [NewUnit({"role": "user", "t": object()}, 1)]), ValueError, "unit 0: message and features must be JSON"),
+        (lambda s, n: s.append(n, [NewUnit({"role": "user"}, -2)]), ValueError, "unit 0: tokens must be an int >= 0"),
+        (lambda s, n: s.set_tier(n, [], "archive", expect=-1), ValueError, "expect must be a session version"),
+        (lambda s, n: s.log_compaction(n, ["x"]), TypeError, "a log record must be a dict"),
+    ],
+)
+def test_every_backend_checks_its_arguments_the_same_way(store, session_name, call, exc, match):
     store.append(session_name, units_of(PETS[:1]))
-    with pytest.raises(ValueError, match="tier must be one of working, archive, got 'cold'"):
-        store.set_tier(session_name, ["u0"], "cold")
+    with pytest.raises(exc, match=match):
+        call(store, session_name)
+    assert [u.id for u in store.load(session_name)] == ["u0"]
 
 
 def test_lexical_search_finds_the_matching_unit(store, session_name):
@@ -124,7 +229,7 @@ def test_search_sees_writes_made_after_a_cached_search(store, session_name, mini
     first = store.search(session_name, q, None, k=3, tier="archive")
     assert first == []
     store.append(session_name, units_of([("u9", "user", "I take saxophone lessons on Mondays.")], minilm,
-                                        tier="archive", start=8))
+                                        tier="archive"))
     assert store.search(session_name, q, None, k=3, tier="archive")[0][0] == "u9"
     assert store.search(session_name, q, qv, k=3, tier="archive")[0][0] == "u9"
     store.set_tier(session_name, ["u9"], "working")
@@ -149,6 +254,7 @@ def test_delete_session_removes_it_and_nothing_else(store, session_name):
     store.append(session_name, units_of(PETS))
     store.append(other, units_of(PETS))
     store.log_compaction(session_name, {"archived": ["u0"]})
+    old = store.version(session_name)
     store.delete_session(session_name)
     assert store.load(session_name) == []
     assert store.search(session_name, "violin", None, k=5) == []
@@ -156,6 +262,10 @@ def test_delete_session_removes_it_and_nothing_else(store, session_name):
     assert session_name not in {i.session for i in store.sessions()}
     assert [u.id for u in store.load(other)] == [u for u, _, _ in PETS]
     assert store.search(other, "violin", None, k=1)[0][0] in ("u2", "a2")
+    # Created again: a reader that saw the old session starts over (versions never repeat).
+    store.append(session_name, [plain("fresh start")])
+    changes = store.changes(session_name, old)
+    assert changes.full and [u.message["content"] for u in changes.units] == ["fresh start"]
     store.delete_session(other)
 
 

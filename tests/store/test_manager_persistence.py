@@ -9,7 +9,7 @@ import pytest
 
 from rdmem import MemoryManager
 from rdmem.cli import main as cli_main
-from rdmem.store import StoredUnit, open_store
+from rdmem.store import NewUnit, open_store
 from rdmem.tokens import Tokenizer, get_tokenizer
 
 from ..conftest import AGENT_HISTORY as _AGENT
@@ -52,7 +52,8 @@ def test_reopening_restores_the_working_set_exactly(store_url, session_name, age
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         with manager(store_url, session_name, minilm) as mem:
-            mem.extend(history(agent_history))
+            for m in history(agent_history):  # one by one: compactions along the way, as an agent streams
+                mem.add(m)
             working, archived = mem.working_ids(), mem.archived_ids()
             plain = mem.context()
             asked = mem.context("Which locker at the gym is mine?")
@@ -61,7 +62,7 @@ def test_reopening_restores_the_working_set_exactly(store_url, session_name, age
             assert again.working_ids() == working
             assert again.archived_ids() == archived
             # The working set's vectors are compact arrays of their own, not views into a search matrix.
-            assert all(u.embedding.flags.owndata for u in again._load().working_units())
+            assert all(u.embedding.flags.owndata for u in again._sync().working_units())
             assert again.context().messages == plain.messages
             assert again.context("Which locker at the gym is mine?").messages == asked.messages
             again.add(role="user", content="One more thing: my locker is on the second floor.")
@@ -72,7 +73,8 @@ def test_a_query_brings_an_archived_message_back(store_url, session_name, agent_
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         with manager(store_url, session_name, minilm) as mem:
-            mem.extend(history(agent_history))
+            for m in history(agent_history):
+                mem.add(m)
             assert "code" in mem.archived_ids()
             ctx = mem.context("Which locker at the gym is mine?")
             assert "code" in ctx.kept_ids
@@ -104,14 +106,14 @@ def test_reopening_reuses_token_counts_made_with_the_same_tokenizer(tmp_path, mo
     with MemoryManager(budget=100, policy="window", store=url, session="s") as mem:
         for t in texts:
             mem.add(role="user", content=t)
-        counted = {u.id: u.tokens for u in mem._load().units}
+        counted = {u.id: u.tokens for u in mem._sync().units}
     with open_store(url) as store:  # one more, written without a manager: its count is not vouched for
-        store.append("s", [StoredUnit("extra", 30, {"role": "user", "content": "written directly"}, 999)])
+        store.append("s", [NewUnit({"role": "user", "content": "written directly"}, 999, id="extra")])
     calls = []
     real = Tokenizer.message_tokens
     monkeypatch.setattr(Tokenizer, "message_tokens", lambda self, m: calls.append(m) or real(self, m))
     reopened = MemoryManager(budget=100, policy="window", store=url, session="s")
-    units = reopened._load().units
+    units = reopened._sync().units
     assert [m["content"] for m in calls] == ["written directly"]  # only the unvouched count is redone
     assert {u.id: u.tokens for u in units if u.id != "extra"} == counted
     assert units[-1].tokens == get_tokenizer("cl100k_base").message_tokens({"role": "user", "content": "written directly"})
@@ -119,7 +121,7 @@ def test_reopening_reuses_token_counts_made_with_the_same_tokenizer(tmp_path, mo
     # Another per-message overhead is another count: every message is counted again.
     calls.clear()
     other = MemoryManager(budget=100, policy="window", store=url, session="s", message_overhead=7)
-    units = other._load().units
+    units = other._sync().units
     assert len(calls) == len(texts) + 1
     assert {u.id: u.tokens for u in units if u.id != "extra"} == {i: n + 3 for i, n in counted.items()}
     other.close()

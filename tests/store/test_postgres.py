@@ -9,7 +9,7 @@ import numpy as np
 import psycopg
 import pytest
 
-from rdmem.store import StoredUnit, StoreError, open_store
+from rdmem.store import NewUnit, StoreError, open_store
 from rdmem.store.postgres import SCHEMA_VERSION, PostgresStore
 
 
@@ -17,7 +17,7 @@ def test_schema_extension_and_hnsw_index(pg_fresh_url, minilm):
     store = open_store(pg_fresh_url)
     texts = ["my cat sleeps all day", "the stock market fell"]
     vecs = minilm.embed(texts)
-    store.append("s", [StoredUnit(f"u{i}", i, {"role": "user", "content": t}, 5, {}, vecs[i]) for i, t in enumerate(texts)])
+    store.append("s", [NewUnit({"role": "user", "content": t}, 5, {}, vecs[i], id=f"u{i}") for i, t in enumerate(texts)])
     with psycopg.connect(pg_fresh_url) as conn:
         assert conn.execute("SELECT value FROM rdmem_meta WHERE key = 'schema_version'").fetchone()[0] == str(SCHEMA_VERSION)
         assert conn.execute("SELECT 1 FROM pg_extension WHERE extname = 'vector'").fetchone()
@@ -75,8 +75,8 @@ def test_many_writers_lose_nothing(pg_url, session_name):
             barrier.wait()
             for j in range(per_thread):
                 n = t * per_thread + j
-                store.append(session_name, [StoredUnit(f"t{t}-{j}", j, {"role": "user", "content": f"note {n}"},
-                                                       5, {}, vecs[n])])
+                store.append(session_name, [NewUnit({"role": "user", "content": f"note {n}"}, 5, {}, vecs[n],
+                                                    id=f"t{t}-{j}")])
                 if j % 5 == 4:
                     store.set_tier(session_name, [f"t{t}-{j - 4}"], "archive")
         except BaseException as exc:  # reported below
@@ -103,7 +103,7 @@ def test_many_writers_lose_nothing(pg_url, session_name):
 
 def test_lexical_search_ranks_rare_words_first_on_large_sessions(pg_url, session_name):
     store = PostgresStore(pg_url, lexical_rows=50)
-    unit = lambda i, t: StoredUnit(f"u{i}", i, {"role": "user", "content": t}, 5, {}, None, "archive")  # noqa: E731
+    unit = lambda i, t: NewUnit({"role": "user", "content": t}, 5, {}, None, "archive", id=f"u{i}")  # noqa: E731
     store.append(session_name, [unit(i, f"Caroline talked about her day number {i}") for i in range(200)])
     store.append(session_name, [unit(200, "Caroline went to the pottery workshop"), unit(201, "the pottery class was fun")])
     with psycopg.connect(pg_url, autocommit=True) as conn:  # the statistics autovacuum would gather
@@ -124,7 +124,7 @@ def test_search_fuses_both_rankings_and_close_releases_the_connection(pg_url, se
     store = PostgresStore(pg_url)
     texts = [f"filler note {i}" for i in range(40)]
     texts[3] = "the kayak trip on the lake"
-    store.append(session_name, [StoredUnit(f"u{i}", i, {"role": "user", "content": t}, 5, {}, vecs[i], "archive")
+    store.append(session_name, [NewUnit({"role": "user", "content": t}, 5, {}, vecs[i], "archive", id=f"u{i}")
                                 for i, t in enumerate(texts)])
     hits = [i for i, _ in store.search(session_name, "kayak", vecs[17], k=2, tier="archive")]
     assert sorted(hits) == ["u17", "u3"]  # the lexical best (u3) and the dense best (u17)
@@ -148,7 +148,7 @@ def test_search_fuses_both_rankings_and_close_releases_the_connection(pg_url, se
 
 def test_damaged_row_is_a_clear_error_naming_the_unit(pg_url, session_name):
     store = open_store(pg_url)
-    store.append(session_name, [StoredUnit(f"u{i}", i, {"role": "user", "content": f"text {i}"}, 5) for i in range(2)])
+    store.append(session_name, [NewUnit({"role": "user", "content": f"text {i}"}, 5, id=f"u{i}") for i in range(2)])
     with psycopg.connect(pg_url, autocommit=True) as conn:
         conn.execute("UPDATE rdmem_units SET message = '{broken' WHERE session = %s AND id = 'u1'", (session_name,))
     with pytest.raises(StoreError, match=rf"PostgreSQL store at .*session '{session_name}', unit 'u1': "

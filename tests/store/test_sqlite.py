@@ -7,12 +7,12 @@ import sqlite3
 
 import pytest
 
-from rdmem.store import StoredUnit, StoreError, open_store
+from rdmem.store import NewUnit, StoreError, open_store
 from rdmem.store.sqlite import SCHEMA_VERSION, SQLiteStore, _fts_table
 
 
-def unit(i: int, text: str, tier: str = "working") -> StoredUnit:
-    return StoredUnit(f"u{i}", i, {"role": "user", "content": text}, 5, {}, None, tier)
+def unit(i: int, text: str, tier: str = "working") -> NewUnit:
+    return NewUnit({"role": "user", "content": text}, 5, {}, None, tier, id=f"u{i}")
 
 
 def digest(path) -> str:
@@ -130,11 +130,11 @@ def test_dense_index_follows_appends_and_tier_moves(tmp_path, minilm):
     texts = ["my cat sleeps all day", "the stock market fell", "a kitten chased a mouse", "interest rates rose"]
     vecs = minilm.embed(texts)
     with SQLiteStore(tmp_path / "m.db") as store:
-        store.append("s", [StoredUnit(f"u{i}", i, {"role": "user", "content": t}, 5, {}, vecs[i], "archive")
+        store.append("s", [NewUnit({"role": "user", "content": t}, 5, {}, vecs[i], "archive", id=f"u{i}")
                            for i, t in enumerate(texts[:2])])
         q = minilm.embed(["pets"])[0]
         assert store.search("s", "pets", q, k=1)[0][0] == "u0"
-        store.append("s", [StoredUnit(f"u{i}", i, {"role": "user", "content": t}, 5, {}, vecs[i], "archive")
+        store.append("s", [NewUnit({"role": "user", "content": t}, 5, {}, vecs[i], "archive", id=f"u{i}")
                            for i, t in enumerate(texts) if i >= 2])
         assert {i for i, _ in store.search("s", "pets", q, k=2)} == {"u0", "u2"}
         store.set_tier("s", ["u0"], "working")

@@ -2,16 +2,24 @@
 
 from __future__ import annotations
 
-from ._base import SessionInfo, Store, StoredUnit, StoreError, Tier
+from ._types import (
+    Changes, DuplicateIdError, NewUnit, SessionInfo, Store, StoredUnit, StoreError, Tier, VersionConflict, Written,
+)
 from .memory import MemoryStore
 
-__all__ = ["Store", "StoredUnit", "SessionInfo", "StoreError", "Tier", "MemoryStore", "open_store"]
+__all__ = [
+    "Store", "NewUnit", "StoredUnit", "Written", "Changes", "SessionInfo", "StoreError", "DuplicateIdError",
+    "VersionConflict", "Tier", "MemoryStore", "open_store",
+]
 
 _SCHEMES = ("memory://", "sqlite:///", "postgresql://", "postgres://")
 
 
-def open_store(url: str | Store | None) -> Store:
-    """A store from a URL (``None`` or ``"memory://"``: in-memory) or a store object."""
+def open_store(url: str | Store | None, *, readonly: bool = False) -> Store:
+    """A store from a URL (``None`` or ``"memory://"``: in-memory) or a store object.
+
+    ``readonly`` opens an SQLite file for reading only (it must exist; nothing is written to it).
+    """
     if url is None or url == "memory://" or url == "memory":
         return MemoryStore()
     if isinstance(url, Store):
@@ -25,7 +33,7 @@ def open_store(url: str | Store | None) -> Store:
         if not path:
             raise ValueError(f"store URL {url!r} has no file path; use sqlite:///relative.db or sqlite:////abs/path.db")
         options = _query_options(url, params, allowed=("synchronous",))
-        return SQLiteStore(path, **options)
+        return SQLiteStore(path, readonly=readonly, **options)
     if url.startswith(("postgresql://", "postgres://")):
         from .postgres import PostgresStore
 

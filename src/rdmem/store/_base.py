@@ -1,38 +1,135 @@
-"""The store protocol: every unit of every session, forever, with its tier."""
+"""What every backend shares: argument checks, id allocation, row encoding and decoding, the search cache.
+
+A backend subclasses :class:`BaseStore` and implements the ``_``-prefixed
+hooks; the public methods check their arguments the same way for all of
+them, so a mistake gets the same error from the in-memory store as from
+PostgreSQL.
+"""
 
 from __future__ import annotations
 
+import hashlib
 import json
-from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol, Self, runtime_checkable
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Self
 
 import numpy as np
 
-from ..units import VALID_ROLES
+from ..tokens import message_payload
+from ._types import TIERS, Changes, DuplicateIdError, NewUnit, SessionInfo, StoredUnit, StoreError, Tier, Written
 
 __all__ = [
-    "Store", "StoredUnit", "SessionInfo", "Tier", "StoreError", "check_session", "damaged_unit", "decode_unit",
+    "BaseStore", "Encoded", "check_session", "damaged_unit", "decode_unit", "dumps", "allocate_ids", "state_patch",
+    "AUTO_PREFIX",
 ]
 
-Tier = Literal["working", "archive"]
+#: Automatic ids are ``m0``, ``m1``, ... (skipping any that an explicit id already took).
+AUTO_PREFIX = "m"
+_VALID_ROLES = ("system", "developer", "user", "assistant", "tool")
 
 
-class StoreError(RuntimeError):
-    """The store cannot be used: unreachable, corrupt, or written by a newer rdmem."""
+def dumps(obj: Any) -> str:
+    return json.dumps(obj, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
 
 
-@dataclass
-class StoredUnit:
-    """One message as persisted: the original message, its order, cost, features, vector and tier."""
+def check_session(session: object) -> None:
+    """A session id is a non-empty string."""
+    if not isinstance(session, str) or not session:
+        raise ValueError(f"session must be a non-empty string, got {session!r}")
 
-    id: str
-    seq: int
-    message: dict[str, Any]
+
+def _check_tier(tier: object, *, optional: bool = False) -> None:
+    if tier in TIERS or (optional and tier is None):
+        return
+    raise ValueError(f"tier must be one of {', '.join(TIERS)}{' or None' if optional else ''}, got {tier!r}")
+
+
+def _check_ids(ids: object, what: str = "ids") -> list[str]:
+    if isinstance(ids, (str, bytes)) or not isinstance(ids, Sequence):
+        raise TypeError(f"{what} must be a list of message ids, got {type(ids).__name__}")
+    bad = [i for i in ids if not isinstance(i, str)]
+    if bad:
+        raise TypeError(f"{what} must be strings, got {bad[0]!r}")
+    return list(ids)
+
+
+def _check_expect(expect: object) -> None:
+    if expect is not None and (isinstance(expect, bool) or not isinstance(expect, int) or expect < 0):
+        raise ValueError(f"expect must be a session version (an int >= 0) or None, got {expect!r}")
+
+
+@dataclass(frozen=True)
+class Encoded:
+    """A new unit as a backend writes it: checked, its JSON made, its vector as float32, its searchable text."""
+
+    id: str | None
+    message: str
     tokens: int
-    features: dict[str, Any] = field(default_factory=dict)
-    embedding: np.ndarray | None = None
-    tier: Tier = "working"
+    features: str
+    embedding: np.ndarray | None
+    tier: Tier
+    text: str
+
+
+def _encode(u: object, n: int) -> Encoded:
+    where = f"unit {n}"
+    if not isinstance(u, NewUnit):
+        raise TypeError(f"{where}: expected a NewUnit, got {type(u).__name__}")
+    if u.id is not None and (not isinstance(u.id, str) or not u.id):
+        raise ValueError(f"{where}: id must be a non-empty string or None (allocated by the store), got {u.id!r}")
+    if not isinstance(u.message, dict) or u.message.get("role") not in _VALID_ROLES:
+        raise ValueError(f"{where}: message must be a dict with a valid 'role' ({', '.join(_VALID_ROLES)})")
+    if isinstance(u.tokens, bool) or not isinstance(u.tokens, (int, np.integer)) or u.tokens < 0:
+        raise ValueError(f"{where}: tokens must be an int >= 0, got {u.tokens!r}")
+    if not isinstance(u.features, dict):
+        raise TypeError(f"{where}: features must be a dict, got {type(u.features).__name__}")
+    _check_tier(u.tier)
+    emb = None
+    if u.embedding is not None:
+        emb = np.array(u.embedding, dtype=np.float32).reshape(-1)  # a copy: the caller's array may change
+        if not emb.size or not np.isfinite(emb).all():
+            raise ValueError(f"{where}: embedding must be a non-empty vector of finite numbers")
+    message = {k: v for k, v in u.message.items() if k != "id"}
+    try:
+        text, feats = dumps(message), dumps(u.features)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{where}: message and features must be JSON ({exc})") from None
+    return Encoded(u.id, text, int(u.tokens), feats, emb, u.tier, message_payload(message))
+
+
+def allocate_ids(
+    session: str, wanted: Sequence[str | None], next_auto: int, taken: Callable[[list[str]], set[str]]
+) -> tuple[list[str], int]:
+    """Ids for units to append: explicit ones checked against ``taken``, automatic ones ``m<n>`` from
+    ``next_auto`` on, skipping ids in use. Returns the ids and the counter's next value.
+
+    Runs inside the backend's write transaction, so two writers never get one id.
+
+    >>> allocate_ids("s", [None, "m1", None], 0, lambda ids: {"m0"} & set(ids))
+    (['m2', 'm1', 'm3'], 4)
+    """
+    explicit = [i for i in wanted if i is not None]
+    seen: set[str] = set()
+    for i in explicit:
+        if i in seen:
+            raise DuplicateIdError(f"session {session!r}: id {i!r} appears twice in one append; nothing was written")
+        seen.add(i)
+    used = taken(explicit) if explicit else set()
+    if used:
+        dup = next(i for i in explicit if i in used)
+        raise DuplicateIdError(f"session {session!r} already has a message with id {dup!r}; nothing was written")
+    n_auto = len(wanted) - len(explicit)
+    fresh: list[str] = []
+    while len(fresh) < n_auto:
+        batch = [f"{AUTO_PREFIX}{next_auto + k}" for k in range(n_auto - len(fresh))]
+        next_auto += len(batch)
+        busy = taken(batch) | seen
+        fresh += [i for i in batch if i not in busy]
+    it = iter(fresh)
+    return [i if i is not None else next(it) for i in wanted], next_auto
 
 
 def damaged_unit(where: str, session: str, uid: str, what: str) -> StoreError:
@@ -42,7 +139,7 @@ def damaged_unit(where: str, session: str, uid: str, what: str) -> StoreError:
 
 def decode_unit(
     where: str, session: str, uid: str, seq: Any, message: Any, tokens: Any, features: Any,
-    embedding: np.ndarray | None, tier: Tier,
+    embedding: np.ndarray | None, tier: Any,
 ) -> StoredUnit:
     """A row read back from a database as a :class:`StoredUnit` (``message`` and ``features`` as JSON text).
 
@@ -57,77 +154,234 @@ def decode_unit(
         msg, feats = json.loads(message), json.loads(features)
     except (TypeError, ValueError) as exc:
         raise damaged(f"stored JSON does not parse ({exc})") from None
-    if not isinstance(msg, dict) or msg.get("role") not in VALID_ROLES:
+    if not isinstance(msg, dict) or msg.get("role") not in _VALID_ROLES:
         raise damaged("the stored message is not a chat message (a JSON object with a valid 'role')")
     if not isinstance(feats, dict):
         raise damaged("the stored features are not a JSON object")
     if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 0:
         raise damaged(f"the stored token count {tokens!r} is not an int >= 0")
+    if tier not in TIERS:
+        raise damaged(f"the stored tier {tier!r} is not one of {', '.join(TIERS)}")
     return StoredUnit(uid, int(seq), msg, tokens, feats, embedding, tier)
 
 
-@dataclass(frozen=True)
-class SessionInfo:
-    session: str
-    units: int
-    working: int
-    archived: int
-    created: float
-    updated: float
+def state_patch(state: Mapping[str, Any], patch: Mapping[str, Any]) -> dict[str, Any]:
+    """``state`` with ``patch`` applied: its keys replace the state's, a ``None`` value removes one."""
+    out = dict(state)
+    for k, v in patch.items():
+        if v is None:
+            out.pop(k, None)
+        else:
+            out[k] = v
+    return out
 
 
-@runtime_checkable
-class Store(Protocol):
-    """Persistence for memory managers. All writes are durable when the call returns.
+class BaseStore:
+    """The public store methods, checked once for every backend (see :class:`~rdmem.store.Store`).
 
-    ``search`` ranks a session's units of one tier (or all) for a query,
-    fusing lexical and dense retrieval; it returns ``(id, score)`` pairs, best
-    first.
+    A backend sets ``where`` (the store named in messages), ``_lock`` (an
+    ``RLock``) and ``cache_size``, and implements the hooks. Search results
+    are cached per session and query, and dropped when the session's version
+    moves (also when another process wrote it).
     """
 
-    def append(self, session: str, units: Sequence[StoredUnit]) -> None: ...
+    where: str = "store"
+    cache_size: int = 256
+    _lock: threading.RLock
 
-    def load(self, session: str) -> list[StoredUnit]: ...
+    def _init_base(self, cache_size: int) -> None:
+        if isinstance(cache_size, bool) or not isinstance(cache_size, int) or cache_size < 0:
+            raise ValueError(f"cache_size must be an int >= 0, got {cache_size!r}")
+        self.cache_size = cache_size
+        self._lock = threading.RLock()
+        self._results: dict[str, tuple[int, OrderedDict[tuple[Any, ...], list[tuple[str, float]]]]] = {}
 
-    def set_tier(self, session: str, ids: Sequence[str], tier: Tier) -> None: ...
+    # -- writes ------------------------------------------------------------------
+    def append(self, session: str, units: Sequence[NewUnit]) -> Written:
+        """Add units at the end of ``session`` (created if new), atomically: all or nothing.
 
-    def log_compaction(self, session: str, record: dict[str, Any]) -> None: ...
+        Ids given are checked (:class:`DuplicateIdError` if the session has
+        one already); ``None`` ids become ``m<n>``. Returns the stored units,
+        in order, with their ids and places.
+        """
+        check_session(session)
+        if isinstance(units, (str, bytes, Mapping)) or not isinstance(units, Sequence):
+            raise TypeError(f"units must be a list of NewUnit, got {type(units).__name__}")
+        encoded = [_encode(u, n) for n, u in enumerate(units)]
+        if not encoded:
+            v = self.version(session)
+            return Written(v, v)
+        return self._append(session, encoded)
 
-    def compaction_log(self, session: str) -> list[dict[str, Any]]: ...
+    def set_tier(
+        self, session: str, ids: Sequence[str], tier: Tier, *, expect: int | None = None,
+        log: Mapping[str, Any] | None = None,
+    ) -> Written:
+        """Move units to ``tier`` (ids the session does not have are ignored), with ``log`` appended to the
+        compaction log in the same transaction. With ``expect``, only if the session is still at that
+        version (else :class:`VersionConflict`, nothing written)."""
+        check_session(session)
+        _check_tier(tier)
+        ids = _check_ids(ids)
+        _check_expect(expect)
+        record = None if log is None else self._record(log)
+        return self._set_tier(session, ids, tier, expect, record)
+
+    def delete(self, session: str, ids: Sequence[str]) -> Written:
+        """Delete units of ``session`` for good (ids it does not have are ignored); ``deleted`` says which went."""
+        check_session(session)
+        return self._delete(session, _check_ids(ids))
+
+    def update_state(self, session: str, patch: Mapping[str, Any], *, expect: int | None = None) -> Written:
+        """Change the session's state record (JSON; a key set to ``None`` is removed), creating the session
+        if needed. With ``expect``, only if the session is still at that version."""
+        check_session(session)
+        if not isinstance(patch, Mapping):
+            raise TypeError(f"patch must be a dict, got {type(patch).__name__}")
+        _check_expect(expect)
+        try:
+            dumps(dict(patch))
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"session state must be JSON ({exc})") from None
+        return self._update_state(session, dict(patch), expect)
+
+    def log_compaction(self, session: str, record: Mapping[str, Any]) -> None:
+        """Append ``record`` (JSON) to the session's compaction log."""
+        check_session(session)
+        self._log(session, self._record(record))
+
+    @staticmethod
+    def _record(record: Mapping[str, Any]) -> str:
+        if not isinstance(record, Mapping):
+            raise TypeError(f"a log record must be a dict, got {type(record).__name__}")
+        try:
+            return dumps(dict(record))
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"a log record must be JSON ({exc})") from None
+
+    def delete_session(self, session: str) -> None:
+        """Delete ``session``: its units, their index entries, its state and its log. Irreversible."""
+        check_session(session)
+        self._delete_session(session)
+        with self._lock:
+            self._results.pop(session, None)
+
+    # -- reads -------------------------------------------------------------------
+    def load(self, session: str, *, offset: int = 0, limit: int | None = None) -> list[StoredUnit]:
+        """Units of ``session`` in order, from the ``offset``-th on, at most ``limit`` of them."""
+        check_session(session)
+        if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+            raise ValueError(f"offset must be an int >= 0, got {offset!r}")
+        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
+            raise ValueError(f"limit must be an int >= 0 or None, got {limit!r}")
+        return self._load(session, offset, limit)
+
+    def changes(self, session: str, since: int = 0) -> Changes:
+        """What changed in ``session`` after version ``since`` (0: everything); see :class:`Changes`."""
+        check_session(session)
+        _check_expect(since)
+        return self._changes(session, since)
+
+    def version(self, session: str) -> int:
+        """The session's current version (0 if there is no such session)."""
+        check_session(session)
+        return self._version(session)
+
+    def compaction_log(self, session: str) -> list[dict[str, Any]]:
+        """The compaction log of ``session``, oldest first, each record with its ``time``."""
+        check_session(session)
+        return [dict(json.loads(rec), time=t) for t, rec in self._read_log(session)]
 
     def search(
         self, session: str, query: str, query_embedding: np.ndarray | None, *, k: int, tier: Tier | None = None
-    ) -> list[tuple[str, float]]: ...
+    ) -> list[tuple[str, float]]:
+        """Best ``k`` units of ``session`` (of ``tier``, or all) for the query: lexical and dense rankings
+        fused by reciprocal rank. ``(id, score)`` pairs, best first; cached until the session changes."""
+        check_session(session)
+        if not isinstance(query, str):
+            raise TypeError(f"query must be a string, got {type(query).__name__}")
+        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 0:
+            raise ValueError(f"k must be an int >= 0, got {k!r}")
+        _check_tier(tier, optional=True)
+        qvec = None
+        if query_embedding is not None:
+            qvec = np.asarray(query_embedding, dtype=np.float32).reshape(-1)
+            if not qvec.size or not np.isfinite(qvec).all():
+                raise ValueError("query_embedding must be a non-empty vector of finite numbers")
+        if k == 0:
+            return []
+        version = self._version(session)
+        if not version:
+            return []
+        key = (query, None if qvec is None else hashlib.blake2b(qvec.tobytes(), digest_size=16).digest(), int(k), tier)
+        with self._lock:
+            cached = self._results.get(session)
+            if cached is not None and cached[0] == version and key in cached[1]:
+                cached[1].move_to_end(key)
+                return list(cached[1][key])
+            result = self._search(session, query, qvec, int(k), tier)
+            if self.cache_size:
+                if cached is None or cached[0] != version:
+                    cached = self._results[session] = (version, OrderedDict())
+                cached[1][key] = result
+                while len(cached[1]) > self.cache_size:
+                    cached[1].popitem(last=False)
+        return list(result)
 
-    def sessions(self) -> list[SessionInfo]: ...
+    def sessions(self) -> list[SessionInfo]:
+        return self._sessions()
 
-    def delete_session(self, session: str) -> None: ...
-
-    def close(self) -> None: ...
-
-
-def check_session(session: str) -> None:
-    """A session id is a non-empty string."""
-    if not isinstance(session, str) or not session:
-        raise ValueError(f"session must be a non-empty string, got {session!r}")
-
-
-class ConnectionLifecycle:
-    """``close()`` and context-manager support for stores holding ``_conn``, ``_lock`` and ``_caches``."""
-
-    _conn: Any
-    _lock: Any
-    _caches: dict[Any, Any]
-
+    # -- lifecycle ---------------------------------------------------------------
     def close(self) -> None:
         with self._lock:
-            if self._conn is not None:
-                self._conn.close()
-                self._conn = None
-            self._caches.clear()
+            self._close()
+            self._results.clear()
 
     def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    # -- hooks ---------------------------------------------------------------------
+    def _append(self, session: str, units: list[Encoded]) -> Written:
+        raise NotImplementedError
+
+    def _set_tier(self, session: str, ids: list[str], tier: Tier, expect: int | None, log: str | None) -> Written:
+        raise NotImplementedError
+
+    def _delete(self, session: str, ids: list[str]) -> Written:
+        raise NotImplementedError
+
+    def _update_state(self, session: str, patch: dict[str, Any], expect: int | None) -> Written:
+        raise NotImplementedError
+
+    def _log(self, session: str, record: str) -> None:
+        raise NotImplementedError
+
+    def _read_log(self, session: str) -> list[tuple[float, str]]:
+        raise NotImplementedError
+
+    def _delete_session(self, session: str) -> None:
+        raise NotImplementedError
+
+    def _load(self, session: str, offset: int, limit: int | None) -> list[StoredUnit]:
+        raise NotImplementedError
+
+    def _changes(self, session: str, since: int) -> Changes:
+        raise NotImplementedError
+
+    def _version(self, session: str) -> int:
+        raise NotImplementedError
+
+    def _search(
+        self, session: str, query: str, qvec: np.ndarray | None, k: int, tier: Tier | None
+    ) -> list[tuple[str, float]]:
+        raise NotImplementedError
+
+    def _sessions(self) -> list[SessionInfo]:
+        raise NotImplementedError
+
+    def _close(self) -> None:
+        pass
+

@@ -1,86 +1,206 @@
-"""An in-process store: fast, for tests and ephemeral use; gone when the process ends."""
+"""An in-process store: fast, for tests and ephemeral use; gone when the process ends.
+
+The same contract as the databases, for the managers of one process: ids
+and places allocated under a lock, versions from one clock, conditional
+writes.
+"""
 
 from __future__ import annotations
 
+import copy
+import json
 import time
-from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
-from ._base import SessionInfo, StoredUnit, StoreError, Tier
+from ._base import BaseStore, Encoded, allocate_ids, state_patch
 from ._search import lexical_rank, rank_fusion, top_k
+from ._types import Changes, SessionInfo, StoredUnit, Tier, VersionConflict, Written
+
+__all__ = ["MemoryStore"]
 
 
-class MemoryStore:
-    """Keeps everything in dictionaries. Search is BM25 + cosine, fused by reciprocal rank."""
+@dataclass
+class _Session:
+    created: float
+    updated: float
+    version: int = 0
+    reset: int = 0  # the version at which units last left the session (or it was created)
+    next_seq: int = 0
+    next_auto: int = 0
+    state: dict[str, Any] = field(default_factory=dict)
+    units: dict[str, StoredUnit] = field(default_factory=dict)  # in order of seq
+    changed: dict[str, int] = field(default_factory=dict)  # id -> version of its last write
+    text: dict[str, str] = field(default_factory=dict)  # id -> searchable text
+    log: list[tuple[float, str]] = field(default_factory=list)
 
-    def __init__(self) -> None:
-        self._units: dict[str, dict[str, StoredUnit]] = {}
-        self._log: dict[str, list[dict[str, Any]]] = {}
-        self._times: dict[str, tuple[float, float]] = {}
 
-    def append(self, session: str, units: Sequence[StoredUnit]) -> None:
-        bucket = self._units.setdefault(session, {})
-        seen: set[str] = set()
-        for u in units:
-            if u.id in bucket:
-                raise StoreError(f"session {session!r} already has a unit with id {u.id!r}")
-            if u.id in seen:
-                raise StoreError(f"session {session!r}: unit id {u.id!r} appears twice in one append")
-            seen.add(u.id)
-        now = time.time()
-        for u in units:
-            bucket[u.id] = replace(u, message=dict(u.message), features=dict(u.features))
-        created = self._times.get(session, (now, now))[0]
-        self._times[session] = (created, now)
+class MemoryStore(BaseStore):
+    """Keeps everything in dictionaries. Search is BM25 + cosine, fused by reciprocal rank.
 
-    def load(self, session: str) -> list[StoredUnit]:
-        return sorted((replace(u) for u in self._units.get(session, {}).values()), key=lambda u: u.seq)
+    >>> from rdmem.store import NewUnit
+    >>> store = MemoryStore()
+    >>> store.append("s", [NewUnit({"role": "user", "content": "red apples"}, 7)]).units[0].id
+    'm0'
+    """
 
-    def set_tier(self, session: str, ids: Sequence[str], tier: Tier) -> None:
-        if tier not in ("working", "archive"):
-            raise ValueError(f"tier must be one of working, archive, got {tier!r}")
-        bucket = self._units.get(session, {})
-        for i in ids:
-            if i in bucket:
-                bucket[i].tier = tier
+    where = "memory store"
 
-    def log_compaction(self, session: str, record: dict[str, Any]) -> None:
-        self._log.setdefault(session, []).append(dict(record, time=time.time()))
+    def __init__(self, *, cache_size: int = 256) -> None:
+        self._init_base(cache_size)
+        self._sessions_: dict[str, _Session] = {}
+        self._clock = 0
 
-    def compaction_log(self, session: str) -> list[dict[str, Any]]:
-        return list(self._log.get(session, []))
+    def _tick(self) -> int:
+        self._clock += 1
+        return self._clock
 
-    def search(
-        self, session: str, query: str, query_embedding: np.ndarray | None, *, k: int, tier: Tier | None = None
+    def _open(self, session: str) -> tuple[_Session, int, int]:
+        """The session (created if new), its version before this write, and the write's version."""
+        s = self._sessions_.get(session)
+        version = self._tick()
+        if s is None:
+            now = time.time()
+            s = self._sessions_[session] = _Session(created=now, updated=now, reset=version)
+        prev, s.version, s.updated = s.version, version, time.time()
+        return s, prev, version
+
+    def _check(self, session: str, expect: int | None) -> None:
+        s = self._sessions_.get(session)
+        current = s.version if s is not None else 0
+        if expect is not None and current != expect:
+            raise VersionConflict(f"session {session!r} is at version {current}, not {expect}; nothing was written")
+
+    # -- writes ------------------------------------------------------------------
+    def _append(self, session: str, units: list[Encoded]) -> Written:
+        with self._lock:
+            existing = self._sessions_.get(session)
+            have = existing.units if existing is not None else {}
+            ids, next_auto = allocate_ids(
+                session, [u.id for u in units], existing.next_auto if existing else 0,
+                lambda wanted: {i for i in wanted if i in have},
+            )
+            s, prev, version = self._open(session)
+            stored = []
+            for uid, u in zip(ids, units, strict=True):
+                su = StoredUnit(uid, s.next_seq, json.loads(u.message), u.tokens, json.loads(u.features),
+                                u.embedding, u.tier)
+                s.next_seq += 1
+                s.units[uid], s.changed[uid], s.text[uid] = su, version, u.text
+                stored.append(_copy(su))
+            s.next_auto = next_auto
+            return Written(prev, version, units=stored)
+
+    def _set_tier(self, session: str, ids: list[str], tier: Tier, expect: int | None, log: str | None) -> Written:
+        with self._lock:
+            self._check(session, expect)
+            if session not in self._sessions_:
+                return Written(0, 0)
+            s, prev, version = self._open(session)
+            for i in ids:
+                u = s.units.get(i)
+                if u is not None:
+                    u.tier = tier
+                    s.changed[i] = version
+            if log is not None:
+                s.log.append((time.time(), log))
+            return Written(prev, version)
+
+    def _delete(self, session: str, ids: list[str]) -> Written:
+        with self._lock:
+            s = self._sessions_.get(session)
+            gone = [i for i in dict.fromkeys(ids) if s is not None and i in s.units]
+            if not gone:
+                v = s.version if s is not None else 0
+                return Written(v, v)
+            s, prev, version = self._open(session)
+            for i in gone:
+                del s.units[i], s.changed[i], s.text[i]
+            s.reset = version
+            return Written(prev, version, deleted=gone)
+
+    def _update_state(self, session: str, patch: dict[str, Any], expect: int | None) -> Written:
+        with self._lock:
+            self._check(session, expect)
+            s, prev, version = self._open(session)
+            s.state = state_patch(s.state, copy.deepcopy(patch))
+            return Written(prev, version)
+
+    def _log(self, session: str, record: str) -> None:
+        with self._lock:
+            s = self._sessions_.get(session)
+            if s is None:
+                s, _, _ = self._open(session)
+            s.log.append((time.time(), record))
+
+    def _delete_session(self, session: str) -> None:
+        with self._lock:
+            self._sessions_.pop(session, None)
+
+    # -- reads -------------------------------------------------------------------
+    def _load(self, session: str, offset: int, limit: int | None) -> list[StoredUnit]:
+        with self._lock:
+            s = self._sessions_.get(session)
+            units = list(s.units.values()) if s is not None else []
+            end = None if limit is None else offset + limit
+            return [_copy(u) for u in units[offset:end]]
+
+    def _changes(self, session: str, since: int) -> Changes:
+        with self._lock:
+            s = self._sessions_.get(session)
+            if s is None:
+                return Changes(0, True, [], {})
+            state = copy.deepcopy(s.state)
+            if since < s.reset or since > s.version:
+                return Changes(s.version, True, [_copy(u) for u in s.units.values()], state)
+            moved = [_copy(u) for i, u in s.units.items() if s.changed[i] > since]
+            return Changes(s.version, False, moved, state)
+
+    def _version(self, session: str) -> int:
+        with self._lock:
+            s = self._sessions_.get(session)
+            return s.version if s is not None else 0
+
+    def _read_log(self, session: str) -> list[tuple[float, str]]:
+        with self._lock:
+            s = self._sessions_.get(session)
+            return list(s.log) if s is not None else []
+
+    def _search(
+        self, session: str, query: str, qvec: np.ndarray | None, k: int, tier: Tier | None
     ) -> list[tuple[str, float]]:
-        # Read the bucket in place: copying every unit (as load() does) on each search dominated query time.
-        bucket = self._units.get(session, {}).values()
-        units = sorted((u for u in bucket if tier is None or u.tier == tier), key=lambda u: u.seq)
-        if not units or k <= 0:
+        s = self._sessions_.get(session)
+        units = [u for u in (s.units.values() if s is not None else ()) if tier is None or u.tier == tier]
+        if not units:
             return []
         # Like the other stores: the best k of each ranking, fused.
-        rankings = [lexical_rank([str(u.message.get("content") or "") for u in units], query)[:k]]
-        if query_embedding is not None and all(u.embedding is not None for u in units):
-            sims = np.stack([u.embedding for u in units]) @ query_embedding
-            rankings.append(top_k(sims, k).tolist())
-        fused = rank_fusion(rankings)[:k]
-        return [(units[i].id, s) for i, s in fused]
+        rankings = [lexical_rank([s.text[u.id] for u in units], query)[:k]]  # type: ignore[union-attr]
+        if qvec is not None:
+            dims = np.array([u.embedding is not None and u.embedding.shape[0] == qvec.shape[0] for u in units])
+            if dims.any():
+                matrix = np.zeros((len(units), qvec.shape[0]), dtype=np.float32)
+                matrix[dims] = np.stack([u.embedding for u, ok in zip(units, dims, strict=True) if ok])
+                rankings.append(top_k(matrix @ qvec, k, dims).tolist())
+        return [(units[i].id, score) for i, score in rank_fusion(rankings)[:k]]
 
-    def sessions(self) -> list[SessionInfo]:
-        out = []
-        for s, bucket in sorted(self._units.items()):
-            working = sum(u.tier == "working" for u in bucket.values())
-            created, updated = self._times[s]
-            out.append(SessionInfo(s, len(bucket), working, len(bucket) - working, created, updated))
-        return out
+    def _sessions(self) -> list[SessionInfo]:
+        with self._lock:
+            out = []
+            for name, s in sorted(self._sessions_.items()):
+                working = sum(u.tier == "working" for u in s.units.values())
+                out.append(SessionInfo(name, len(s.units), working, len(s.units) - working, s.created, s.updated))
+            return out
 
-    def delete_session(self, session: str) -> None:
-        self._units.pop(session, None)
-        self._log.pop(session, None)
-        self._times.pop(session, None)
+    def __repr__(self) -> str:
+        return f"MemoryStore({len(self._sessions_)} sessions)"
 
-    def close(self) -> None:
-        pass
+
+def _copy(u: StoredUnit) -> StoredUnit:
+    """A copy the caller may change without changing the store (vectors are read-only views)."""
+    emb = u.embedding
+    if emb is not None:
+        emb = emb.view()
+        emb.flags.writeable = False
+    return replace(u, message=copy.deepcopy(u.message), features=copy.deepcopy(u.features), embedding=emb)

@@ -1,86 +1,33 @@
 """The scale-out store: PostgreSQL with pgvector (HNSW, cosine) and full-text search.
 
 Many processes and machines may share one database: every write is one
-transaction, per-session version counters keep each process's search cache
-honest, and schema creation is serialised by an advisory lock.
-
-Tables (schema version 1, recorded in ``rdmem_meta``): ``rdmem_units`` (the
-original message as JSON text, order, token cost, features, embedding as a
-pgvector ``vector``, tier, and a ``tsvector`` of the text), ``rdmem_sessions``
-and ``rdmem_compactions``. Embeddings are indexed by HNSW with cosine distance,
-one partial index per embedding dimension (created on first use).
+transaction that locks its session's row (so places and ids are allocated in
+commit order), versions come from one sequence, and reads that must agree
+with each other run in one repeatable-read snapshot. The layout is described
+in :mod:`rdmem.store._pg_schema`.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
-import struct
 import threading
 import time
-from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any, TypeVar
 
 import numpy as np
 
-from ..tokens import message_payload
-from ._base import ConnectionLifecycle, SessionInfo, StoredUnit, StoreError, Tier, check_session, decode_unit
+from ._base import BaseStore, Encoded, allocate_ids, decode_unit, dumps, state_patch
+from ._pg_schema import LOCK_KEY, SCHEMA_VERSION, TS_CONFIG, register_vector, setup
 from ._search import query_terms, rank_fusion, rarest_terms
+from ._types import Changes, SessionInfo, StoredUnit, StoreError, Tier, VersionConflict, Written
 
 __all__ = ["PostgresStore", "SCHEMA_VERSION"]
 
-SCHEMA_VERSION = 1
-
-_TIERS = ("working", "archive")
-_TS_CONFIG = "english"
-_LOCK_KEY = 0x7264_6D65_6D00  # "rdmem": serialises schema changes between clients
 _MAX_DIM = 2000  # pgvector's HNSW limit for the vector type
 _T = TypeVar("_T")
-
-_SCHEMA = (
-    "CREATE TABLE IF NOT EXISTS rdmem_meta (key text PRIMARY KEY, value text NOT NULL)",
-    """CREATE TABLE IF NOT EXISTS rdmem_sessions (
-        session text PRIMARY KEY,
-        created double precision NOT NULL,
-        updated double precision NOT NULL,
-        version bigint NOT NULL DEFAULT 1)""",
-    """CREATE TABLE IF NOT EXISTS rdmem_units (
-        uid bigserial PRIMARY KEY,
-        session text NOT NULL,
-        id text NOT NULL,
-        seq bigint NOT NULL,
-        message text NOT NULL,
-        tokens integer NOT NULL,
-        features text NOT NULL,
-        dim integer,
-        embedding vector,
-        tier text NOT NULL CHECK (tier IN ('working', 'archive')),
-        tsv tsvector NOT NULL,
-        UNIQUE (session, id))""",
-    "CREATE INDEX IF NOT EXISTS rdmem_units_session_seq ON rdmem_units (session, seq)",
-    "CREATE INDEX IF NOT EXISTS rdmem_units_tsv ON rdmem_units USING gin (tsv)",
-    """CREATE TABLE IF NOT EXISTS rdmem_compactions (
-        n bigserial PRIMARY KEY,
-        session text NOT NULL,
-        time double precision NOT NULL,
-        record text NOT NULL)""",
-    "CREATE INDEX IF NOT EXISTS rdmem_compactions_session ON rdmem_compactions (session, n)",
-)
-
-# The planner's estimate of how many units match a query (from ANALYZE statistics): lets a search rank
-# the rare words of a query without first counting the matches of the common ones.
-_ESTIMATE_FUNCTION = """CREATE OR REPLACE FUNCTION rdmem_estimate_matches(q tsquery) RETURNS bigint
-LANGUAGE plpgsql VOLATILE AS $$
-DECLARE plan json;
-BEGIN
-    EXECUTE format('EXPLAIN (FORMAT JSON) SELECT 1 FROM rdmem_units WHERE tsv @@ %L::tsquery', q) INTO plan;
-    RETURN (plan->0->'Plan'->>'Plan Rows')::bigint;
-END $$"""
-
-
-def _dumps(obj: Any) -> str:
-    return json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
+_COLUMNS = "id, seq, message, tokens, features, embedding, tier"
 
 
 def _import_psycopg() -> Any:
@@ -91,44 +38,7 @@ def _import_psycopg() -> Any:
     return psycopg
 
 
-def _register_vector(conn: Any, oid: int) -> None:
-    """Binary adapters between numpy float32 vectors and pgvector's ``vector`` (no extra dependency)."""
-    from psycopg.adapt import Dumper, Loader
-    from psycopg.pq import Format
-
-    class VectorDumper(Dumper):
-        format = Format.BINARY
-
-        def dump(self, obj: Any) -> bytes:
-            a = np.asarray(obj, dtype=">f4").reshape(-1)
-            return struct.pack(">HH", a.shape[0], 0) + a.tobytes()
-
-    class VectorBinaryLoader(Loader):
-        format = Format.BINARY
-
-        def load(self, data: Any) -> np.ndarray:
-            dim = struct.unpack_from(">H", data)[0]
-            return np.frombuffer(bytes(data), dtype=">f4", count=dim, offset=4).astype(np.float32)
-
-    class VectorTextLoader(Loader):
-        format = Format.TEXT
-
-        def load(self, data: Any) -> np.ndarray:
-            return np.array(bytes(data).decode()[1:-1].split(","), dtype=np.float32)
-
-    VectorDumper.oid = oid
-    conn.adapters.register_dumper(np.ndarray, VectorDumper)
-    conn.adapters.register_loader(oid, VectorBinaryLoader)
-    conn.adapters.register_loader(oid, VectorTextLoader)
-
-
-class _Cache:
-    def __init__(self, version: int) -> None:
-        self.version = version
-        self.results: OrderedDict[tuple[Any, ...], list[tuple[str, float]]] = OrderedDict()
-
-
-class PostgresStore(ConnectionLifecycle):
+class PostgresStore(BaseStore):
     """Every unit of every session in PostgreSQL; dense search by pgvector HNSW, lexical by ``tsvector``.
 
     Parameters
@@ -157,19 +67,17 @@ class PostgresStore(ConnectionLifecycle):
             raise ValueError(f"url must be a non-empty PostgreSQL URL, got {url!r}")
         if isinstance(connect_timeout, bool) or not isinstance(connect_timeout, (int, float)) or connect_timeout <= 0:
             raise ValueError(f"connect_timeout must be a number of seconds > 0, got {connect_timeout!r}")
-        if isinstance(cache_size, bool) or not isinstance(cache_size, int) or cache_size < 0:
-            raise ValueError(f"cache_size must be an int >= 0, got {cache_size!r}")
-        self.url = url
-        self.connect_timeout = connect_timeout
         if isinstance(lexical_rows, bool) or not isinstance(lexical_rows, int) or lexical_rows < 1:
             raise ValueError(f"lexical_rows must be an int >= 1, got {lexical_rows!r}")
-        self.cache_size = cache_size
+        self._init_base(cache_size)
+        self.url = url
+        self.connect_timeout = connect_timeout
         self.lexical_rows = lexical_rows
         self._lock = threading.RLock()
-        self._caches: dict[str, _Cache] = {}
         self._dims: set[int] = set()
         self._ef_search: int | None = None
-        self._where = self._describe()
+        self.location = self._describe()
+        self.where = f"PostgreSQL store at {self.location}"
         self._conn: Any = self._connect()
 
     # -- connecting ------------------------------------------------------------
@@ -198,76 +106,53 @@ class PostgresStore(ConnectionLifecycle):
         try:
             conn = psycopg.connect(self.url, autocommit=True, connect_timeout=max(int(self.connect_timeout), 1))
         except psycopg.Error as exc:
-            raise StoreError(f"cannot connect to PostgreSQL at {self._where}: {self._scrub(str(exc))}") from None
+            raise StoreError(f"cannot connect to PostgreSQL at {self.location}: {self._scrub(str(exc))}") from None
         try:
-            self._setup(conn)
-        except StoreError:
+            setup(conn, self.where)
+            register_vector(conn)
+            # Filtered HNSW scans (one session, one tier) keep going until they have enough rows.
+            conn.execute("SET hnsw.iterative_scan = relaxed_order")
+            self._dims = {
+                int(r[0].rsplit("_", 1)[1])
+                for r in conn.execute("SELECT indexname FROM pg_indexes WHERE tablename = 'rdmem_units' "
+                                      "AND indexname LIKE 'rdmem_units_hnsw_%%'")
+            }
+        except StoreError as exc:
             conn.close()
-            raise
+            raise StoreError(str(exc) if str(exc).startswith(self.where) else f"{self.where}: {exc}") from None
         except psycopg.Error as exc:
             conn.close()
-            raise StoreError(f"PostgreSQL store at {self._where}: setup failed: {self._scrub(str(exc))}") from None
+            raise StoreError(f"{self.where}: setup failed: {self._scrub(str(exc))}") from None
         return conn
-
-    def _read_version(self, conn: Any) -> int | None:
-        if conn.execute("SELECT to_regclass('rdmem_meta')").fetchone()[0] is None:
-            return None
-        row = conn.execute("SELECT value FROM rdmem_meta WHERE key = 'schema_version'").fetchone()
-        if row is None:
-            return None
-        version = int(row[0])
-        if version > SCHEMA_VERSION:
-            raise StoreError(
-                f"PostgreSQL store at {self._where} was written by a newer rdmem (schema version {version}); "
-                f"this rdmem reads schema version {SCHEMA_VERSION} at most. Upgrade rdmem; nothing was changed"
-            )
-        return version
-
-    def _setup(self, conn: Any) -> None:
-        # Read-only check first: a newer schema is refused before anything is created.
-        if self._read_version(conn) is None:
-            with conn.transaction():
-                conn.execute("SELECT pg_advisory_xact_lock(%s)", (_LOCK_KEY,))
-                if self._read_version(conn) is None:
-                    conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
-                    for statement in (*_SCHEMA, _ESTIMATE_FUNCTION):
-                        conn.execute(statement)
-                    conn.execute(
-                        "INSERT INTO rdmem_meta (key, value) VALUES ('schema_version', %s) ON CONFLICT DO NOTHING",
-                        (str(SCHEMA_VERSION),),
-                    )
-        from psycopg.types import TypeInfo
-
-        info = TypeInfo.fetch(conn, "vector")
-        if info is None:
-            raise StoreError(f"PostgreSQL store at {self._where}: the pgvector extension is missing")
-        _register_vector(conn, info.oid)
-        # Filtered HNSW scans (one session, one tier) keep going until they have enough rows.
-        conn.execute("SET hnsw.iterative_scan = relaxed_order")
-        self._dims = {
-            int(r[0].rsplit("_", 1)[1])
-            for r in conn.execute(
-                "SELECT indexname FROM pg_indexes WHERE tablename = 'rdmem_units' AND indexname LIKE 'rdmem_units_hnsw_%%'"
-            )
-        }
 
     # -- plumbing ----------------------------------------------------------------
     @property
     def _db(self) -> Any:
         if self._conn is None:
-            raise StoreError(f"PostgreSQL store at {self._where}: used after close()")
+            raise StoreError(f"{self.where}: used after close()")
         return self._conn
 
-    def _run(self, fn: Callable[[Any], _T]) -> _T:
+    def _close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    def _run(self, fn: Callable[[Any], _T], session: str | None = None) -> _T:
         """Run ``fn(conn)`` under the lock, turning database errors into :class:`StoreError`."""
         psycopg = _import_psycopg()
         with self._lock:
             try:
                 return fn(self._db)
-            except psycopg.errors.UniqueViolation as exc:
-                raise StoreError(f"PostgreSQL store at {self._where}: {self._scrub(exc.diag.message_detail or str(exc))}") from None
-            except psycopg.OperationalError as exc:
-                raise StoreError(f"PostgreSQL store at {self._where}: {self._scrub(str(exc))}") from None
+            except psycopg.Error as exc:
+                where = self.where + (f", session {session!r}" if session is not None else "")
+                raise StoreError(f"{where}: {self._scrub(str(exc))}") from None
+
+    @contextmanager
+    def _snapshot(self, conn: Any) -> Iterator[None]:
+        """Reads that must agree: one repeatable-read, read-only transaction."""
+        with conn.transaction():
+            conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            yield
 
     def _ensure_index(self, conn: Any, dim: int) -> None:
         if dim in self._dims:
@@ -275,7 +160,7 @@ class PostgresStore(ConnectionLifecycle):
         if not 0 < dim <= _MAX_DIM:
             raise ValueError(f"embedding dimension must be in 1..{_MAX_DIM} for pgvector HNSW, got {dim}")
         with conn.transaction():
-            conn.execute("SELECT pg_advisory_xact_lock(%s)", (_LOCK_KEY,))
+            conn.execute("SELECT pg_advisory_xact_lock(%s)", (LOCK_KEY,))
             conn.execute(
                 f"CREATE INDEX IF NOT EXISTS rdmem_units_hnsw_{dim} ON rdmem_units "
                 f"USING hnsw ((embedding::vector({dim})) vector_cosine_ops) WHERE dim = {dim}"
@@ -283,155 +168,198 @@ class PostgresStore(ConnectionLifecycle):
         self._dims.add(dim)
 
     @staticmethod
-    def _bump(conn: Any, session: str) -> int:
-        now = time.time()
-        return int(
+    def _lock_session(conn: Any, session: str, *, create: bool) -> tuple[Any, ...] | None:
+        """The session's row, locked for this transaction (created first if ``create``)."""
+        if create:
+            now = time.time()
             conn.execute(
-                "INSERT INTO rdmem_sessions (session, created, updated, version) VALUES (%s, %s, %s, 1) "
-                "ON CONFLICT (session) DO UPDATE SET updated = excluded.updated, "
-                "version = rdmem_sessions.version + 1 RETURNING version",
+                "INSERT INTO rdmem_sessions (session, created, updated, version, reset) VALUES (%s, %s, %s, 0, 0) "
+                "ON CONFLICT (session) DO NOTHING",
                 (session, now, now),
-            ).fetchone()[0]
-        )
+            )
+        return conn.execute(
+            "SELECT version, reset, next_seq, next_auto, state FROM rdmem_sessions WHERE session = %s FOR UPDATE",
+            (session,),
+        ).fetchone()
 
-    def _written(self, session: str, version: int) -> None:
-        cache = self._caches.get(session)
-        if cache is not None:
-            cache.results.clear()
-            cache.version = version
+    @staticmethod
+    def _bump(conn: Any, session: str, row: tuple[Any, ...], expect: int | None, **columns: Any) -> tuple[int, int]:
+        """Take the next version for the locked session ``row``, checking ``expect``; set ``columns`` too."""
+        prev = int(row[0])
+        if expect is not None and prev != expect:
+            raise VersionConflict(f"session {session!r} is at version {prev}, not {expect}; nothing was written")
+        version = int(conn.execute("SELECT nextval('rdmem_clock')").fetchone()[0])
+        if prev == 0:  # created by this transaction
+            columns["reset"] = version
+        sets = "".join(f", {c} = %s" for c in columns)
+        conn.execute(f"UPDATE rdmem_sessions SET version = %s, updated = %s{sets} WHERE session = %s",
+                     (version, time.time(), *columns.values(), session))
+        return prev, version
 
-    # -- the protocol --------------------------------------------------------------
-    def append(self, session: str, units: Sequence[StoredUnit]) -> None:
-        """Add units to ``session`` in one transaction (durable when this returns)."""
-        check_session(session)
-        if not units:
-            return
-        rows = []
-        seen: set[str] = set()
-        dims = set()
-        for u in units:
-            if u.tier not in _TIERS:
-                raise ValueError(f"tier must be one of {', '.join(_TIERS)}, got {u.tier!r}")
-            if u.id in seen:
-                raise StoreError(f"session {session!r}: unit id {u.id!r} appears twice in one append")
-            seen.add(u.id)
-            emb = None if u.embedding is None else np.asarray(u.embedding, dtype=np.float32).reshape(-1)
-            if emb is not None:
-                dims.add(emb.shape[0])
-            rows.append((
-                session, u.id, int(u.seq), _dumps(u.message), int(u.tokens), _dumps(u.features),
-                None if emb is None else emb.shape[0], emb, u.tier, message_payload(u.message),
-            ))
+    # -- writes ----------------------------------------------------------------
+    def _append(self, session: str, units: list[Encoded]) -> Written:
+        dims = {u.embedding.shape[0] for u in units if u.embedding is not None}
 
-        def write(conn: Any) -> int:
+        def write(conn: Any) -> Written:
             for d in dims:
                 self._ensure_index(conn, d)
             with conn.transaction():
+                row = self._lock_session(conn, session, create=True)
+                next_seq, next_auto = int(row[2]), int(row[3])
+
+                def taken(ids: list[str]) -> set[str]:
+                    sql = "SELECT id FROM rdmem_units WHERE session = %s AND id = ANY(%s)"
+                    return {r[0] for r in conn.execute(sql, (session, ids))}
+
+                ids, next_auto = allocate_ids(session, [u.id for u in units], next_auto, taken)
+                prev, version = self._bump(conn, session, row, None, next_seq=next_seq + len(units),
+                                           next_auto=next_auto)
+                rows = [
+                    (session, uid, next_seq + n, u.message, u.tokens, u.features,
+                     None if u.embedding is None else u.embedding.shape[0], u.embedding, u.tier, u.text, version)
+                    for n, (uid, u) in enumerate(zip(ids, units, strict=True))
+                ]
                 with conn.cursor() as cur:
-                    try:
-                        cur.executemany(
-                            "INSERT INTO rdmem_units (session, id, seq, message, tokens, features, dim, embedding, "
-                            f"tier, tsv) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, to_tsvector('{_TS_CONFIG}', %s))",
-                            rows,
-                        )
-                    except _import_psycopg().errors.UniqueViolation:
-                        raise StoreError(f"session {session!r} already has a unit with one of these ids") from None
-                return self._bump(conn, session)
+                    cur.executemany(
+                        "INSERT INTO rdmem_units (session, id, seq, message, tokens, features, dim, embedding, "
+                        f"tier, tsv, changed) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, "
+                        f"to_tsvector('{TS_CONFIG}', %s), %s)",
+                        rows,
+                    )
+            stored = [
+                StoredUnit(r[1], r[2], json.loads(u.message), u.tokens, json.loads(u.features), u.embedding, u.tier)
+                for r, u in zip(rows, units, strict=True)
+            ]
+            return Written(prev, version, units=stored)
 
-        version = self._run(write)
-        with self._lock:
-            self._written(session, version)
+        return self._run(write, session)
 
-    def load(self, session: str) -> list[StoredUnit]:
-        """All units of ``session`` in order (by ``seq``, then arrival)."""
-        check_session(session)
+    def _set_tier(self, session: str, ids: list[str], tier: Tier, expect: int | None, log: str | None) -> Written:
+        def write(conn: Any) -> Written:
+            with conn.transaction():
+                row = self._lock_session(conn, session, create=False)
+                if row is None:
+                    if expect:
+                        raise VersionConflict(f"session {session!r} does not exist (expected version {expect})")
+                    return Written(0, 0)
+                prev, version = self._bump(conn, session, row, expect)
+                conn.execute("UPDATE rdmem_units SET tier = %s, changed = %s WHERE session = %s AND id = ANY(%s)",
+                             (tier, version, session, ids))
+                if log is not None:
+                    conn.execute("INSERT INTO rdmem_compactions (session, time, record) VALUES (%s, %s, %s)",
+                                 (session, time.time(), log))
+            return Written(prev, version)
 
+        return self._run(write, session)
+
+    def _delete(self, session: str, ids: list[str]) -> Written:
+        def write(conn: Any) -> Written:
+            with conn.transaction():
+                row = self._lock_session(conn, session, create=False)
+                if row is None:
+                    return Written(0, 0)
+                gone = [r[0] for r in conn.execute(
+                    "SELECT id FROM rdmem_units WHERE session = %s AND id = ANY(%s) ORDER BY seq", (session, ids))]
+                if not gone:
+                    return Written(int(row[0]), int(row[0]))
+                prev, version = self._bump(conn, session, row, None)
+                conn.execute("UPDATE rdmem_sessions SET reset = %s WHERE session = %s", (version, session))
+                conn.execute("DELETE FROM rdmem_units WHERE session = %s AND id = ANY(%s)", (session, gone))
+            return Written(prev, version, deleted=gone)
+
+        return self._run(write, session)
+
+    def _update_state(self, session: str, patch: dict[str, Any], expect: int | None) -> Written:
+        def write(conn: Any) -> Written:
+            with conn.transaction():
+                if expect:
+                    row = self._lock_session(conn, session, create=False)
+                    if row is None:
+                        raise VersionConflict(f"session {session!r} does not exist (expected version {expect})")
+                else:
+                    row = self._lock_session(conn, session, create=True)
+                state = state_patch(json.loads(row[4]), patch)
+                prev, version = self._bump(conn, session, row, expect, state=dumps(state))
+            return Written(prev, version)
+
+        return self._run(write, session)
+
+    def _log(self, session: str, record: str) -> None:
+        self._run(lambda conn: conn.execute(
+            "INSERT INTO rdmem_compactions (session, time, record) VALUES (%s, %s, %s)", (session, time.time(), record)
+        ), session)
+
+    def _delete_session(self, session: str) -> None:
+        def write(conn: Any) -> None:
+            with conn.transaction():
+                conn.execute("DELETE FROM rdmem_units WHERE session = %s", (session,))
+                conn.execute("DELETE FROM rdmem_compactions WHERE session = %s", (session,))
+                conn.execute("DELETE FROM rdmem_sessions WHERE session = %s", (session,))
+
+        self._run(write, session)
+
+    # -- reads -------------------------------------------------------------------
+    def _decode(self, session: str, rows: list[Any]) -> list[StoredUnit]:
+        return [decode_unit(self.where, session, i, seq, m, t, f, e, tier) for i, seq, m, t, f, e, tier in rows]
+
+    def _load(self, session: str, offset: int, limit: int | None) -> list[StoredUnit]:
         def read(conn: Any) -> list[Any]:
             with conn.cursor(binary=True) as cur:
                 return cur.execute(
-                    "SELECT id, seq, message, tokens, features, embedding, tier FROM rdmem_units "
-                    "WHERE session = %s ORDER BY seq, uid",
-                    (session,),
+                    f"SELECT {_COLUMNS} FROM rdmem_units WHERE session = %s ORDER BY seq LIMIT %s OFFSET %s",
+                    (session, limit, offset),
                 ).fetchall()
 
-        where = f"PostgreSQL store at {self._where}"
-        return [decode_unit(where, session, i, seq, m, t, f, e, tier) for i, seq, m, t, f, e, tier in self._run(read)]
+        return self._decode(session, self._run(read, session))
 
-    def set_tier(self, session: str, ids: Sequence[str], tier: Tier) -> None:
-        check_session(session)
-        if tier not in _TIERS:
-            raise ValueError(f"tier must be one of {', '.join(_TIERS)}, got {tier!r}")
-        ids = list(ids)
-        if not ids:
-            return
+    def _changes(self, session: str, since: int) -> Changes:
+        def read(conn: Any) -> Changes:
+            with self._snapshot(conn), conn.cursor(binary=True) as cur:
+                row = cur.execute("SELECT version, reset, state FROM rdmem_sessions WHERE session = %s",
+                                  (session,)).fetchone()
+                if row is None or not row[0]:
+                    return Changes(0, True, [], {})
+                version, reset, state = int(row[0]), int(row[1]), json.loads(row[2])
+                full = since < reset or since > version
+                if since == version and not full:
+                    return Changes(version, False, [], state)
+                where = "" if full else " AND changed > %s"
+                rows = cur.execute(f"SELECT {_COLUMNS} FROM rdmem_units WHERE session = %s{where} ORDER BY seq",
+                                   (session,) if full else (session, since)).fetchall()
+            return Changes(version, full, self._decode(session, rows), state)
 
-        def write(conn: Any) -> int:
-            with conn.transaction():
-                conn.execute(
-                    "UPDATE rdmem_units SET tier = %s WHERE session = %s AND id = ANY(%s)", (tier, session, ids)
-                )
-                return self._bump(conn, session)
+        return self._run(read, session)
 
-        version = self._run(write)
-        with self._lock:
-            self._written(session, version)
+    def _version(self, session: str) -> int:
+        row = self._run(lambda conn: conn.execute(
+            "SELECT version FROM rdmem_sessions WHERE session = %s", (session,)).fetchone(), session)
+        return int(row[0]) if row is not None else 0
 
-    def log_compaction(self, session: str, record: dict[str, Any]) -> None:
-        check_session(session)
-        text = _dumps(record)
-        self._run(
-            lambda conn: conn.execute(
-                "INSERT INTO rdmem_compactions (session, time, record) VALUES (%s, %s, %s)",
-                (session, time.time(), text),
-            )
-        )
+    def _read_log(self, session: str) -> list[tuple[float, str]]:
+        return self._run(lambda conn: conn.execute(
+            "SELECT time, record FROM rdmem_compactions WHERE session = %s ORDER BY n", (session,)).fetchall(), session)
 
-    def compaction_log(self, session: str) -> list[dict[str, Any]]:
-        rows = self._run(
-            lambda conn: conn.execute(
-                "SELECT time, record FROM rdmem_compactions WHERE session = %s ORDER BY n", (session,)
-            ).fetchall()
-        )
-        return [dict(json.loads(rec), time=t) for t, rec in rows]
+    def _sessions(self) -> list[SessionInfo]:
+        rows = self._run(lambda conn: conn.execute(
+            "SELECT s.session, count(u.uid), count(u.uid) FILTER (WHERE u.tier = 'working'), s.created, s.updated "
+            "FROM rdmem_sessions s LEFT JOIN rdmem_units u ON u.session = s.session "
+            "WHERE s.version > 0 GROUP BY s.session ORDER BY s.session").fetchall())
+        return [SessionInfo(s, int(n), int(w), int(n) - int(w), c, up) for s, n, w, c, up in rows]
 
-    def search(
-        self, session: str, query: str, query_embedding: np.ndarray | None, *, k: int, tier: Tier | None = None
+    # -- search ------------------------------------------------------------------
+    def _search(
+        self, session: str, query: str, qvec: np.ndarray | None, k: int, tier: Tier | None
     ) -> list[tuple[str, float]]:
-        """Best ``k`` units of ``session`` (of ``tier``, or all): ``ts_rank`` full-text and HNSW cosine,
-        fused by reciprocal rank. ``(id, score)`` pairs, best first; cached until the session changes."""
-        check_session(session)
-        if tier is not None and tier not in _TIERS:
-            raise ValueError(f"tier must be one of {', '.join(_TIERS)} or None, got {tier!r}")
-        if k <= 0:
-            return []
-        qvec = None if query_embedding is None else np.asarray(query_embedding, dtype=np.float32).reshape(-1)
-        key = (query, None if qvec is None else hashlib.blake2b(qvec.tobytes(), digest_size=16).digest(), k, tier)
-
         def run(conn: Any) -> list[tuple[str, float]]:
-            row = conn.execute("SELECT version FROM rdmem_sessions WHERE session = %s", (session,)).fetchone()
-            if row is None:
-                return []
-            cache = self._caches.get(session)
-            if cache is None or cache.version != row[0]:
-                cache = self._caches[session] = _Cache(row[0])
-            if key in cache.results:
-                cache.results.move_to_end(key)
-                return list(cache.results[key])
             lexical = self._lexical(conn, session, query, k, tier)
-            rankings = [[h[0] for h in lexical]]
-            id_of = dict(lexical)
+            rankings, id_of = [[h[0] for h in lexical]], dict(lexical)
             if qvec is not None and qvec.shape[0] in self._dims:
                 hits = self._dense(conn, session, qvec, k, tier)
                 rankings.append([h[0] for h in hits])
                 id_of.update(hits)
-            result = [(id_of[uid], score) for uid, score in rank_fusion(rankings)[:k]]
-            if self.cache_size:
-                cache.results[key] = result
-                while len(cache.results) > self.cache_size:
-                    cache.results.popitem(last=False)
-            return list(result)
+            return [(id_of[uid], score) for uid, score in rank_fusion(rankings)[:k]]
 
-        return self._run(run)
+        return self._run(run, session)
 
     def _dense(self, conn: Any, session: str, qvec: np.ndarray, k: int, tier: Tier | None) -> list[tuple[int, str]]:
         """HNSW cosine ranking of the session's units."""
@@ -466,7 +394,7 @@ class PostgresStore(ConnectionLifecycle):
         df = {
             w: max(int(n), 1)
             for w, n in conn.execute(
-                f"SELECT w, rdmem_estimate_matches(q) FROM unnest(%s::text[]) AS w, plainto_tsquery('{_TS_CONFIG}', w) q "
+                f"SELECT w, rdmem_estimate_matches(q) FROM unnest(%s::text[]) AS w, plainto_tsquery('{TS_CONFIG}', w) q "
                 "WHERE q::text <> ''",
                 (words,),
             ).fetchall()
@@ -479,7 +407,7 @@ class PostgresStore(ConnectionLifecycle):
         tier_param: tuple[Any, ...] = (tier,) if tier is not None else ()
         if total <= cap:
             sql = (
-                f"SELECT uid, id FROM rdmem_units, websearch_to_tsquery('{_TS_CONFIG}', %s) q "
+                f"SELECT uid, id FROM rdmem_units, websearch_to_tsquery('{TS_CONFIG}', %s) q "
                 f"WHERE session = %s{tier_filt} AND tsv @@ q ORDER BY ts_rank(tsv, q) DESC, uid LIMIT %s"
             )
             params: tuple[Any, ...] = (tsq, session, *tier_param, k)
@@ -488,48 +416,18 @@ class PostgresStore(ConnectionLifecycle):
             # SQLite store does), in one statement.
             sql = (
                 f"SELECT uid, id FROM (SELECT uid, id, tier, tsv FROM rdmem_units, "
-                f"websearch_to_tsquery('{_TS_CONFIG}', %s) q WHERE session = %s AND tsv @@ q "
-                f"ORDER BY uid DESC LIMIT %s) m, websearch_to_tsquery('{_TS_CONFIG}', %s) q "
+                f"websearch_to_tsquery('{TS_CONFIG}', %s) q WHERE session = %s AND tsv @@ q "
+                f"ORDER BY uid DESC LIMIT %s) m, websearch_to_tsquery('{TS_CONFIG}', %s) q "
                 f"WHERE true{tier_filt} ORDER BY ts_rank(m.tsv, q) DESC, uid LIMIT %s"
             )
             params = (tsq, session, cap, tsq, *tier_param, k)
         return [(int(uid), i) for uid, i in conn.execute(sql, params).fetchall()]
 
-    def sessions(self) -> list[SessionInfo]:
-        rows = self._run(
-            lambda conn: conn.execute(
-                "SELECT s.session, count(u.uid), count(u.uid) FILTER (WHERE u.tier = 'working'), s.created, s.updated "
-                "FROM rdmem_sessions s LEFT JOIN rdmem_units u ON u.session = s.session "
-                "GROUP BY s.session ORDER BY s.session"
-            ).fetchall()
-        )
-        return [SessionInfo(s, int(n), int(w), int(n) - int(w), c, up) for s, n, w, c, up in rows]
-
-    def delete_session(self, session: str) -> None:
-        """Delete ``session``: its units and its compaction log. Irreversible."""
-        check_session(session)
-
-        def write(conn: Any) -> None:
-            with conn.transaction():
-                conn.execute("DELETE FROM rdmem_units WHERE session = %s", (session,))
-                conn.execute("DELETE FROM rdmem_compactions WHERE session = %s", (session,))
-                conn.execute("DELETE FROM rdmem_sessions WHERE session = %s", (session,))
-
-        self._run(write)
-        with self._lock:
-            self._caches.pop(session, None)
-
     def disk_bytes(self) -> int:
         """Bytes of rdmem's tables and their indexes (all sessions)."""
-        return int(
-            self._run(
-                lambda conn: conn.execute(
-                    "SELECT sum(pg_total_relation_size(c)) FROM unnest(ARRAY['rdmem_units', 'rdmem_sessions', "
-                    "'rdmem_compactions', 'rdmem_meta']::regclass[]) c"
-                ).fetchone()[0]
-            )
-        )
+        return int(self._run(lambda conn: conn.execute(
+            "SELECT sum(pg_total_relation_size(c)) FROM unnest(ARRAY['rdmem_units', 'rdmem_sessions', "
+            "'rdmem_compactions', 'rdmem_meta']::regclass[]) c").fetchone()[0]))
 
     def __repr__(self) -> str:
-        return f"PostgresStore({self._where!r})"
-
+        return f"PostgresStore({self.location!r})"

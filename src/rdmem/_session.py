@@ -1,0 +1,171 @@
+"""A manager's view of its session: the store's units as memory units, brought up to date on every call.
+
+The store is the source of truth. A :class:`SessionView` remembers the
+version it last saw and, before each operation, applies what the store says
+changed since (units appended or moved by any process); a delete makes it
+start over from the whole session.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from .features import Features, content_words
+from .messages import chat_fields
+from .store import Changes, NewUnit, Store, StoredUnit
+from .tokens import Tokenizer
+from .units import MemoryUnit, make_unit
+
+__all__ = ["SessionView", "stored_features", "COUNTED_BY"]
+
+#: Key of a stored unit's features that names the tokenizer its ``tokens`` were counted with
+#: (:attr:`rdmem.tokens.Tokenizer.fingerprint`).
+COUNTED_BY = "counted_by"
+
+
+def stored_features(features: Features, tokenizer: Tokenizer) -> dict[str, Any]:
+    """A unit's features as a store keeps them, naming the tokenizer its token count was made with
+    (a reopened session reuses the count only with the same one)."""
+    out = features.as_dict()
+    if tokenizer.fingerprint is not None:
+        out[COUNTED_BY] = tokenizer.fingerprint
+    return out
+
+
+def new_unit(unit: MemoryUnit, original: dict[str, Any], tokenizer: Tokenizer, explicit_id: str | None) -> NewUnit:
+    """What the store is given for a unit: the message as the caller gave it (every field), and its id only
+    if the caller chose one (else the store allocates it)."""
+    return NewUnit(original, unit.tokens, stored_features(unit.features, tokenizer), unit.embedding, "working",
+                   id=explicit_id)
+
+
+class SessionView:
+    """The units of one session, in order, with their tiers, tool-call groups and word statistics."""
+
+    def __init__(self, store: Store, session: str, tokenizer: Tokenizer) -> None:
+        self.store = store
+        self.session = session
+        self.tokenizer = tokenizer
+        self.version = 0
+        self.state: dict[str, Any] = {}
+        self._clear()
+
+    def _clear(self) -> None:
+        self.units: list[MemoryUnit] = []
+        self.by_id: dict[str, MemoryUnit] = {}
+        self.tier: dict[str, str] = {}
+        self.df: Counter[str] = Counter()
+        self.members: dict[int, list[MemoryUnit]] = {}  # group -> its units
+        self.archived = 0
+        self._call_owner: dict[str, int] = {}
+        self._working: dict[str, MemoryUnit] = {}
+        self._working_tokens = 0
+
+    # -- following the store --------------------------------------------------------
+    def sync(self) -> bool:
+        """Catch up with the store (one cheap version check when nothing changed); ``True`` if anything did."""
+        if self.store.version(self.session) == self.version:
+            return False
+        self.apply(self.store.changes(self.session, self.version))
+        return True
+
+    def apply(self, changes: Changes) -> None:
+        """Apply what the store reported changed (or, ``full``, the whole session)."""
+        if changes.full:
+            self._clear()
+        for su in changes.units:
+            if su.id in self.by_id:
+                self.set_tier(su.id, su.tier)
+            else:
+                self.append(self.unit_of(su), su.tier)
+        self.version = changes.version
+        self.state = dict(changes.state)
+
+    def unit_of(self, su: StoredUnit) -> MemoryUnit:
+        """A memory unit from a stored one, placed at the end of this view.
+
+        A stored count made with this very tokenizer is reused
+        (re-tokenising is a quarter of the time it takes to open a large
+        session); any other is counted again.
+        """
+        fingerprint = self.tokenizer.fingerprint
+        feats = Features.from_dict(su.features) if su.features else None
+        same = fingerprint is not None and (su.features or {}).get(COUNTED_BY) == fingerprint
+        unit = make_unit(su.id, chat_fields(su.message), len(self.units), self.tokenizer, features=feats,
+                         tokens=su.tokens if same else None)
+        if su.embedding is not None:
+            # Archived vectors may share the store's search matrix (SQLite: one column-major array);
+            # the working set's few take part in every selection, so they get compact copies of
+            # their own instead of being gathered out of that matrix on every call.
+            unit.embedding = (np.array if su.tier == "working" else np.asarray)(su.embedding, dtype=np.float32)
+        return unit
+
+    def written(self, prev: int, version: int) -> bool:
+        """After this view's own write ``prev -> version``: ``True`` if no one else wrote in between (the
+        caller then applies its write itself), else the view catches up from the store."""
+        if prev == self.version:
+            self.version = version
+            return True
+        self.apply(self.store.changes(self.session, self.version))
+        return False
+
+    # -- the units -------------------------------------------------------------------
+    def append(self, unit: MemoryUnit, tier: str) -> None:
+        unit.index = len(self.units)
+        # Incremental :func:`group_units`: earlier groups never change when a unit is appended.
+        owner = self._call_owner.get(str(unit.message.get("tool_call_id"))) if unit.role == "tool" else None
+        if owner is None:
+            owner = len(self.members)
+            for call in unit.message.get("tool_calls") or ():
+                self._call_owner[call["id"]] = owner
+        unit.group = owner
+        self.members.setdefault(owner, []).append(unit)
+        self.units.append(unit)
+        self.by_id[unit.id] = unit
+        self.tier[unit.id] = "archive"
+        self.archived += 1
+        self.set_tier(unit.id, tier)
+        self.df.update(set(content_words(unit.text)))
+
+    def set_tier(self, uid: str, tier: str) -> None:
+        unit = self.by_id[uid]
+        if tier == "working" and uid not in self._working:
+            self._working[uid] = unit
+            self._working_tokens += unit.tokens
+        elif tier != "working" and uid in self._working:
+            del self._working[uid]
+            self._working_tokens -= unit.tokens
+        self.archived += (tier != "working") - (self.tier[uid] != "working")
+        self.tier[uid] = tier
+
+    def working_units(self) -> list[MemoryUnit]:
+        return sorted(self._working.values(), key=lambda u: u.index)
+
+    def working_tokens(self) -> int:
+        return self._working_tokens
+
+    def archived_ids(self) -> list[str]:
+        return [u.id for u in self.units if self.tier[u.id] == "archive"]
+
+    def whole_groups(self, cands: list[MemoryUnit]) -> list[MemoryUnit]:
+        """``cands`` with the rest of any tool-call group one of them belongs to, in order."""
+        have = {u.id for u in cands}
+        extra = [m for g in {u.group for u in cands} for m in self.members.get(g, ()) if m.id not in have]
+        return sorted(cands + extra, key=lambda u: u.index) if extra else cands
+
+
+def pending_call(working: Sequence[MemoryUnit]) -> set[str]:
+    """Ids of the newest assistant tool call and its results so far, when some results have not arrived."""
+    for pos in range(len(working) - 1, -1, -1):
+        unit = working[pos]
+        if unit.role == "tool":
+            continue
+        calls = {c["id"] for c in unit.message.get("tool_calls") or ()}
+        answered = {w.message.get("tool_call_id") for w in working[pos + 1:]}
+        return {w.id for w in working[pos:]} if calls - answered else set()
+    return set()
+

@@ -1,0 +1,186 @@
+"""Chat messages in and out: what a valid input message is, and the part of it the model is sent.
+
+Every front door (``compact()``, :class:`~rdmem.MemoryManager`, the CLI, the
+service) checks messages here, so a bad one gets the same error everywhere:
+the message's index and the path of the bad field
+(``message 2: content[0].text must be a string, got int``).
+
+Fields the chat API does not know (``metadata``, ``timestamp``, whatever a
+framework adds) are kept apart: a store keeps them and gives them back, the
+model is never sent them.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["Message", "parse_messages", "parse_message", "chat_fields", "VALID_ROLES", "API_FIELDS"]
+
+VALID_ROLES = ("system", "developer", "user", "assistant", "tool")
+#: The fields of a message the OpenAI chat API accepts (and the only ones rdmem sends).
+API_FIELDS = ("role", "content", "name", "tool_calls", "tool_call_id")
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """One checked input message: its ``id`` (``None`` when it has none), the ``chat`` fields the model
+    is sent (deep copies), and every ``extra`` field (deep copies, never sent)."""
+
+    id: str | None
+    chat: dict[str, Any]
+    extra: dict[str, Any]
+
+    def original(self) -> dict[str, Any]:
+        """The message as given, without its id (what a store keeps)."""
+        return {**self.chat, **self.extra}
+
+
+def _kind(value: object) -> str:
+    return "null" if value is None else type(value).__name__
+
+
+def _check_text(value: str, where: str) -> None:
+    """A string must be encodable (no lone surrogates, which JSON, tokenizers and databases reject)."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValueError(
+            f"{where} is not valid Unicode: a lone surrogate {value[exc.start]!r} at character {exc.start}"
+        ) from None
+
+
+def _check_content(content: object, where: str) -> None:
+    if content is None:
+        return
+    if isinstance(content, str):
+        _check_text(content, f"{where}: content")
+        return
+    if not isinstance(content, list):
+        raise ValueError(f"{where}: 'content' must be a string, a list of text parts or null, got {_kind(content)}")
+    for j, part in enumerate(content):
+        at = f"{where}: content[{j}]"
+        if not isinstance(part, Mapping):
+            raise ValueError(f"{at} must be a content part (a dict such as {{'type': 'text', 'text': ...}}), "
+                             f"got {_kind(part)}")
+        kind = part.get("type")
+        if not isinstance(kind, str):
+            raise ValueError(f"{at}.type must be a string such as 'text', got {_kind(kind)}")
+        if kind == "text":
+            text = part.get("text")
+            if not isinstance(text, str):
+                raise ValueError(f"{at}.text must be a string, got {_kind(text)}")
+            _check_text(text, f"{at}.text")
+
+
+def _check_tool_calls(calls: object, where: str) -> None:
+    if not isinstance(calls, list):
+        raise ValueError(f"{where}: 'tool_calls' must be a list of tool calls, got {_kind(calls)}")
+    for j, call in enumerate(calls):
+        at = f"{where}: tool_calls[{j}]"
+        if not isinstance(call, Mapping):
+            raise ValueError(f"{at} must be a dict with 'id', 'type' and 'function', got {_kind(call)}")
+        if not isinstance(call.get("id"), str) or not call["id"]:
+            raise ValueError(f"{at}.id must be a non-empty string, got {_kind(call.get('id'))}")
+        fn = call.get("function")
+        if not isinstance(fn, Mapping):
+            raise ValueError(f"{at}.function must be a dict with 'name' and 'arguments', got {_kind(fn)}")
+        if not isinstance(fn.get("name"), str):
+            raise ValueError(f"{at}.function.name must be a string, got {_kind(fn.get('name'))}")
+        args = fn.get("arguments")
+        if not isinstance(args, (str, Mapping)):
+            raise ValueError(f"{at}.function.arguments must be a JSON string, got {_kind(args)}")
+        _check_text(fn["name"], f"{at}.function.name")
+        if isinstance(args, str):
+            _check_text(args, f"{at}.function.arguments")
+
+
+def parse_message(msg: object, index: int = 0, *, json_extras: bool = False) -> Message:
+    """Check one message and split it into the fields sent to the model and the others.
+
+    ``json_extras`` also checks that the extra fields are JSON (a store
+    must keep them). Errors name ``message <index>`` and the bad field.
+
+    >>> m = parse_message({"role": "user", "content": "hi", "id": "u1", "timestamp": 3})
+    >>> m.id, m.chat, m.extra
+    ('u1', {'role': 'user', 'content': 'hi'}, {'timestamp': 3})
+    """
+    where = f"message {index}"
+    if not isinstance(msg, Mapping):
+        raise TypeError(f"{where} must be a dict with 'role' and 'content', got {_kind(msg)}")
+    role = msg.get("role")
+    if role not in VALID_ROLES:
+        raise ValueError(f"{where}: invalid role {role!r}; expected one of {', '.join(VALID_ROLES)}")
+    mid = msg.get("id")
+    if mid is not None:
+        if not isinstance(mid, str) or not mid:
+            hint = f" (ids are strings: use {str(mid)!r})" if isinstance(mid, int) and not isinstance(mid, bool) else ""
+            raise ValueError(f"{where}: 'id' must be a non-empty string, got {_kind(mid)} {mid!r}{hint}")
+        _check_text(mid, f"{where}: id")
+    _check_content(msg.get("content"), where)
+    name = msg.get("name")
+    if name is not None:
+        if not isinstance(name, str):
+            raise ValueError(f"{where}: 'name' must be a string, got {_kind(name)}")
+        _check_text(name, f"{where}: name")
+    if role == "tool" and not isinstance(msg.get("tool_call_id"), str):
+        raise ValueError(f"{where}: a tool message needs a string 'tool_call_id'")
+    tool_calls = msg.get("tool_calls")
+    if tool_calls is not None:
+        if role != "assistant":
+            raise ValueError(f"{where}: only assistant messages may carry 'tool_calls'")
+        _check_tool_calls(tool_calls, where)
+    # An empty tool_calls list and null fields are dropped: the chat API rejects the first.
+    chat = {
+        k: copy.deepcopy(msg[k])
+        for k in API_FIELDS
+        if k in msg and msg[k] is not None and not (k == "tool_calls" and not msg[k])
+    }
+    if "content" not in chat:
+        chat["content"] = None if chat.get("tool_calls") else ""
+    extra = {k: copy.deepcopy(v) for k, v in msg.items() if k not in API_FIELDS and k != "id"}
+    for k in extra:
+        if not isinstance(k, str):
+            raise ValueError(f"{where}: field names must be strings, got {_kind(k)} {k!r}")
+    if json_extras:
+        for k, v in extra.items():
+            try:
+                json.dumps(v, allow_nan=False)
+            except (TypeError, ValueError) as exc:
+                raise ValueError(f"{where}: field {k!r} cannot be stored: it is not JSON ({exc})") from None
+    return Message(mid, chat, extra)
+
+
+def parse_messages(messages: Iterable[Mapping[str, Any]], *, json_extras: bool = False) -> list[Message]:
+    """Check a list of messages (:func:`parse_message` each); ids given must be unique.
+
+    >>> [m.id for m in parse_messages([{"role": "user", "content": "a"}, {"role": "user", "content": "b", "id": "x"}])]
+    [None, 'x']
+    """
+    if isinstance(messages, Mapping):
+        raise TypeError("messages must be a list of message dicts, got one dict (wrap a single message in a list)")
+    if isinstance(messages, (str, bytes)) or not isinstance(messages, Iterable):
+        raise TypeError(f"messages must be a list of message dicts, got {_kind(messages)}")
+    out: list[Message] = []
+    seen: set[str] = set()
+    for i, msg in enumerate(messages):
+        m = parse_message(msg, i, json_extras=json_extras)
+        if m.id is not None:
+            if m.id in seen:
+                raise ValueError(f"message {i}: duplicate id {m.id!r}")
+            seen.add(m.id)
+        out.append(m)
+    return out
+
+
+def chat_fields(message: Mapping[str, Any]) -> dict[str, Any]:
+    """The fields of an already checked message that the model is sent (shallow; no copies)."""
+    out = {k: message[k] for k in API_FIELDS if k in message and message[k] is not None}
+    if out.get("tool_calls") == []:
+        del out["tool_calls"]
+    if "content" not in out:
+        out["content"] = None if out.get("tool_calls") else ""
+    return out

@@ -1,0 +1,162 @@
+"""The PostgreSQL store's layout, its creation and upgrades, and the pgvector adapters.
+
+Schema version 2 (recorded in ``rdmem_meta``): ``rdmem_units`` (the message
+as given, as JSON text, its place ``seq`` (unique per session), token cost,
+features, embedding as a pgvector ``vector``, tier, a ``tsvector`` of the
+text, and ``changed``: the version of the last write that touched it),
+``rdmem_sessions`` (times, ``version``, ``reset``, ``next_seq``,
+``next_auto``, state JSON), ``rdmem_compactions``, and the sequence
+``rdmem_clock`` that every write takes its version from. Embeddings are
+indexed by HNSW with cosine distance, one partial index per dimension
+(created on first use). Version 1 lacked the clock, the counters and
+``changed``, and let writers choose places; upgrading renumbers them.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Any
+
+import numpy as np
+
+from ._types import StoreError
+
+__all__ = ["SCHEMA_VERSION", "LOCK_KEY", "TS_CONFIG", "setup", "register_vector"]
+
+SCHEMA_VERSION = 2
+LOCK_KEY = 0x7264_6D65_6D00  # "rdmem": serialises schema changes between clients
+TS_CONFIG = "english"
+
+_TABLES = (
+    "CREATE TABLE IF NOT EXISTS rdmem_meta (key text PRIMARY KEY, value text NOT NULL)",
+    """CREATE TABLE IF NOT EXISTS rdmem_sessions (
+        session text PRIMARY KEY,
+        created double precision NOT NULL,
+        updated double precision NOT NULL,
+        version bigint NOT NULL DEFAULT 1)""",
+    """CREATE TABLE IF NOT EXISTS rdmem_units (
+        uid bigserial PRIMARY KEY,
+        session text NOT NULL,
+        id text NOT NULL,
+        seq bigint NOT NULL,
+        message text NOT NULL,
+        tokens integer NOT NULL,
+        features text NOT NULL,
+        dim integer,
+        embedding vector,
+        tier text NOT NULL CHECK (tier IN ('working', 'archive')),
+        tsv tsvector NOT NULL,
+        UNIQUE (session, id))""",
+    "CREATE INDEX IF NOT EXISTS rdmem_units_tsv ON rdmem_units USING gin (tsv)",
+    """CREATE TABLE IF NOT EXISTS rdmem_compactions (
+        n bigserial PRIMARY KEY,
+        session text NOT NULL,
+        time double precision NOT NULL,
+        record text NOT NULL)""",
+    "CREATE INDEX IF NOT EXISTS rdmem_compactions_session ON rdmem_compactions (session, n)",
+)
+
+# Version 1 -> 2 (also run right after creating the version-1 tables above, so one path builds both).
+_TO_2 = (
+    "ALTER TABLE rdmem_sessions ADD COLUMN IF NOT EXISTS reset bigint NOT NULL DEFAULT 0",
+    "ALTER TABLE rdmem_sessions ADD COLUMN IF NOT EXISTS next_seq bigint NOT NULL DEFAULT 0",
+    "ALTER TABLE rdmem_sessions ADD COLUMN IF NOT EXISTS next_auto bigint NOT NULL DEFAULT 0",
+    "ALTER TABLE rdmem_sessions ADD COLUMN IF NOT EXISTS state text NOT NULL DEFAULT '{}'",
+    "ALTER TABLE rdmem_units ADD COLUMN IF NOT EXISTS changed bigint NOT NULL DEFAULT 0",
+    "DROP INDEX IF EXISTS rdmem_units_session_seq",
+    """UPDATE rdmem_units u SET seq = r.place FROM (
+        SELECT uid, row_number() OVER (PARTITION BY session ORDER BY seq, uid) - 1 AS place FROM rdmem_units
+    ) r WHERE r.uid = u.uid AND u.seq <> r.place""",
+    "CREATE UNIQUE INDEX IF NOT EXISTS rdmem_units_session_place ON rdmem_units (session, seq)",
+    "CREATE INDEX IF NOT EXISTS rdmem_units_session_changed ON rdmem_units (session, changed)",
+    """UPDATE rdmem_sessions s SET
+        next_seq = (SELECT count(*) FROM rdmem_units u WHERE u.session = s.session),
+        next_auto = coalesce((SELECT max(substr(id, 2)::bigint) + 1 FROM rdmem_units u
+                              WHERE u.session = s.session AND id ~ '^m[0-9]{1,18}$'), 0)""",
+    "CREATE SEQUENCE IF NOT EXISTS rdmem_clock",
+    "SELECT setval('rdmem_clock', (SELECT coalesce(max(version), 0) + 1 FROM rdmem_sessions))",
+)
+
+# The planner's estimate of how many units match a query (from ANALYZE statistics): lets a search rank
+# the rare words of a query without first counting the matches of the common ones.
+_ESTIMATE_FUNCTION = """CREATE OR REPLACE FUNCTION rdmem_estimate_matches(q tsquery) RETURNS bigint
+LANGUAGE plpgsql VOLATILE AS $$
+DECLARE plan json;
+BEGIN
+    EXECUTE format('EXPLAIN (FORMAT JSON) SELECT 1 FROM rdmem_units WHERE tsv @@ %L::tsquery', q) INTO plan;
+    RETURN (plan->0->'Plan'->>'Plan Rows')::bigint;
+END $$"""
+
+
+def _read_version(conn: Any, where: str) -> int | None:
+    if conn.execute("SELECT to_regclass('rdmem_meta')").fetchone()[0] is None:
+        return None
+    row = conn.execute("SELECT value FROM rdmem_meta WHERE key = 'schema_version'").fetchone()
+    if row is None:
+        return None
+    version = int(row[0])
+    if version > SCHEMA_VERSION:
+        raise StoreError(
+            f"{where} was written by a newer rdmem (schema version {version}); this rdmem reads schema "
+            f"version {SCHEMA_VERSION} at most. Upgrade rdmem; nothing was changed"
+        )
+    return version
+
+
+def setup(conn: Any, where: str) -> None:
+    """Create or upgrade rdmem's tables (serialised between clients by an advisory lock)."""
+    # Read-only check first: a newer schema is refused before anything is created.
+    if _read_version(conn, where) == SCHEMA_VERSION:
+        return
+    with conn.transaction():
+        conn.execute("SELECT pg_advisory_xact_lock(%s)", (LOCK_KEY,))
+        version = _read_version(conn, where)
+        if version == SCHEMA_VERSION:
+            return
+        if version is None:
+            conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
+            for statement in _TABLES:
+                conn.execute(statement)
+        for statement in (*_TO_2, _ESTIMATE_FUNCTION):
+            conn.execute(statement)
+        conn.execute(
+            "INSERT INTO rdmem_meta (key, value) VALUES ('schema_version', %s) "
+            "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+            (str(SCHEMA_VERSION),),
+        )
+
+
+def register_vector(conn: Any) -> None:
+    """Binary adapters between numpy float32 vectors and pgvector's ``vector`` (no extra dependency)."""
+    from psycopg.adapt import Dumper, Loader
+    from psycopg.pq import Format
+    from psycopg.types import TypeInfo
+
+    info = TypeInfo.fetch(conn, "vector")
+    if info is None:
+        raise StoreError("the pgvector extension is missing")
+
+    class VectorDumper(Dumper):
+        format = Format.BINARY
+
+        def dump(self, obj: Any) -> bytes:
+            a = np.asarray(obj, dtype=">f4").reshape(-1)
+            return struct.pack(">HH", a.shape[0], 0) + a.tobytes()
+
+    class VectorBinaryLoader(Loader):
+        format = Format.BINARY
+
+        def load(self, data: Any) -> np.ndarray:
+            dim = struct.unpack_from(">H", data)[0]
+            return np.frombuffer(bytes(data), dtype=">f4", count=dim, offset=4).astype(np.float32)
+
+    class VectorTextLoader(Loader):
+        format = Format.TEXT
+
+        def load(self, data: Any) -> np.ndarray:
+            return np.array(bytes(data).decode()[1:-1].split(","), dtype=np.float32)
+
+    VectorDumper.oid = info.oid
+    conn.adapters.register_dumper(np.ndarray, VectorDumper)
+    conn.adapters.register_loader(info.oid, VectorBinaryLoader)
+    conn.adapters.register_loader(info.oid, VectorTextLoader)

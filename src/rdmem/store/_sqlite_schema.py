@@ -1,0 +1,143 @@
+"""The SQLite store's layout, its version checks, and the upgrades from older layouts.
+
+Schema version 2 (recorded in ``meta``):
+
+- ``clock``: one row, the store's version clock (every write takes the next value).
+- ``sessions``: per session its FTS table, times, current ``version``,
+  ``reset`` (the version at which units last left it, or it was created),
+  the next place (``next_seq``) and automatic id number (``next_auto``), and
+  its state record (JSON).
+- ``units``: one row per message: id, place (``seq``, unique per session),
+  the message as given (JSON), token cost, features (JSON), embedding
+  (float32 blob, little-endian), tier, and ``changed``: the version of the
+  last write that touched it (what :meth:`changes` reads).
+- ``fts_<hash>``: one contentless FTS5 index per session.
+- ``compactions``: the compaction log.
+
+Version 1 (rdmem 0.1) had no clock, no ``reset``/``next_*``/``state``/
+``changed`` columns, and places chosen by the writing process (two processes
+could share one); upgrading renumbers them in their order.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+
+from ._types import StoreError
+
+__all__ = ["SCHEMA_VERSION", "read_version", "create_or_upgrade"]
+
+#: The layout this code writes. A file with a higher version was written by a newer rdmem.
+SCHEMA_VERSION = 2
+
+_TABLES = """
+CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE clock (n INTEGER NOT NULL);
+CREATE TABLE sessions (
+    session TEXT PRIMARY KEY,
+    fts TEXT NOT NULL UNIQUE,
+    created REAL NOT NULL,
+    updated REAL NOT NULL,
+    version INTEGER NOT NULL DEFAULT 1,
+    reset INTEGER NOT NULL DEFAULT 0,
+    next_seq INTEGER NOT NULL DEFAULT 0,
+    next_auto INTEGER NOT NULL DEFAULT 0,
+    state TEXT NOT NULL DEFAULT '{}'
+);
+CREATE TABLE units (
+    uid INTEGER PRIMARY KEY,
+    session TEXT NOT NULL,
+    id TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    message TEXT NOT NULL,
+    tokens INTEGER NOT NULL,
+    features TEXT NOT NULL,
+    embedding BLOB,
+    tier TEXT NOT NULL CHECK (tier IN ('working', 'archive')),
+    changed INTEGER NOT NULL DEFAULT 0,
+    UNIQUE (session, id)
+);
+CREATE TABLE compactions (
+    n INTEGER PRIMARY KEY,
+    session TEXT NOT NULL,
+    time REAL NOT NULL,
+    record TEXT NOT NULL
+);
+CREATE INDEX compactions_session ON compactions (session, n);
+"""
+
+_INDEXES = """
+CREATE UNIQUE INDEX units_session_place ON units (session, seq);
+CREATE INDEX units_session_changed ON units (session, changed);
+"""
+
+# From version 1: new columns, places renumbered 0, 1, ... per session in their order, counters set past
+# what is there, and the clock started past every session's version.
+_FROM_1 = """
+ALTER TABLE sessions ADD COLUMN reset INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE sessions ADD COLUMN next_seq INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE sessions ADD COLUMN next_auto INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE sessions ADD COLUMN state TEXT NOT NULL DEFAULT '{}';
+ALTER TABLE units ADD COLUMN changed INTEGER NOT NULL DEFAULT 0;
+DROP INDEX IF EXISTS units_session_seq;
+UPDATE units SET seq = r.place FROM (
+    SELECT uid, row_number() OVER (PARTITION BY session ORDER BY seq, uid) - 1 AS place FROM units
+) AS r WHERE r.uid = units.uid;
+UPDATE sessions SET next_seq = (SELECT count(*) FROM units WHERE units.session = sessions.session);
+UPDATE sessions SET next_auto = coalesce((
+    SELECT max(CAST(substr(id, 2) AS INTEGER)) + 1 FROM units
+    WHERE units.session = sessions.session AND id GLOB 'm[0-9]*' AND substr(id, 2) NOT GLOB '*[^0-9]*'
+), 0);
+CREATE TABLE clock (n INTEGER NOT NULL);
+INSERT INTO clock (n) SELECT coalesce(max(version), 0) + 1 FROM sessions;
+"""
+
+
+def _statements(script: str) -> list[str]:
+    return [s.strip() for s in script.split(";") if s.strip()]
+
+
+def read_version(conn: sqlite3.Connection, where: str) -> int | None:
+    """The file's schema version (``None`` for an empty file); refuses foreign or newer files."""
+    tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type IN ('table', 'view')")}
+    if not tables:
+        return None
+    version = None
+    if "meta" in tables:
+        row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+        if row is not None:
+            try:
+                version = int(row[0])
+            except ValueError:
+                raise StoreError(f"{where}: invalid schema_version {row[0]!r} in table meta") from None
+    if version is None:
+        raise StoreError(
+            f"{where}: an SQLite database but not an rdmem store (tables: {', '.join(sorted(tables)[:5])}); "
+            "refusing to write to it"
+        )
+    if version > SCHEMA_VERSION:
+        raise StoreError(
+            f"{where} was written by a newer rdmem (schema version {version}); this rdmem reads schema "
+            f"version {SCHEMA_VERSION} at most. Upgrade rdmem; nothing was changed"
+        )
+    return version
+
+
+def create_or_upgrade(conn: sqlite3.Connection, where: str) -> None:
+    """Create the schema in an empty file, or upgrade an older one, in one transaction (the caller's)."""
+    version = read_version(conn, where)  # again, inside the write lock: another process may have won
+    if version == SCHEMA_VERSION:
+        return
+    if version is None:
+        for statement in _statements(_TABLES) + _statements(_INDEXES):
+            conn.execute(statement)
+        conn.execute("INSERT INTO clock (n) VALUES (0)")
+        conn.execute("INSERT INTO meta (key, value) VALUES ('created_by', 'rdmem')")
+        conn.execute("INSERT INTO meta (key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+        return
+    if version == 1:
+        for statement in _statements(_FROM_1) + _statements(_INDEXES):
+            conn.execute(statement)
+        conn.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),))
+        return
+    raise StoreError(f"{where}: unknown schema version {version}; nothing was changed")  # pragma: no cover

@@ -1,0 +1,146 @@
+"""What a store keeps and returns: units, versions, errors, and the protocol every backend implements."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol, runtime_checkable
+
+import numpy as np
+
+__all__ = [
+    "Tier", "TIERS", "NewUnit", "StoredUnit", "Written", "Changes", "SessionInfo", "Store",
+    "StoreError", "DuplicateIdError", "VersionConflict",
+]
+
+Tier = Literal["working", "archive"]
+TIERS: tuple[Tier, ...] = ("working", "archive")
+
+
+class StoreError(RuntimeError):
+    """The store cannot be used: unreachable, corrupt, read-only, or written by a newer rdmem."""
+
+
+class DuplicateIdError(StoreError, ValueError):
+    """A message id the session already has (nothing was written; the session is unchanged and usable)."""
+
+
+class VersionConflict(StoreError):
+    """The session changed since the version a conditional write expected (nothing was written)."""
+
+
+@dataclass
+class NewUnit:
+    """A message to append: the store gives it its place (``seq``) and, when ``id`` is ``None``, an id.
+
+    ``message`` is the message as the caller gave it, every field included
+    (fields the chat API does not know round-trip; ``id`` travels apart).
+    ``tokens`` is its verbatim cost and ``features`` whatever the caller
+    wants back with it (JSON).
+    """
+
+    message: dict[str, Any]
+    tokens: int
+    features: dict[str, Any] = field(default_factory=dict)
+    embedding: np.ndarray | None = None
+    tier: Tier = "working"
+    id: str | None = None
+
+
+@dataclass
+class StoredUnit:
+    """One message as persisted: its id, its place in the session (``seq``), cost, features, vector, tier."""
+
+    id: str
+    seq: int
+    message: dict[str, Any]
+    tokens: int
+    features: dict[str, Any] = field(default_factory=dict)
+    embedding: np.ndarray | None = None
+    tier: Tier = "working"
+
+
+@dataclass(frozen=True)
+class Written:
+    """What a write did: the session's version before (``prev``; 0 for a new session) and after it.
+
+    Versions come from one clock per store, so they only grow, also across a
+    session deleted and created again. ``units`` are the appended units with
+    their ids and places; ``deleted`` the ids a delete removed.
+    """
+
+    prev: int
+    version: int
+    units: list[StoredUnit] = field(default_factory=list)
+    deleted: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Changes:
+    """A session's state after ``since``: the units added or moved since then, or all of them.
+
+    ``full`` says ``units`` is the whole session, in order (a first read, or
+    units were deleted since ``since``); otherwise ``units`` are the ones
+    appended or moved to another tier after ``since``, in order. ``version``
+    is what to pass as ``since`` next time (0: no such session). ``state``
+    is the session's state record (see :meth:`Store.update_state`).
+    """
+
+    version: int
+    full: bool
+    units: list[StoredUnit]
+    state: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class SessionInfo:
+    session: str
+    units: int
+    working: int
+    archived: int
+    created: float
+    updated: float
+
+
+@runtime_checkable
+class Store(Protocol):
+    """Persistence for memory managers, and the source of truth of each session.
+
+    Every write is durable and atomic when the call returns, and moves the
+    session to a new version. Ids and places are allocated by the store, so
+    any number of managers, in any number of processes, may write one
+    session: each reads :meth:`changes` since the version it last saw, and a
+    conditional write (``expect=``) fails with :class:`VersionConflict` if
+    someone else wrote in between.
+    """
+
+    def append(self, session: str, units: Sequence[NewUnit]) -> Written: ...
+
+    def load(self, session: str, *, offset: int = 0, limit: int | None = None) -> list[StoredUnit]: ...
+
+    def changes(self, session: str, since: int = 0) -> Changes: ...
+
+    def version(self, session: str) -> int: ...
+
+    def set_tier(
+        self, session: str, ids: Sequence[str], tier: Tier, *, expect: int | None = None,
+        log: Mapping[str, Any] | None = None,
+    ) -> Written: ...
+
+    def delete(self, session: str, ids: Sequence[str]) -> Written: ...
+
+    def update_state(self, session: str, patch: Mapping[str, Any], *, expect: int | None = None) -> Written: ...
+
+    def log_compaction(self, session: str, record: Mapping[str, Any]) -> None: ...
+
+    def compaction_log(self, session: str) -> list[dict[str, Any]]: ...
+
+    def search(
+        self, session: str, query: str, query_embedding: np.ndarray | None, *, k: int, tier: Tier | None = None
+    ) -> list[tuple[str, float]]: ...
+
+    def sessions(self) -> list[SessionInfo]: ...
+
+    def delete_session(self, session: str) -> None: ...
+
+    def close(self) -> None: ...
