@@ -5,7 +5,7 @@
 
 A behaviour-preserving change (a refactor) must give the same selections:
 for every call, the rendered messages, the kept ids, each message's decision,
-rung and sent tokens, and the warnings. The calls, deterministic and offline:
+rung, sent tokens, score, score breakdown and reason, and the warnings. The calls, deterministic and offline:
 
 - ``compact()`` on slices of the LoCoMo dev conversations (the first 240 and
   the last 240 turns of each), every policy, budgets 500 and 2,000, without
@@ -39,7 +39,8 @@ sys.path.insert(0, str(ROOT))
 
 
 def _digest(result) -> str:
-    report = [(d.id, d.decision, getattr(d.rung, "value", d.rung), d.sent_tokens) for d in result.report]
+    report = [(d.id, d.decision, getattr(d.rung, "value", d.rung), d.sent_tokens, round(d.score, 9), d.reason,
+               sorted((k, round(v, 9)) for k, v in d.breakdown.items())) for d in result.report]
     blob = json.dumps([result.messages, result.kept_ids, report, list(result.warnings)], sort_keys=True)
     return hashlib.blake2b(blob.encode(), digest_size=12).hexdigest()
 

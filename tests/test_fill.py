@@ -6,7 +6,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rdmem.compaction import _fill, _gap_sizes
+from rdmem._accounting import fill as _fill, gap_sizes as _gap_sizes
 
 
 def _marker(gap: int) -> int:

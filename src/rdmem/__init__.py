@@ -6,13 +6,15 @@
 [{'role': 'user', 'content': 'hi'}]
 """
 
-from .compaction import Compaction, UnitDecision, compact
+from .compaction import compact
+from .contract import Plan, Policy, Problem, scores_of
 from .embed import CachedEmbedder, Embedder, SentenceTransformerEmbedder
 from .manager import MemoryManager
-from .policies import POLICIES, Policy, get_policy, register_policy
+from .policies import POLICIES, get_policy, register_policy
 from .reconstruct import is_valid_history, validate_history
 from .summarize import ExtractiveSummarizer, LLMSummarizer, Summarizer, SummarizerError
 from .tokens import Tokenizer, get_tokenizer
+from .result import Compaction, UnitDecision
 from .units import MemoryUnit, Rung
 
 __all__ = [
@@ -24,6 +26,9 @@ __all__ = [
     "Rung",
     "POLICIES",
     "Policy",
+    "Problem",
+    "Plan",
+    "scores_of",
     "get_policy",
     "register_policy",
     "Tokenizer",

@@ -17,7 +17,7 @@ from .policies import Policy, get_policy
 from .scoring import embed_text
 from .store import Store, VersionConflict, open_store
 from .summarize import Summarizer
-from .tokens import Tokenizer, get_tokenizer
+from .tokens import Tokenizer, check_budget, get_tokenizer
 from .units import MemoryUnit, make_unit
 
 __all__ = ["MemoryManager"]
@@ -30,14 +30,6 @@ _FEEDBACK = "value_feedback"
 #: How often a compaction is recomputed when other writers keep changing the session under it.
 _RETRIES = 8
 _UNSET: Any = object()
-
-
-def _check_budget(budget: object) -> int:
-    if isinstance(budget, bool) or not isinstance(budget, (int, np.integer)):
-        raise TypeError(f"budget must be an int number of tokens, got {type(budget).__name__}")
-    if budget <= 0:
-        raise ValueError(f"budget must be > 0 tokens, got {budget}")
-    return int(budget)
 
 
 class MemoryManager:
@@ -115,7 +107,7 @@ class MemoryManager:
                 policy = args[1]
         if budget is _UNSET:
             raise TypeError("MemoryManager needs a budget in tokens: MemoryManager(budget=4000, ...)")
-        self.budget = _check_budget(budget)
+        self.budget = check_budget(budget)
         self.policy = get_policy("rd" if policy is _UNSET else policy)
         if low is None:
             low = min(float(getattr(self.policy, "low_watermark", _DEFAULT_LOW)), high)
@@ -299,7 +291,7 @@ class MemoryManager:
         newest user message is always in it (cut, with a visible marker,
         if it alone does not fit).
         """
-        budget = self.budget if budget is None else _check_budget(budget)
+        budget = self.budget if budget is None else check_budget(budget)
         if query is not None and not isinstance(query, str):
             raise TypeError(f"query must be a string or None, got {type(query).__name__}")
         with self._lock:

@@ -17,7 +17,7 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
-from .compaction import Plan, Problem
+from .contract import Plan, Problem
 from .compress import compress, one_line, split_prefix
 from .features import content_words
 from .scoring import Information, LearnedValue, Metadata, Recency, Relevance, Scorer, Weighted, seed_scorer

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
-__all__ = ["Tokenizer", "get_tokenizer", "DEFAULT_MESSAGE_OVERHEAD"]
+__all__ = ["Tokenizer", "get_tokenizer", "check_budget", "DEFAULT_MESSAGE_OVERHEAD"]
 
 #: Tokens the chat format adds around each message (role markers, separators).
 DEFAULT_MESSAGE_OVERHEAD = 4
@@ -124,6 +124,25 @@ class Tokenizer:
         if self.counter is None:
             return None
         return f"{_COUNT_VERSION}/{self.counter}/{self.message_overhead}"
+
+
+def check_budget(budget: object, name: str = "budget") -> int:
+    """A budget is an ``int`` number of tokens > 0 (numpy integers too); the one check every entry point uses.
+
+    >>> check_budget(400)
+    400
+    >>> check_budget(0)
+    Traceback (most recent call last):
+    ...
+    ValueError: budget must be > 0 tokens, got 0
+    """
+    import numbers
+
+    if isinstance(budget, bool) or not isinstance(budget, numbers.Integral):
+        raise TypeError(f"{name} must be an int number of tokens, got {type(budget).__name__}")
+    if budget <= 0:
+        raise ValueError(f"{name} must be > 0 tokens, got {budget}")
+    return int(budget)
 
 
 def content_text(content: Any) -> str:
