@@ -112,7 +112,21 @@ def test_an_oversized_message_is_cut_not_lost(cl100k):
     assert len(out) == 1 and TRUNCATED in out[0]["content"]
     assert cl100k.messages_tokens(out) <= 100
     mem.add(role="assistant", content="Done reading.", id="ok")
-    assert mem.working_ids()[-1] == "ok"
+    assert mem.working_ids() == ["big", "ok"]  # the reply after it stays: the turn in progress
+
+
+def test_the_newest_user_message_is_never_dropped_silently():
+    """Ten short turns and a last question far larger than the budget: it is cut and sent, with a warning."""
+    mem = MemoryManager(budget=2000, policy="rd")
+    for i in range(10):
+        mem.add(role="user" if i % 2 == 0 else "assistant", content=f"short turn {i}")
+    mem.add(role="user", content="Summarise: " + "The quick brown fox jumps over the lazy dog. " * 360, id="q")
+    with pytest.warns(RuntimeWarning, match="the newest user message 'q' \\(3609 tokens\\) does not fit"):
+        ctx = mem.context()
+    assert ctx.messages[-1]["content"].startswith("Summarise: The quick") and TRUNCATED in ctx.messages[-1]["content"]
+    assert 1900 < ctx.tokens <= 2000
+    assert "q" in mem.working_ids()
+    assert ctx.warnings and "cut to" in ctx.warnings[0]
 
 
 def test_add_forms_and_ids():

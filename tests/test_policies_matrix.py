@@ -79,9 +79,25 @@ def test_system_message_in_the_middle_moves_first(policy, agent_history, minilm,
 
 
 @pytest.mark.parametrize("policy", POLICY_NAMES)
+def test_the_newest_user_message_is_cut_with_a_marker_when_it_alone_overflows(policy, minilm, cl100k):
+    text = "Summarise: " + " ".join(f"word{i} about the harbour" for i in range(400))
+    history = [{"id": f"t{i}", "role": "user" if i % 2 == 0 else "assistant", "content": f"short turn {i}"}
+               for i in range(10)] + [{"id": "big", "role": "user", "content": text}]
+    budget = 200
+    with pytest.warns(RuntimeWarning, match="the newest user message 'big' .* was cut to .* tokens, and older"):
+        result = compact(history, budget=budget, policy=policy, embedder=minilm)
+    check_compaction(result, history, budget, cl100k)
+    assert result.messages[-1]["content"].startswith(text[:40]) and TRUNCATED in result.messages[-1]["content"]
+    assert result.messages[0] == {"role": "user", "content": "[10 messages omitted]"}
+    assert result.tokens > budget - 20  # the room is used, not left empty
+    assert result.report[-1].decision == "truncated" and result.kept_ids == []
+    assert any("newest user message 'big'" in w for w in result.warnings)
+
+
+@pytest.mark.parametrize("policy", POLICY_NAMES)
 def test_single_oversized_message_is_cut_with_a_marker(policy, minilm, cl100k):
     text = " ".join(f"word{i} about the harbour" for i in range(400))
-    history = [{"id": "big", "role": "user", "content": text}]
+    history = [{"id": "big", "role": "assistant", "content": text}]
     budget = 60
     assert cl100k.messages_tokens(history) > budget
     result = run(history, budget, policy, minilm)

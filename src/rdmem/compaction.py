@@ -57,8 +57,12 @@ def compact_units(
     markers: bool = True,
     now: int | None = None,
     doc_freq: tuple[Counter[str], int] | None = None,
+    warn: bool = True,
 ) -> Compaction:
-    """Fit already-encoded units to ``budget`` tokens with ``policy`` (see :func:`compact`)."""
+    """Fit already-encoded units to ``budget`` tokens with ``policy`` (see :func:`compact`).
+
+    ``warn=False`` keeps the notes in ``warnings`` of the result without raising Python warnings
+    (a manager's own working-set compactions)."""
     tok = tokenizer
     layout = Layout(units)
     head = fit_pinned(layout, budget, tok)
@@ -66,12 +70,13 @@ def compact_units(
     cost = RenderCost(layout, tok, np.zeros(len(layout.blocks), dtype=np.int64), markers=markers)
     problem = Problem(layout.cand, layout.local_blocks, head.avail, ctx, tok, cost.marker(10), layout.forced_gaps())
     cost.costs = problem.block_costs()
-    plan, planned = _plan(problem, policy, cost, head.avail)
-    settled = _settle(plan, problem, layout, cost, head, budget, summarizer)
+    newest = layout.newest_user_block()
+    plan, planned = _plan(problem, policy, cost, head.avail, newest)
+    settled = _settle(plan, problem, layout, cost, head, budget, summarizer, newest)
     # The report shows the policy's scores and reasons; when it was not asked (everything fits), it is
     # asked only if someone reads the report.
     explained = plan if planned else _Lazy(lambda: policy.plan(problem))
-    return _result(units, layout, head, settled, tok, budget, policy, markers, explained)
+    return _result(units, layout, head, settled, tok, budget, policy, markers, explained, warn)
 
 
 class _Lazy:
@@ -88,15 +93,17 @@ class _Lazy:
         return self._plan
 
 
-def _plan(problem: Problem, policy: Policy, cost: RenderCost, avail: int) -> tuple[Plan, bool]:
-    """The policy's plan (and ``True``), or, when every candidate fits verbatim with its markers, all of
-    them without asking the policy (and ``False``)."""
+def _plan(problem: Problem, policy: Policy, cost: RenderCost, avail: int, newest: int | None) -> tuple[Plan, bool]:
+    """The policy's plan (and ``True``), or, without asking the policy (and ``False``): every block when
+    they all fit verbatim with their markers, none when the newest user message alone does not fit."""
     if not problem.units:
         return Plan(chosen=[], scores=np.zeros(0)), True
     if cost.fits_whole(avail):
         # Everything fits: whatever the policy, the whole history goes out verbatim, unsummarized
         # (a policy's reserve for markers must not cost a message when no marker is needed).
         return Plan(chosen=list(range(len(problem.blocks))), scores=np.zeros(len(problem.units))), False
+    if newest is not None and cost.total({newest}) > avail:
+        return Plan(chosen=[], scores=np.zeros(len(problem.units))), False  # _settle cuts it to fit
     return policy.plan(problem), True
 
 
@@ -116,11 +123,22 @@ def _summarize(plan: Plan, problem: Problem, summarizer: Summarizer | None, note
 
 def _settle(
     plan: Plan, problem: Problem, layout: Layout, cost: RenderCost, head: Head, budget: int,
-    summarizer: Summarizer | None,
+    summarizer: Summarizer | None, newest: int | None,
 ) -> _Settled:
-    """Bring a plan to the exact budget: make its summary, repair overflows, fill, and never send nothing."""
+    """Bring a plan to the exact budget: keep the newest user message, make the summary, repair
+    overflows, fill, and never send nothing."""
     tok, avail = problem.tokenizer, head.avail
     out = _Settled(chosen=set(plan.chosen), contents=dict(plan.contents))
+    if newest is not None and newest not in out.chosen:
+        if cost.total({newest}) > avail:
+            _cut_newest(out, problem, layout, cost, newest, avail, budget)
+            if out.chosen:
+                return out
+        else:
+            # Whatever the policy chose, the message the model is about to answer goes out, verbatim.
+            out.chosen.add(newest)
+            mine = {int(i) for i in problem.blocks[newest]}
+            plan.summarize = [i for i in plan.summarize if i not in mine]
     out.summary = _summarize(plan, problem, summarizer, out.notes)
     if out.summary:
         out.summarized = list(plan.summarize)
@@ -133,7 +151,7 @@ def _settle(
     values = problem.block_values(plan.scores) if len(plan.scores) else np.zeros(len(problem.blocks))
     ratio = values / np.maximum(cost.costs, 1)
     partners = {b: tuple(group) for group in plan.together if len(group) > 1 for b in group}
-    cost.repair(out.chosen, ratio, partners, out.summary, avail)
+    cost.repair(out.chosen, ratio, partners, out.summary, avail, keep=newest)
     if out.summary and cost.total(out.chosen, out.summary) > avail:
         room = avail - cost.total(out.chosen) - tok.message_tokens(summary_message("", len(out.summarized)))
         out.summary = tok.truncate(out.summary, room) if room > 0 else None
@@ -144,6 +162,36 @@ def _settle(
     if not out.chosen and not out.summary and problem.blocks and avail > 0:
         _fallback(out, problem, layout, cost, values, avail, budget)
     return out
+
+
+def _cut_newest(out: _Settled, problem: Problem, layout: Layout, cost: RenderCost, newest: int, avail: int,
+                budget: int) -> None:
+    """The newest user message alone does not fit what is left: cut it (with the visible truncation note)
+    and leave the older messages out. What came after it (the assistant's reply, tool calls and their
+    results: the turn in progress) stays, newest first, in up to half of the budget."""
+    tok = problem.tokenizer
+    (i,) = (int(x) for x in problem.blocks[newest])
+    u = problem.units[i]
+    after: set[int] = set()
+    for b in range(len(problem.blocks) - 1, newest, -1):
+        if cost.total(after | {b}) <= avail // 2:
+            after.add(b)
+    for keep in (after, set()):  # if the cut does not fit beside them, alone
+        chosen = keep | {newest}
+        room = avail - (cost.total(chosen) - int(cost.costs[newest]))  # what the others and the markers leave
+        cut = truncate_block([u], room, tok) if room > 0 else None
+        if cut is not None and cut[0] is not None:
+            break
+    else:
+        out.notes.append(f"the newest user message {u.id!r} ({u.tokens} tokens) cannot be cut to fit the {avail} "
+                         f"tokens left of a budget of {budget}")
+        return
+    out.chosen = chosen
+    out.contents[i] = cut[0]
+    out.truncated.add(layout.cand_pos[i])
+    shown = tok.message_tokens({**u.message, "content": cut[0]})
+    out.notes.append(f"the newest user message {u.id!r} ({u.tokens} tokens) does not fit the {avail} tokens left "
+                     f"of a budget of {budget}: it was cut to {shown} tokens, and older messages were left out")
 
 
 def _fallback(out: _Settled, problem: Problem, layout: Layout, cost: RenderCost, values: np.ndarray, avail: int,
@@ -171,7 +219,7 @@ def _fallback(out: _Settled, problem: Problem, layout: Layout, cost: RenderCost,
 
 def _result(
     units: Sequence[MemoryUnit], layout: Layout, head: Head, settled: _Settled, tok: Tokenizer, budget: int,
-    policy: Policy, markers: bool, explained: Plan | _Lazy,
+    policy: Policy, markers: bool, explained: Plan | _Lazy, warn: bool,
 ) -> Compaction:
     """Render the settled plan and build the result (its report is built when first read)."""
     contents = dict(head.contents)
@@ -192,7 +240,7 @@ def _result(
     if n_tokens > budget:  # pragma: no cover - a bug, never user error
         raise RuntimeError(f"internal error: rendered {n_tokens} tokens for a budget of {budget}")
     notes = head.notes + settled.notes
-    for n in notes:
+    for n in notes if warn else ():
         warnings.warn(f"rdmem: {n}", RuntimeWarning, stacklevel=4)
     # The same rule as the report's "kept": sent verbatim, not cut.
     kept_ids = [u.id for p, u in enumerate(units) if p in contents and contents[p] is None and p not in truncated]

@@ -245,7 +245,7 @@ class MemoryManager:
                 return
             working = view.working_units()
             target = max(int(self.low * self.budget), 1)
-            result = self._compact(working, target, self._working_policy)
+            result = self._compact(working, target, self._working_policy, warn=False)
             # A message cut to fit stays in working memory (context() cuts it again): archiving it would
             # drop the newest message silently when it alone exceeds the budget.
             kept = {d.id for d in result.report if d.decision in ("kept", "truncated", "compressed")}
@@ -310,7 +310,8 @@ class MemoryManager:
         """The messages for the next model call (``context(query).messages``)."""
         return self.context(query).messages
 
-    def _compact(self, units: list[MemoryUnit], budget: int, policy: Policy, query: str | None = None) -> Compaction:
+    def _compact(self, units: list[MemoryUnit], budget: int, policy: Policy, query: str | None = None, *,
+                 warn: bool = True) -> Compaction:
         """:func:`compact_units` with this session's tokenizer, embedder, summarizer and document frequencies."""
         view = self._session()
         return compact_units(
@@ -324,6 +325,7 @@ class MemoryManager:
             markers=self.markers,
             now=len(view.units),
             doc_freq=(view.df, len(view.units)),
+            warn=warn,
         )
 
     # -- online feedback -----------------------------------------------------------------
