@@ -80,3 +80,35 @@ def test_get_embedder():
     assert get_embedder() is get_embedder(None)
     with pytest.raises(TypeError, match="embedder must be None, a model name or an object with .embed"):
         get_embedder(3)  # type: ignore[arg-type]
+
+
+@pytest.mark.slow
+def test_numpy_minilm_gives_the_sentence_transformers_vectors(locomo_path):
+    """The torch-free default gives the same vectors as sentence-transformers (within 1e-3; ~3e-7 here)."""
+    import json
+
+    from rdmem._minilm import NumpyMiniLM
+    from rdmem.embed import SentenceTransformerEmbedder
+
+    data = json.loads(locomo_path.read_text(encoding="utf-8"))
+    texts = [t["text"] for k, v in data[0]["conversation"].items() if k.startswith("session_") and isinstance(v, list)
+             for t in v][:200]
+    texts += ["", "x", "word " * 400, "记住我对花生过敏", "Ünïcödé ✓ naïve café", "\n\t  ", "a" * 3000]
+    ours = NumpyMiniLM().embed(texts)
+    theirs = SentenceTransformerEmbedder().embed(texts)
+    assert ours.shape == theirs.shape == (len(texts), 384) and ours.dtype == np.float32
+    assert float(np.abs(ours - theirs).max()) < 1e-3
+    assert float((ours * theirs).sum(axis=1).min()) > 0.99999
+
+
+def test_default_embedder_starts_without_torch():
+    """A fresh process gets the default model's vectors without importing torch (the CLI's start-up)."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from rdmem.embed import get_embedder; v = get_embedder().embed(['hello world']); "
+            "print(v.shape, 'torch' in sys.modules, 'sentence_transformers' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         env={**__import__("os").environ, "HF_HUB_OFFLINE": "1"})
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["(1,", "384)", "False", "False"]

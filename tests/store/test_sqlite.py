@@ -80,12 +80,37 @@ def test_damaged_sqlite_file_is_refused(tmp_path):
     path = tmp_path / "m.db"
     with SQLiteStore(path) as store:
         store.append("s", [unit(i, f"text {i}") for i in range(50)])
+    conn = sqlite3.connect(path)
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    conn.close()
     data = bytearray(path.read_bytes())
     data[100:4096] = b"\xff" * (4096 - 100)  # the schema page, after the header
     path.write_bytes(bytes(data))
     with pytest.raises(StoreError, match=rf"SQLite store {path}"):
         SQLiteStore(path)
     assert path.read_bytes() == bytes(data)
+
+
+def test_damaged_pages_behind_an_intact_header_are_refused_and_nothing_written(tmp_path):
+    """A file whose header is fine but whose pages are damaged: refused on open, naming the file."""
+    path = tmp_path / "m.db"
+    with SQLiteStore(path) as store:
+        for session in ("damaged", "other"):
+            store.append(session, [unit(i, f"{session} message {i} " + "x" * 200) for i in range(300)])
+    conn = sqlite3.connect(path)
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    conn.close()
+    data = bytearray(path.read_bytes())
+    assert data[:16] == b"SQLite format 3\x00"
+    middle = len(data) // 4096 // 2
+    data[middle * 4096:(middle + 1) * 4096] = b"\xff" * 4096
+    path.write_bytes(bytes(data))
+    for url in (f"sqlite:///{path}",):
+        with pytest.raises(StoreError, match=rf"SQLite store {path}: the file is damaged .*refusing to use it"):
+            open_store(url)
+        with pytest.raises(StoreError, match=rf"SQLite store {path}: the file is damaged"):
+            open_store(url, readonly=True)
+    assert path.read_bytes() == bytes(data)  # not even the WAL switch
 
 
 def test_foreign_sqlite_database_is_not_written_to(tmp_path):

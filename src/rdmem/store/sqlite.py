@@ -203,7 +203,10 @@ class SQLiteStore(BaseStore):
 
     def _quick_check(self, conn: sqlite3.Connection) -> None:
         """Refuse a damaged file (pages or indexes) before anything is written to it."""
-        problems = [r[0] for r in conn.execute("PRAGMA quick_check(5)") if r[0] != "ok"]
+        try:
+            problems = [r[0] for r in conn.execute("PRAGMA quick_check(5)") if r[0] != "ok"]
+        except sqlite3.DatabaseError as exc:
+            problems = [str(exc)]
         if problems:
             raise StoreError(f"{self.where}: the file is damaged ({'; '.join(problems)[:300]}); "
                              "refusing to use it (nothing was changed). Restore it from a backup")
