@@ -152,3 +152,53 @@ def test_explain(history_file, capsys):
     assert main(["explain", str(history_file), "--budget", "100", "--policy", "window"]) == 0
     text = capsys.readouterr().out
     assert text.startswith("policy=window budget=100") and "u7" in text
+
+
+def test_version_and_usage():
+    proc = run_cli(["--version"])
+    assert proc.returncode == 0 and proc.stdout.strip() == f"rdmem {rdmem.__version__}"
+    proc = run_cli([])
+    assert proc.returncode == 2 and "usage: rdmem" in proc.stderr and "compact" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_a_directory_is_not_a_file(tmp_path):
+    proc = run_cli(["compact", str(tmp_path), "--budget", "10"])
+    _check_error(proc.returncode, proc.stderr, "is a directory, not a file of messages")
+
+
+def test_warnings_go_to_stderr_and_explain_shows_them(tmp_path, capsys):
+    history = [{"id": f"t{i}", "role": "user" if i % 2 == 0 else "assistant", "content": f"short turn {i}"}
+               for i in range(10)]
+    history.append({"id": "q", "role": "user", "content": "Summarise: " + "The fox jumps over the dog. " * 200})
+    path = tmp_path / "h.json"
+    path.write_text(json.dumps(history))
+    assert main(["compact", str(path), "--budget", "300", "--policy", "window"]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["warnings"][0].startswith("the newest user message 'q'")
+    assert captured.err.startswith("rdmem: warning: the newest user message 'q'")
+    assert main(["explain", str(path), "--budget", "300", "--policy", "window"]) == 0
+    captured = capsys.readouterr()
+    assert "warning: the newest user message 'q'" in captured.out
+
+
+def test_the_default_policy_starts_quickly_without_torch(history_file):
+    """'rdmem compact' with rd (embeddings) never imports torch for a small history."""
+    code = ("import sys, runpy; sys.argv = ['rdmem', 'compact', %r, '--budget', '100']; "
+            "from rdmem.cli import main; rc = main(); "
+            "print('TORCH' if 'torch' in sys.modules else 'NO-TORCH', file=sys.stderr); sys.exit(rc)") % str(history_file)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.strip().splitlines()[-1] == "NO-TORCH"
+    assert json.loads(proc.stdout)["tokens"] <= 100
+
+
+def test_long_histories_show_progress_on_stderr(tmp_path, capsys, minilm):
+    history = [{"role": "user" if i % 2 == 0 else "assistant", "content": f"turn {i} about topic {i % 17}"}
+               for i in range(260)]
+    path = tmp_path / "long.json"
+    path.write_text(json.dumps(history))
+    assert main(["compact", str(path), "--budget", "400"]) == 0
+    err = capsys.readouterr().err
+    assert "rdmem: embedding 260 messages..." in err and "rdmem: embedded 260 messages in" in err

@@ -180,12 +180,13 @@ def test_explicit_and_automatic_ids_coexist():
     mem = MemoryManager(budget=100, policy="window")
     assert mem.add(role="user", content="a") == "m0"
     assert mem.add(role="user", content="b", id="m2") == "m2"
-    assert mem.add(role="user", content="c") == "m1"
-    assert mem.add(role="user", content="d") == "m3"  # m2 is taken: skipped
+    assert mem.add(role="user", content="c") == "m3"  # after every m<n> the session has had
+    assert mem.add(role="user", content="d", id="m1") == "m1"
     with pytest.raises(ValueError, match="session 'default' already has a message with id 'm3'; nothing was written"):
         mem.add(role="user", content="again", id="m3")
     assert mem.add(role="user", content="e") == "m4"  # the session is still usable
     assert [h["content"] for h in mem.history()] == ["a", "b", "c", "d", "e"]
+    assert [h["id"] for h in mem.history()] == ["m0", "m2", "m3", "m1", "m4"]
 
 
 def test_fields_the_chat_api_does_not_know_are_stored_not_sent():

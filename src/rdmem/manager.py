@@ -126,6 +126,7 @@ class MemoryManager:
         self._tokenizer_spec = tokenizer
         self._overhead = message_overhead
         self._embedder_spec = embedder
+        self._embedder_obj: Any = _UNSET
         self._store_spec = store
         self._view: SessionView | None = None
         self._lock = threading.RLock()
@@ -156,9 +157,10 @@ class MemoryManager:
 
     @property
     def _embedder(self) -> Embedder | None:
-        if self.policy.needs_embeddings or self._embedder_spec is not None:
-            return get_embedder(self._embedder_spec)
-        return None
+        if self._embedder_obj is _UNSET:  # resolved once (the check is a runtime protocol check)
+            needed = self.policy.needs_embeddings or self._embedder_spec is not None
+            self._embedder_obj = get_embedder(self._embedder_spec) if needed else None
+        return self._embedder_obj
 
     # -- writing -----------------------------------------------------------------------
     def add(self, message: Mapping[str, Any] | None = None, /, **fields: Any) -> str:
@@ -201,25 +203,30 @@ class MemoryManager:
                     u.embedding = v
             written = view.store.append(self.session, [new_unit(u, m.original(), tok, m.id)
                                                        for u, m in zip(units, parsed, strict=True)])
-            if view.written(written.prev, written.version):
+            fresh = view.written(written.prev, written.version)
+            if fresh:
                 for u, su in zip(units, written.units, strict=True):
                     u.id = su.id
                     view.append(u, "working")
             self._restore_feedback(view)
-            self._save_settings(view)
-            self._compact_working()
+            fresh = self._save_settings(view) and fresh
+            self._compact_working(fresh=fresh)
             return [su.id for su in written.units]
 
-    def _save_settings(self, view: SessionView) -> None:
-        """Record in the session's state how this manager compacts it (shown by ``rdmem sessions show``)."""
+    def _save_settings(self, view: SessionView) -> bool:
+        """Record in the session's state how this manager compacts it (shown by ``rdmem sessions show``);
+        ``False`` if someone else wrote meanwhile."""
         if self._settings_saved:
-            return
+            return True
         self._settings_saved = True
         settings = {"budget": self.budget, "high": self.high, "low": self.low, "policy": self.policy.name}
-        if view.state.get("settings") != settings:
-            written = view.store.update_state(self.session, {"settings": settings})
-            if view.written(written.prev, written.version):
-                view.state["settings"] = settings
+        if view.state.get("settings") == settings:
+            return True
+        written = view.store.update_state(self.session, {"settings": settings})
+        if view.written(written.prev, written.version):
+            view.state["settings"] = settings
+            return True
+        return False
 
     def delete(self, ids: Sequence[str]) -> list[str]:
         """Delete messages of the session for good (from both tiers); return the ids that were there.
@@ -236,11 +243,12 @@ class MemoryManager:
             self._sync()
             return written.deleted
 
-    def _compact_working(self) -> None:
+    def _compact_working(self, *, fresh: bool = False) -> None:
         """Compact the working set if it passed the high watermark; the store takes the result only if the
-        session did not change meanwhile (else it is computed again on the new state)."""
-        for _ in range(_RETRIES):
-            view = self._sync()
+        session did not change meanwhile (else it is computed again on the new state). ``fresh``: the view
+        was just brought up to date by this manager's own write (no need to ask the store first)."""
+        for attempt in range(_RETRIES):
+            view = self._session() if fresh and attempt == 0 else self._sync()
             if view.working_tokens() <= self.high * self.budget:
                 return
             working = view.working_units()

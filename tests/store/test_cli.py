@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -38,7 +39,9 @@ def test_show(store_url, capsys):
     assert data["working_ids"] == ["alpha1", "alpha2"]
     assert (data["units"], data["compactions"], data["tokens"]) == (3, 1, 21)
     assert main(["sessions", "show", "alpha", "--store", store_url]) == 0
-    assert "working   alpha1 alpha2" in capsys.readouterr().out
+    text = capsys.readouterr().out
+    assert "working     alpha1 alpha2" in text
+    assert "compactions 1\n" in text  # the same count as --json (feedback records are not compactions)
 
 
 def test_export_to_file_and_delete(store_url, tmp_path, capsys):
@@ -48,7 +51,9 @@ def test_export_to_file_and_delete(store_url, tmp_path, capsys):
         {"id": "beta0", "role": "user", "content": "beta note 0"},
         {"id": "beta1", "role": "user", "content": "beta note 1"},
     ]
-    assert main(["sessions", "delete", "beta", "--store", store_url]) == 0
+    assert main(["sessions", "delete", "beta", "--store", store_url]) == 2  # not a terminal: --yes needed
+    assert "pass --yes to confirm" in capsys.readouterr().err
+    assert main(["sessions", "delete", "beta", "--store", store_url, "--yes"]) == 0
     assert "deleted session 'beta' (2 messages)" in capsys.readouterr().out
     assert main(["sessions", "list", "--store", store_url, "--json"]) == 0
     assert [d["session"] for d in json.loads(capsys.readouterr().out)] == ["alpha"]
@@ -85,3 +90,69 @@ def test_bad_stores_exit_2_with_one_line(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "cannot connect to PostgreSQL at 127.0.0.1:1/db" in err and "hunter2" not in err
     assert err.count("\n") == 1
+
+
+def test_export_to_a_missing_directory_is_one_line(store_url, tmp_path, capsys):
+    target = tmp_path / "no" / "such" / "dir" / "x.jsonl"
+    assert main(["sessions", "export", "alpha", "--store", store_url, "-o", str(target)]) == 2
+    err = capsys.readouterr().err
+    assert f"cannot write {target}: No such file or directory" in err and err.count("\n") == 1
+
+
+def test_a_corrupt_store_is_one_line_for_every_reading_command(tmp_path, capsys):
+    import sqlite3
+
+    from rdmem.store import NewUnit
+
+    path = tmp_path / "m.db"
+    with open_store(f"sqlite:///{path}") as store:
+        store.append("s", [NewUnit({"role": "user", "content": f"note {i} " + "x" * 300}, 80) for i in range(200)])
+    with sqlite3.connect(path) as conn:
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2 // 4096 * 4096:][:4096] = b"\xff" * 4096
+    data[len(data) // 2 // 4096 * 4096:len(data) // 2 // 4096 * 4096 + 4096] = b"\xff" * 4096
+    path.write_bytes(bytes(data))
+    for argv in (["sessions", "list"], ["sessions", "show", "s"], ["sessions", "export", "s"]):
+        assert main(argv + ["--store", f"sqlite:///{path}"]) == 2
+        err = capsys.readouterr().err
+        assert f"SQLite store {path}: the file is damaged" in err and err.count("\n") == 1
+    assert path.read_bytes() == bytes(data)
+
+
+def test_reading_commands_work_in_a_read_only_directory(store_url, tmp_path):
+    """As another user, in a directory they cannot write: list and export read the file, change nothing."""
+    import os
+    import subprocess
+    import sys
+
+    if os.geteuid() != 0:
+        pytest.skip("needs root to run the check as an unprivileged user")
+    import shutil
+    import tempfile
+
+    db = tmp_path / "mem.db"
+    top = Path(tempfile.mkdtemp(prefix="rdmem-ro-", dir="/tmp"))  # pytest's tmp_path is root-only
+    request_cleanup = lambda: shutil.rmtree(top, ignore_errors=True)  # noqa: E731
+    ro = top / "ro"
+    ro.mkdir()
+    (ro / "mem.db").write_bytes(db.read_bytes())
+    os.chmod(ro / "mem.db", 0o444)
+    os.chmod(ro, 0o555)
+    os.chmod(top, 0o755)
+    code = (
+        # Everything the commands import, imported first: the stdlib itself is not readable by that user.
+        "import os, sys, json, datetime, sqlite3, urllib.parse, encodings.idna; "
+        "import rdmem.cli, rdmem.store.sqlite, rdmem.cli.sessions; from rdmem.cli import main; "
+        "os.setgid(65534); os.setuid(65534); "
+        f"sys.exit(main(['sessions', 'list', '--store', 'sqlite:///{ro / 'mem.db'}']) or "
+        f"main(['sessions', 'export', 'alpha', '--store', 'sqlite:///{ro / 'mem.db'}']))"
+    )
+    before = (ro / "mem.db").read_bytes()
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    try:
+        assert proc.returncode == 0, proc.stderr
+        assert "alpha" in proc.stdout and "alpha note 1" in proc.stdout
+        assert sorted(os.listdir(ro)) == ["mem.db"] and (ro / "mem.db").read_bytes() == before
+    finally:
+        request_cleanup()

@@ -74,12 +74,12 @@ def test_load_of_unknown_session_is_empty(store, session_name):
     assert (changes.version, changes.full, changes.units, changes.state) == (0, True, [], {})
 
 
-def test_automatic_ids_skip_explicit_ones(store, session_name):
+def test_automatic_ids_never_meet_explicit_ones(store, session_name):
     got = store.append(session_name, [plain("a"), plain("b", "m2"), plain("c")]).units
-    assert [u.id for u in got] == ["m0", "m2", "m1"]
-    got = store.append(session_name, [plain("d"), plain("e")]).units
-    assert [u.id for u in got] == ["m3", "m4"]  # m2 is taken: the counter goes past it
-    assert [u.message["content"] for u in store.load(session_name)] == list("abcde")
+    assert [u.id for u in got] == ["m3", "m2", "m4"]  # automatic ids come after every m<n> given
+    got = store.append(session_name, [plain("d"), plain("e", "x7"), plain("f")]).units
+    assert [u.id for u in got] == ["m5", "x7", "m6"]
+    assert [u.message["content"] for u in store.load(session_name)] == list("abcdef")
 
 
 def test_duplicate_id_is_refused_and_the_session_stays_usable(store, session_name):

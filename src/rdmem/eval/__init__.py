@@ -8,10 +8,24 @@
 The command line does the same: ``rdmem eval locomo PATH`` / ``rdmem eval jsonl PATH``.
 """
 
-from .datasets import Conversation, DatasetError, Probe, load_jsonl, load_locomo, parse_jsonl
-from .llm import LLMConfig, LLMError
-from .report import to_csv, to_markdown, write_outputs
-from .runner import EvalConfig, EvalResult, Row, cached_embedder, default_cache_dir, run_eval
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "Conversation": "datasets", "Probe": "datasets", "DatasetError": "datasets", "load_locomo": "datasets",
+    "load_jsonl": "datasets", "parse_jsonl": "datasets", "LLMConfig": "llm", "LLMError": "llm",
+    "to_csv": "report", "to_markdown": "report", "write_outputs": "report", "EvalConfig": "runner",
+    "EvalResult": "runner", "Row": "runner", "cached_embedder": "runner", "default_cache_dir": "runner",
+    "run_eval": "runner",
+}
+
+
+def __getattr__(name: str) -> Any:
+    # Loaded on first use: the command line reads the defaults without importing the harness.
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "Conversation",

@@ -53,11 +53,7 @@ from .metrics import (
 
 __all__ = ["EvalConfig", "EvalResult", "Row", "run_eval", "default_cache_dir", "cached_embedder", "REGIMES"]
 
-REGIMES = ("streaming", "query")
-DEFAULT_BUDGETS = (500, 1000, 2000, 4000, 8000)
-DEFAULT_POLICIES = ("window", "seed", "importance", "summary_buffer", "rd")
-#: Pseudo-policies that every run reports next to the real ones.
-ORACLE, FULL = "oracle", "full"
+from .defaults import DEFAULT_BUDGETS, DEFAULT_POLICIES, FULL, ORACLE, REGIMES  # noqa: E402
 
 
 def default_cache_dir() -> Path:

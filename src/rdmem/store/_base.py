@@ -103,13 +103,16 @@ def _encode(u: object, n: int) -> Encoded:
 def allocate_ids(
     session: str, wanted: Sequence[str | None], next_auto: int, taken: Callable[[list[str]], set[str]]
 ) -> tuple[list[str], int]:
-    """Ids for units to append: explicit ones checked against ``taken``, automatic ones ``m<n>`` from
-    ``next_auto`` on, skipping ids in use. Returns the ids and the counter's next value.
+    """Ids for units to append: explicit ones checked against ``taken``, automatic ones ``m<n>``.
 
-    Runs inside the backend's write transaction, so two writers never get one id.
+    ``next_auto`` is the session's counter: every automatic id and every
+    explicit id of the form ``m<n>`` moves it past ``n``, so an automatic id
+    is never one the session has (no lookup needed for them). Runs inside the
+    backend's write transaction, so two writers never get one id. Returns
+    the ids and the counter's next value.
 
-    >>> allocate_ids("s", [None, "m1", None], 0, lambda ids: {"m0"} & set(ids))
-    (['m2', 'm1', 'm3'], 4)
+    >>> allocate_ids("s", [None, "m4", None], 0, lambda ids: set())
+    (['m5', 'm4', 'm6'], 7)
     """
     explicit = [i for i in wanted if i is not None]
     seen: set[str] = set()
@@ -121,15 +124,25 @@ def allocate_ids(
     if used:
         dup = next(i for i in explicit if i in used)
         raise DuplicateIdError(f"session {session!r} already has a message with id {dup!r}; nothing was written")
-    n_auto = len(wanted) - len(explicit)
-    fresh: list[str] = []
-    while len(fresh) < n_auto:
-        batch = [f"{AUTO_PREFIX}{next_auto + k}" for k in range(n_auto - len(fresh))]
-        next_auto += len(batch)
-        busy = taken(batch) | seen
-        fresh += [i for i in batch if i not in busy]
-    it = iter(fresh)
-    return [i if i is not None else next(it) for i in wanted], next_auto
+    for i in explicit:  # first: an automatic id of this append must not be one given in it
+        n = auto_number(i)
+        if n is not None and n >= next_auto:
+            next_auto = n + 1
+    out = []
+    for i in wanted:
+        if i is None:
+            i = f"{AUTO_PREFIX}{next_auto}"
+            next_auto += 1
+        out.append(i)
+    return out, next_auto
+
+
+def auto_number(uid: str) -> int | None:
+    """``n`` for an id of the automatic form ``m<n>`` (digits only, at most 18), else ``None``."""
+    digits = uid[len(AUTO_PREFIX):]
+    if uid.startswith(AUTO_PREFIX) and digits.isdigit() and digits.isascii() and len(digits) <= 18:
+        return int(digits)
+    return None
 
 
 def damaged_unit(where: str, session: str, uid: str, what: str) -> StoreError:

@@ -169,14 +169,16 @@ class PostgresStore(BaseStore):
 
     @staticmethod
     def _lock_session(conn: Any, session: str, *, create: bool) -> tuple[Any, ...] | None:
-        """The session's row, locked for this transaction (created first if ``create``)."""
+        """The session's row, locked for this transaction (created first if ``create``), in one statement."""
         if create:
             now = time.time()
-            conn.execute(
+            # DO UPDATE (not DO NOTHING) locks the row and returns it, whoever created it.
+            return conn.execute(
                 "INSERT INTO rdmem_sessions (session, created, updated, version, reset) VALUES (%s, %s, %s, 0, 0) "
-                "ON CONFLICT (session) DO NOTHING",
+                "ON CONFLICT (session) DO UPDATE SET session = excluded.session "
+                "RETURNING version, reset, next_seq, next_auto, state",
                 (session, now, now),
-            )
+            ).fetchone()
         return conn.execute(
             "SELECT version, reset, next_seq, next_auto, state FROM rdmem_sessions WHERE session = %s FOR UPDATE",
             (session,),
@@ -184,17 +186,19 @@ class PostgresStore(BaseStore):
 
     @staticmethod
     def _bump(conn: Any, session: str, row: tuple[Any, ...], expect: int | None, **columns: Any) -> tuple[int, int]:
-        """Take the next version for the locked session ``row``, checking ``expect``; set ``columns`` too."""
+        """Take the next version for the locked session ``row``, checking ``expect``; set ``columns`` too.
+        A session created by this transaction gets it as ``reset`` as well."""
         prev = int(row[0])
         if expect is not None and prev != expect:
             raise VersionConflict(f"session {session!r} is at version {prev}, not {expect}; nothing was written")
-        version = int(conn.execute("SELECT nextval('rdmem_clock')").fetchone()[0])
-        if prev == 0:  # created by this transaction
-            columns["reset"] = version
         sets = "".join(f", {c} = %s" for c in columns)
-        conn.execute(f"UPDATE rdmem_sessions SET version = %s, updated = %s{sets} WHERE session = %s",
-                     (version, time.time(), *columns.values(), session))
-        return prev, version
+        version = conn.execute(
+            f"UPDATE rdmem_sessions s SET version = v.n, updated = %s, "
+            f"reset = CASE WHEN s.version = 0 THEN v.n ELSE s.reset END{sets} "
+            "FROM (SELECT nextval('rdmem_clock') AS n) v WHERE s.session = %s RETURNING s.version",
+            (time.time(), *columns.values(), session),
+        ).fetchone()[0]
+        return prev, int(version)
 
     # -- writes ----------------------------------------------------------------
     def _append(self, session: str, units: list[Encoded]) -> Written:

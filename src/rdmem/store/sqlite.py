@@ -309,10 +309,11 @@ class SQLiteStore(BaseStore):
     def _tick(conn: sqlite3.Connection) -> int:
         return int(conn.execute("UPDATE clock SET n = n + 1 RETURNING n").fetchone()[0])
 
-    def _bump(self, conn: sqlite3.Connection, session: str, expect: int | None = None, **columns: Any) -> tuple[int, int]:
-        """Take the next version for ``session`` (creating it and its FTS table if new), checking ``expect``;
-        set ``columns`` too. Returns ``(prev, version)``."""
-        row = conn.execute("SELECT version FROM sessions WHERE session = ?", (session,)).fetchone()
+    def _bump(self, conn: sqlite3.Connection, session: str, row: tuple[Any, ...] | None, expect: int | None = None,
+              **columns: Any) -> tuple[int, int]:
+        """Take the next version for ``session`` (creating it and its FTS table if new: ``row`` is its
+        :meth:`_session_row`, read in this transaction), checking ``expect``; set ``columns`` too.
+        Returns ``(prev, version)``."""
         prev = int(row[0]) if row is not None else 0
         if expect is not None and prev != expect:
             raise VersionConflict(f"session {session!r} is at version {prev}, not {expect}; nothing was written")
@@ -357,7 +358,7 @@ class SQLiteStore(BaseStore):
                 return {r[0] for r in conn.execute(sql, (session, *ids))}
 
             ids, next_auto = allocate_ids(session, [u.id for u in units], next_auto, taken)
-            prev, version = self._bump(conn, session, next_seq=next_seq + len(units), next_auto=next_auto)
+            prev, version = self._bump(conn, session, row, next_seq=next_seq + len(units), next_auto=next_auto)
             start = int(conn.execute("SELECT coalesce(max(uid), 0) FROM units").fetchone()[0]) + 1
             rows = [
                 (start + n, session, uid, next_seq + n, u.message, u.tokens, u.features,
@@ -386,7 +387,7 @@ class SQLiteStore(BaseStore):
                 if expect:
                     raise VersionConflict(f"session {session!r} does not exist (expected version {expect})")
                 return Written(0, 0), False, None
-            prev, version = self._bump(conn, session, expect)
+            prev, version = self._bump(conn, session, row, expect)
             conn.executemany("UPDATE units SET tier = ?, changed = ? WHERE session = ? AND id = ?",
                              [(tier, version, session, i) for i in ids])
             if log is not None:
@@ -403,11 +404,11 @@ class SQLiteStore(BaseStore):
             marks = ",".join("?" * len(ids))
             rows = conn.execute(f"SELECT uid, id, message FROM units WHERE session = ? AND id IN ({marks}) ORDER BY seq",
                                 (session, *ids)).fetchall() if ids else []
+            row = self._session_row(conn, session)
             if not rows:
-                v = self._session_row(conn, session)
-                return Written(int(v[0]) if v else 0, int(v[0]) if v else 0), False, None
-
-            prev, version = self._bump(conn, session)
+                v = int(row[0]) if row else 0
+                return Written(v, v), False, None
+            prev, version = self._bump(conn, session, row)
             conn.execute("UPDATE sessions SET reset = ? WHERE session = ?", (version, session))
             conn.executemany(f"INSERT INTO {fts} ({fts}, rowid, body) VALUES ('delete', ?, ?)",
                              [(uid, message_payload(json.loads(m))) for uid, _, m in rows])
@@ -420,7 +421,7 @@ class SQLiteStore(BaseStore):
         def write(conn: sqlite3.Connection) -> _Outcome:
             row = self._session_row(conn, session)
             state = state_patch(json.loads(row[4]) if row is not None else {}, patch)
-            prev, version = self._bump(conn, session, expect, state=dumps(state))
+            prev, version = self._bump(conn, session, row, expect, state=dumps(state))
             return Written(prev, version), row is None, lambda c: None
 
         return self._write_session(session, write)
@@ -491,8 +492,17 @@ class SQLiteStore(BaseStore):
         return known
 
     def _version(self, session: str) -> int:
-        with self._reading(session) as db:
-            return self._current(db, session)[0]
+        # The hot path of every manager call: no transaction when this connection's cache holds.
+        with self._lock:
+            db = self._db
+            try:
+                dv = int(db.execute("PRAGMA data_version").fetchone()[0])
+                if dv != self._data_version:
+                    self._data_version = dv
+                    self._versions.clear()
+                return self._current(db, session)[0]
+            except sqlite3.DatabaseError as exc:
+                raise self._error(exc, session, "read failed") from None
 
     def _changes(self, session: str, since: int) -> Changes:
         with self._reading(session) as db:

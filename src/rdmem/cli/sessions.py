@@ -1,8 +1,10 @@
 """``rdmem sessions list|show|export|delete --store URL [SESSION]``: look into a store from the shell.
 
-Thin: parse, call the store, format. ``export`` writes the session's original
-messages as JSONL, each with its ``id``; adding them back in order with
-:meth:`rdmem.MemoryManager.add` gives the same messages.
+Thin: parse, call the store, format. Reading commands open an SQLite file
+read-only (they work in a read-only directory and never change the file).
+``export`` writes the session's messages as given (every field, with their
+``id``) as JSONL; adding them back in order with
+:meth:`rdmem.MemoryManager.extend` gives the same messages.
 """
 
 from __future__ import annotations
@@ -15,8 +17,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from ..cli import SUBCOMMANDS, CLIError
-from . import Store, open_store
+from ..store import Store, open_store
+from ._common import CLIError, write_text
 
 __all__ = ["register", "export_lines"]
 
@@ -24,7 +26,7 @@ _ACTIONS = ("list", "show", "export", "delete")
 
 
 def export_lines(store: Store, session: str) -> list[str]:
-    """The session's messages as JSON lines (original message plus its ``id``), in order."""
+    """The session's messages as JSON lines (the message as given, with its ``id``), in order."""
     return [json.dumps({"id": u.id, **u.message}, ensure_ascii=False) for u in store.load(session)]
 
 
@@ -32,12 +34,22 @@ def _when(t: float) -> str:
     return datetime.fromtimestamp(t, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _open(url: str) -> Store:
+def _open(url: str, *, readonly: bool) -> Store:
     if url.startswith("sqlite:///"):
         path = url[len("sqlite:///"):].partition("?")[0]
-        if path and not Path(path).exists():  # reading commands must not create an empty store
+        if path and not Path(path).exists():  # no command may create an empty store
             raise CLIError(f"{path}: no such store file")
-    return open_store(url)
+    return open_store(url, readonly=readonly)
+
+
+def _confirm(session: str, units: int, yes: bool) -> None:
+    if yes:
+        return
+    if not sys.stdin.isatty():
+        raise CLIError(f"'sessions delete' deletes {units} messages for good; pass --yes to confirm")
+    answer = input(f"delete session {session!r} and its {units} messages for good? [y/N] ")
+    if answer.strip().lower() not in ("y", "yes"):
+        raise CLIError("not deleted")
 
 
 def _cmd_sessions(args: argparse.Namespace) -> int:
@@ -47,18 +59,11 @@ def _cmd_sessions(args: argparse.Namespace) -> int:
         raise CLIError("'sessions list' takes no SESSION")
     if args.action != "list" and args.session is None:
         raise CLIError(f"'sessions {args.action}' needs a SESSION (see 'rdmem sessions list --store URL')")
-    store = _open(args.store)
+    store = _open(args.store, readonly=args.action != "delete")
     try:
         infos = {i.session: i for i in store.sessions()}
         if args.action == "list":
-            if args.json:
-                json.dump([_info_dict(i) for i in infos.values()], sys.stdout, indent=2)
-                sys.stdout.write("\n")
-            else:
-                width = max([len(s) for s in infos] + [7])
-                print(f"{'session':<{width}}  {'units':>7}  {'working':>7}  {'archived':>8}  updated")
-                for i in infos.values():
-                    print(f"{i.session:<{width}}  {i.units:>7}  {i.working:>7}  {i.archived:>8}  {_when(i.updated)}")
+            _list(infos, as_json=args.json)
             return 0
         info = infos.get(args.session)
         if info is None:
@@ -68,12 +73,13 @@ def _cmd_sessions(args: argparse.Namespace) -> int:
         elif args.action == "export":
             lines = export_lines(store, args.session)
             if args.output:
-                Path(args.output).write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+                write_text(args.output, "".join(line + "\n" for line in lines))
                 print(f"wrote {len(lines)} messages to {args.output}", file=sys.stderr)
             else:
                 for line in lines:
                     sys.stdout.write(line + "\n")
         else:
+            _confirm(args.session, info.units, args.yes)
             store.delete_session(args.session)
             print(f"deleted session {args.session!r} ({info.units} messages)")
         return 0
@@ -92,28 +98,43 @@ def _info_dict(info: Any) -> dict[str, Any]:
     }
 
 
+def _list(infos: dict[str, Any], *, as_json: bool) -> None:
+    if as_json:
+        json.dump([_info_dict(i) for i in infos.values()], sys.stdout, indent=2)
+        sys.stdout.write("\n")
+        return
+    width = max([len(s) for s in infos] + [7])
+    print(f"{'session':<{width}}  {'units':>7}  {'working':>7}  {'archived':>8}  updated")
+    for i in infos.values():
+        print(f"{i.session:<{width}}  {i.units:>7}  {i.working:>7}  {i.archived:>8}  {_when(i.updated)}")
+
+
 def _show(store: Store, info: Any, *, as_json: bool) -> None:
     units = store.load(info.session)
     log = store.compaction_log(info.session)
+    state = store.changes(info.session).state
     working = [u for u in units if u.tier == "working"]
     data = dict(
         _info_dict(info),
         tokens=sum(u.tokens for u in units),
         working_tokens=sum(u.tokens for u in working),
         compactions=sum(1 for r in log if "archived" in r),  # the log also keeps value-model feedback
+        settings=state.get("settings"),
         working_ids=[u.id for u in working],
     )
     if as_json:
         json.dump(data, sys.stdout, indent=2, ensure_ascii=False)
         sys.stdout.write("\n")
         return
-    print(f"session   {info.session}")
-    print(f"units     {info.units} ({data['tokens']} tokens): {info.working} working "
+    print(f"session     {info.session}")
+    print(f"units       {info.units} ({data['tokens']} tokens): {info.working} working "
           f"({data['working_tokens']} tokens), {info.archived} archived")
-    print(f"created   {data['created']}")
-    print(f"updated   {data['updated']}")
-    print(f"compactions {len(log)}")
-    print("working   " + " ".join(data["working_ids"]))
+    print(f"created     {data['created']}")
+    print(f"updated     {data['updated']}")
+    print(f"compactions {data['compactions']}")
+    if data["settings"]:
+        print("settings    " + " ".join(f"{k}={v}" for k, v in data["settings"].items()))
+    print("working     " + " ".join(data["working_ids"]))
 
 
 def register(sub: Any) -> None:
@@ -131,7 +152,5 @@ def register(sub: Any) -> None:
     )
     p.add_argument("--json", action="store_true", help="list/show: print JSON")
     p.add_argument("--output", "-o", default=None, help="export: write to this file instead of stdout")
+    p.add_argument("--yes", "-y", action="store_true", help="delete: do not ask for confirmation")
     p.set_defaults(func=_cmd_sessions)
-
-
-SUBCOMMANDS["sessions"] = register

@@ -6,30 +6,30 @@ import argparse
 import os
 from typing import Any
 
-from ..cli import SUBCOMMANDS, CLIError
+from ._common import CLIError
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
-    from ..embed import CachedEmbedder, SentenceTransformerEmbedder
+    from ..embed import CachedEmbedder, MiniLMEmbedder
     from ..eval.datasets import load_jsonl, load_locomo
     from ..tokens import get_tokenizer
-    from .train import fit_models, save_models
+    from ..learn.train import fit_models, save_models
 
     if not os.path.isfile(args.path):
         raise CLIError(f"{args.path}: no such file")
     convs = load_locomo(args.path) if args.format == "locomo" else load_jsonl(args.path)
     if args.format == "locomo":
         convs = [c.select([1, 2, 3, 4]) for c in convs]
-    emb = CachedEmbedder(SentenceTransformerEmbedder(), cache_dir=args.cache_dir)
+    emb = CachedEmbedder(MiniLMEmbedder(), cache_dir=args.cache_dir)
     models = fit_models(convs, get_tokenizer(args.tokenizer), emb, l2=args.l2)
     emb.save()
     save_models(models, args.out)
     print(f"wrote {args.out}: value models fitted on {len(convs)} conversations")
-    print(f"use it with: RDPolicy(value=LearnedValue.from_file({args.out!r}))")
+    print(f"use it with: RDPolicy(value=LearnedValue.from_file({args.out!r}))  (from rdmem import RDPolicy, LearnedValue)")
     return 0
 
 
-def _register(sub: Any) -> None:
+def register(sub: Any) -> None:
     p = sub.add_parser("train", help="fit the value models on labelled conversations (LoCoMo or JSONL probes)")
     p.add_argument("path", help="LoCoMo JSON file, or JSONL conversations with probes")
     p.add_argument("--format", choices=("locomo", "jsonl"), default="locomo")
@@ -43,5 +43,3 @@ def _register(sub: Any) -> None:
     )
     p.set_defaults(func=_cmd_train)
 
-
-SUBCOMMANDS["train"] = _register

@@ -11,7 +11,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ..cli import SUBCOMMANDS
 
 __all__ = ["register"]
 
@@ -48,16 +47,16 @@ def _names(text: str) -> tuple[str, ...]:
 
 
 def _cache_dir(args: argparse.Namespace) -> Path:
-    from .runner import default_cache_dir
+    from ..eval.runner import default_cache_dir
 
     return Path(args.cache_dir).expanduser() if args.cache_dir else default_cache_dir()
 
 
 def _cmd_eval(args: argparse.Namespace) -> int:
-    from .datasets import load_jsonl, load_locomo
-    from .llm import LLMConfig
-    from .report import write_outputs
-    from .runner import EvalConfig, run_eval
+    from ..eval.datasets import load_jsonl, load_locomo
+    from ..eval.llm import LLMConfig
+    from ..eval.report import write_outputs
+    from ..eval.runner import EvalConfig, run_eval
 
     if args.dataset == "locomo":
         conversations = load_locomo(args.path)
@@ -98,7 +97,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
 def _print_summary(result: Any) -> None:
     import math
 
-    from .runner import ORACLE
+    from ..eval.defaults import ORACLE
 
     cfg = result.config
     metric = "evidence_recall" if any(not math.isnan(r.evidence_recall) for r in result.rows) else (
@@ -120,7 +119,7 @@ def _print_summary(result: Any) -> None:
 
 
 def _add_arguments(p: argparse.ArgumentParser, *, locomo: bool) -> None:
-    from .runner import DEFAULT_BUDGETS, DEFAULT_POLICIES
+    from ..eval.defaults import DEFAULT_BUDGETS, DEFAULT_POLICIES
 
     p.add_argument("path", help="LoCoMo JSON file (locomo10.json format)" if locomo else
                    "JSONL: one conversation per line, {\"id\", \"messages\", \"probes\"?}")
@@ -164,5 +163,3 @@ def register(sub: Any) -> None:
     _add_arguments(kinds.add_parser("locomo", help="a LoCoMo file (locomo10.json format)"), locomo=True)
     _add_arguments(kinds.add_parser("jsonl", help="your own conversations, one JSON object per line"), locomo=False)
 
-
-SUBCOMMANDS["eval"] = register

@@ -1,0 +1,70 @@
+"""Command line: ``rdmem compact|explain|policies|sessions|eval|train``.
+
+Thin: parse arguments, call the library, format. Bad input exits with code 2
+and one line on stderr naming the problem; warnings go to stderr. Each
+subcommand lives in its own module and registers its parser; the list below
+is the whole of it (modules import nothing from here).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from typing import NoReturn
+
+from . import compact as _compact_cmd
+from . import eval as _eval_cmd
+from . import sessions as _sessions_cmd
+from . import train as _train_cmd
+from ._common import CLIError, read_messages
+
+__all__ = ["main", "build_parser", "CLIError", "read_messages"]
+
+#: Every subcommand module, in the order ``rdmem --help`` lists them.
+COMMANDS = (_compact_cmd, _sessions_cmd, _eval_cmd, _train_cmd)
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:  # one line, exit 2
+        raise CLIError(message)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from .. import __version__
+
+    parser = _Parser(prog="rdmem", description="Rate-distortion memory compaction for LLM agents.")
+    parser.add_argument("--version", action="version", version=f"rdmem {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    for module in COMMANDS:
+        module.register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from ..store import StoreError
+
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+        if args.command is None:
+            parser.print_help(sys.stderr)
+            return 2
+        return int(args.func(args) or 0)
+    except CLIError as exc:
+        print(f"rdmem: error: {exc}", file=sys.stderr)
+        return 2
+    except (ValueError, TypeError) as exc:
+        print(f"rdmem: error: {exc}", file=sys.stderr)
+        return 2
+    except StoreError as exc:  # unreachable database, corrupt or newer store file
+        print(f"rdmem: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,95 @@
+"""What every subcommand shares: the one-line user error, reading messages, and writing files."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+__all__ = ["CLIError", "read_messages", "positive_int", "write_text", "print_warnings"]
+
+
+class CLIError(Exception):
+    """A user error: printed as one line, exit code 2."""
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number of tokens, got {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be > 0 tokens, got {value}")
+    return value
+
+
+_JSON_TYPES = {dict: "object", str: "string", int: "number", float: "number", bool: "boolean"}
+
+
+def read_messages(path: str) -> list[dict[str, Any]]:
+    """Messages from a JSON list or JSONL file (``-`` for stdin); errors name the file and line."""
+    if path == "-":
+        text, name = sys.stdin.read(), "<stdin>"
+    else:
+        p = Path(path)
+        if p.is_dir():
+            raise CLIError(f"{path}: is a directory, not a file of messages")
+        if not p.is_file():
+            raise CLIError(f"{path}: no such file")
+        try:
+            text = p.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise CLIError(f"{path}: cannot read ({exc})") from None
+        name = path
+    stripped = text.strip()
+    if not stripped:
+        return []
+    if stripped.startswith("["):
+        try:
+            data = json.loads(stripped)
+        except json.JSONDecodeError as exc:
+            raise CLIError(f"{name}: invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
+    else:
+        try:
+            whole = json.loads(stripped)
+        except json.JSONDecodeError:
+            whole = None
+        # One JSON value that is not a message (an object without a role, a string, a number) is
+        # neither a list nor JSONL of messages; a single message on one line is one-line JSONL.
+        if whole is not None and not (isinstance(whole, dict) and "role" in whole and "\n" not in stripped):
+            raise CLIError(
+                f"{name}: expected a JSON list of messages or JSONL (one message per line), "
+                f"got a JSON {_JSON_TYPES.get(type(whole), type(whole).__name__)}"
+            )
+        data = []
+        for lineno, line in enumerate(text.splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                data.append(json.loads(line))
+            except json.JSONDecodeError as exc:
+                raise CLIError(f"{name}: line {lineno}: invalid JSON ({exc.msg})") from None
+    if not isinstance(data, list):
+        raise CLIError(f"{name}: expected a JSON list of messages, got a JSON {_JSON_TYPES.get(type(data), type(data).__name__)}")
+    for i, m in enumerate(data):
+        if not isinstance(m, dict):
+            raise CLIError(f"{name}: message {i} is not an object")
+    return data
+
+
+
+
+def write_text(path: str, text: str) -> None:
+    """Write a file, or fail with one line naming it (a missing directory, no permission, ...)."""
+    try:
+        Path(path).write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise CLIError(f"cannot write {path}: {exc.strerror or exc}") from None
+
+
+def print_warnings(warnings: list[str]) -> None:
+    """A result's warnings (a cut message, a failed summarizer), one line each on stderr."""
+    for w in warnings:
+        print(f"rdmem: warning: {w}", file=sys.stderr)
