@@ -6,7 +6,8 @@ import re
 
 import pytest
 
-from rdmem.compress import compress, one_line, split_prefix, strip_fillers
+from rdmem.compress import compress, one_line, strip_fillers
+from rdmem.history import split_prefix
 
 PREFIX = "[1:56 pm on 8 May, 2023] Caroline:"
 

@@ -11,7 +11,7 @@ from .contract import Plan, Policy, Problem, scores_of
 from .embed import CachedEmbedder, Embedder, SentenceTransformerEmbedder
 from .manager import MemoryManager
 from .policies import POLICIES, get_policy, register_policy
-from .reconstruct import is_valid_history, validate_history
+from .history import is_valid_history, validate_history
 from .summarize import ExtractiveSummarizer, LLMSummarizer, Summarizer, SummarizerError
 from .tokens import Tokenizer, get_tokenizer
 from .result import Compaction, UnitDecision

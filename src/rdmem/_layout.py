@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .history import sendable_blocks
 from .reconstruct import hidden_before
 from .tokens import Tokenizer
 from .units import MemoryUnit
@@ -63,34 +64,6 @@ def truncate_block(units: Sequence[MemoryUnit], budget: int, tok: Tokenizer) -> 
     return out if total <= budget else None
 
 
-def _complete_groups(units: Sequence[MemoryUnit], open_: np.ndarray) -> tuple[list[np.ndarray], dict[int, str]]:
-    """Blocks of non-pinned units (flagged in ``open_``) that can be emitted, and reasons for those that cannot."""
-    if all(u.role != "tool" and not u.message.get("tool_calls") for u in units):
-        # No tool calls: every message is a block of its own.
-        return list(np.flatnonzero(open_).reshape(-1, 1)), {}
-    by_group: dict[int, list[int]] = {}
-    for pos, u in enumerate(units):
-        if not u.pinned:
-            by_group.setdefault(u.group, []).append(pos)
-    blocks, bad = [], {}
-    for positions in by_group.values():
-        first = units[positions[0]]
-        calls = {c["id"] for c in first.message.get("tool_calls") or ()}
-        answered = {units[p].message.get("tool_call_id") for p in positions[1:]}
-        if first.role == "tool":
-            reason = "tool result without its call"
-        elif calls and answered != calls:
-            reason = "tool call without all of its results"
-        elif positions != list(range(positions[0], positions[0] + len(positions))):
-            reason = "tool results not directly after their call"
-        else:
-            blocks.append(np.array(positions, dtype=np.int64))
-            continue
-        for p in positions:
-            bad[p] = reason
-    return blocks, bad
-
-
 def _forced_gaps(hidden: np.ndarray, open_: np.ndarray, blocks: list[np.ndarray]) -> np.ndarray:
     """For each block: is there an archived span or a non-emittable message right before it?
 
@@ -123,7 +96,7 @@ class Layout:
         self.pinned = np.flatnonzero(~self.open_).tolist()
         self.hidden_list = hidden_before(units)
         self.hidden = np.asarray(self.hidden_list, dtype=np.int64)
-        self.blocks, self.bad = _complete_groups(units, self.open_)
+        self.blocks, self.bad = sendable_blocks(units, self.open_)
         self.cand_arr = np.sort(np.concatenate(self.blocks)) if self.blocks else np.zeros(0, dtype=np.int64)
         self.cand_pos: list[int] = self.cand_arr.tolist()
         self.cand = [units[p] for p in self.cand_pos]

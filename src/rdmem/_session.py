@@ -9,12 +9,12 @@ start over from the whole session.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
 from .features import Features, content_words
+from .history import ToolGroups
 from .messages import chat_fields
 from .store import Changes, NewUnit, Store, StoredUnit
 from .tokens import Tokenizer
@@ -61,7 +61,7 @@ class SessionView:
         self.df: Counter[str] = Counter()
         self.members: dict[int, list[MemoryUnit]] = {}  # group -> its units
         self.archived = 0
-        self._call_owner: dict[str, int] = {}
+        self._groups = ToolGroups()
         self._working: dict[str, MemoryUnit] = {}
         self._working_tokens = 0
 
@@ -118,14 +118,7 @@ class SessionView:
     # -- the units -------------------------------------------------------------------
     def append(self, unit: MemoryUnit, tier: str) -> None:
         unit.index = len(self.units)
-        # Incremental :func:`group_units`: earlier groups never change when a unit is appended.
-        owner = self._call_owner.get(str(unit.message.get("tool_call_id"))) if unit.role == "tool" else None
-        if owner is None:
-            owner = len(self.members)
-            for call in unit.message.get("tool_calls") or ():
-                self._call_owner[call["id"]] = owner
-        unit.group = owner
-        self.members.setdefault(owner, []).append(unit)
+        self.members.setdefault(self._groups.assign(unit), []).append(unit)
         self.units.append(unit)
         self.by_id[unit.id] = unit
         self.tier[unit.id] = "archive"
@@ -158,16 +151,3 @@ class SessionView:
         have = {u.id for u in cands}
         extra = [m for g in {u.group for u in cands} for m in self.members.get(g, ()) if m.id not in have]
         return sorted(cands + extra, key=lambda u: u.index) if extra else cands
-
-
-def pending_call(working: Sequence[MemoryUnit]) -> set[str]:
-    """Ids of the newest assistant tool call and its results so far, when some results have not arrived."""
-    for pos in range(len(working) - 1, -1, -1):
-        unit = working[pos]
-        if unit.role == "tool":
-            continue
-        calls = {c["id"] for c in unit.message.get("tool_calls") or ()}
-        answered = {w.message.get("tool_call_id") for w in working[pos + 1:]}
-        return {w.id for w in working[pos:]} if calls - answered else set()
-    return set()
-

@@ -26,15 +26,12 @@ import re
 from collections.abc import Mapping
 
 from .features import content_words, extract_features
+from .history import split_prefix
 from .summarize import split_sentences
 from .tokens import Tokenizer
 
-__all__ = ["compress", "one_line", "split_prefix", "strip_fillers"]
+__all__ = ["compress", "one_line", "strip_fillers"]
 
-_PREFIX = re.compile(
-    r"^\s*(?P<p>(?:\[[^\[\]\n]{1,80}\]\s*(?:[A-Z][\w.'\-]*(?:\s[A-Z][\w.'\-]*){0,2}:(?=\s))?"
-    r"|[A-Z][\w.'\-]*(?:\s[A-Z][\w.'\-]*){0,2}:(?=\s)))\s*"
-)
 _STRUCTURED = re.compile(r"```|^\s*[{<]|^\s*\[\s*[{\"\d]")
 
 _NAME = r"(?:[A-Z][a-z]+(?:\s[A-Z][a-z]+)?)"
@@ -72,20 +69,6 @@ _SPACE_PUNCT = re.compile(r"\s+([,.!?;:])")
 _DOUBLE_PUNCT = re.compile(r",\s*([,.!?])")
 _CLAUSE = re.compile(r"[,;:]\s+|\s+[—–-]\s+|\s+(?=(?:and|but|because|which|while|although|though)\s)")
 _CONJ = re.compile(r"^(?:and|but|because|which|while|although|though)\s+", re.IGNORECASE)
-
-
-def split_prefix(text: str) -> tuple[str, str]:
-    """``(prefix, body)``: a leading bracketed date and/or speaker label, then the rest.
-
-    >>> split_prefix("[1:56 pm on 8 May, 2023] Caroline: Hey Mel! I went to a support group.")
-    ('[1:56 pm on 8 May, 2023] Caroline:', 'Hey Mel! I went to a support group.')
-    >>> split_prefix("I went to a support group.")
-    ('', 'I went to a support group.')
-    """
-    m = _PREFIX.match(text)
-    if not m:
-        return "", text.strip()
-    return m.group("p").strip(), text[m.end():].strip()
 
 
 def _tidy(sentence: str, changed: bool) -> str:

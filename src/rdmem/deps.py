@@ -24,7 +24,7 @@ from collections.abc import Collection, Iterable, Sequence
 
 import numpy as np
 
-from .compress import split_prefix
+from .history import split_prefix
 from .features import content_words
 from .units import MemoryUnit
 

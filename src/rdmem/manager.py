@@ -9,9 +9,10 @@ from typing import Any
 
 import numpy as np
 
-from ._session import SessionView, new_unit, pending_call
+from ._session import SessionView, new_unit
 from .compaction import Compaction, compact_units
 from .embed import Embedder, get_embedder
+from .history import pending_call
 from .messages import Message, parse_message, parse_messages
 from .policies import Policy, get_policy
 from .scoring import embed_text
@@ -258,7 +259,7 @@ class MemoryManager:
             # drop the newest message silently when it alone exceeds the budget.
             kept = {d.id for d in result.report if d.decision in ("kept", "truncated", "compressed")}
             # A tool call still waiting for results stays too: archiving it would orphan the results to come.
-            kept |= pending_call(working)
+            kept |= {working[p].id for p in pending_call(working)}
             leaving = [u.id for u in working if u.id not in kept]
             if not leaving:
                 return

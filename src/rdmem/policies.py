@@ -18,7 +18,8 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 
 from .contract import Plan, Problem
-from .compress import compress, one_line, split_prefix
+from .compress import compress, one_line
+from .history import is_transcript_line, split_prefix
 from .features import content_words
 from .scoring import Information, LearnedValue, Metadata, Recency, Relevance, Scorer, Weighted, seed_scorer
 from .select import get_selector, mckp
@@ -162,12 +163,6 @@ TASK_MODES: dict[str, TaskMode] = {
 }
 
 
-def _transcript_line(text: str) -> bool:
-    """Is ``text`` a line of a chat export: a bracketed time or date, then a speaker label ("[…] Name: …")?"""
-    prefix, _ = split_prefix(text)
-    return prefix.startswith("[") and prefix.endswith(":")
-
-
 def _protected(units: list, kinds: tuple[str, ...]) -> np.ndarray:
     """Which units a mode protects (see :class:`TaskMode`)."""
     n = len(units)
@@ -177,7 +172,7 @@ def _protected(units: list, kinds: tuple[str, ...]) -> np.ndarray:
         if last_user is not None:
             out[last_user] = True
     if "directive" in kinds:
-        out |= np.array([u.features.directive and not _transcript_line(u.text) for u in units], dtype=bool)
+        out |= np.array([u.features.directive and not is_transcript_line(u.text) for u in units], dtype=bool)
     if "goal" in kinds:
         first_user = next((i for i, u in enumerate(units) if u.role == "user"), None)
         if first_user is not None:

@@ -1,4 +1,4 @@
-"""Rendering a selection back into chat messages, and what makes a history valid."""
+"""Rendering a selection back into chat messages (what makes a history valid: :mod:`rdmem.history`)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,7 @@ import numpy as np
 
 from .units import MemoryUnit
 
-__all__ = [
-    "render", "elision_marker", "marker_count", "MARKER", "summary_message", "validate_history", "is_valid_history",
-]
+__all__ = ["render", "elision_marker", "marker_count", "MARKER", "summary_message", "hidden_before"]
 
 #: The content of an elision marker message; group 1 is the number of messages left out.
 MARKER = re.compile(r"^\[(\d+) messages? omitted\]$")
@@ -113,40 +111,3 @@ def render(
     if sources is not None:
         sources[:] = head_src + body_src
     return head + body
-
-
-def validate_history(messages: Sequence[Mapping[str, Any]]) -> list[str]:
-    """Problems that make a history invalid for the OpenAI chat API (empty list: valid).
-
-    System/developer messages come first; every tool message answers a call of
-    the assistant message right before its run of tool messages; every call is
-    answered.
-    """
-    problems: list[str] = []
-    seen_other = False
-    pending: set[str] = set()
-    for i, m in enumerate(messages):
-        role = m.get("role")
-        if role in ("system", "developer"):
-            if seen_other:
-                problems.append(f"message {i}: {role} message after the conversation started")
-            continue
-        seen_other = True
-        if role == "tool":
-            tid = m.get("tool_call_id")
-            if tid not in pending:
-                problems.append(f"message {i}: tool result {tid!r} without its call")
-            pending.discard(tid)
-            continue
-        if pending:
-            problems.append(f"message {i}: tool call(s) {sorted(pending)} not answered")
-            pending = set()
-        if role == "assistant" and m.get("tool_calls"):
-            pending = {c.get("id") for c in m["tool_calls"]}
-    if pending:
-        problems.append(f"end: tool call(s) {sorted(pending)} not answered")
-    return problems
-
-
-def is_valid_history(messages: Sequence[Mapping[str, Any]]) -> bool:
-    return not validate_history(messages)

@@ -1,9 +1,4 @@
-"""Memory units: one per input message, with cost and features.
-
-Also the rules that make a chat history valid: which messages must travel
-together (an assistant tool call and its results) and which are pinned
-(system messages).
-"""
+"""Memory units: one per input message, with cost and features (tool-call groups: :mod:`rdmem.history`)."""
 
 from __future__ import annotations
 
@@ -14,6 +9,7 @@ from enum import Enum
 from typing import Any
 
 from .features import Features, extract_features
+from .history import group_units
 from .messages import VALID_ROLES, parse_messages
 from .tokens import Tokenizer, content_text
 
@@ -105,27 +101,6 @@ def make_unit(
         features=features,
         digest=text_digest(text),
     )
-
-
-def group_units(units: Sequence[MemoryUnit]) -> None:
-    """Assign ``group``: an assistant tool call and its tool results share one.
-
-    A tool result whose call is not in ``units`` (or a call whose results are
-    missing) still gets a group of its own; :func:`rdmem.reconstruct.is_valid_history`
-    decides what can be emitted.
-    """
-    call_owner: dict[str, int] = {}
-    next_group = 0
-    for u in units:
-        if u.role == "tool":
-            owner = call_owner.get(str(u.message.get("tool_call_id")))
-            if owner is not None:
-                u.group = owner
-                continue
-        u.group = next_group
-        for call in u.message.get("tool_calls") or ():
-            call_owner[call["id"]] = next_group
-        next_group += 1
 
 
 def group_indices(units: Sequence[MemoryUnit]) -> list[list[int]]:

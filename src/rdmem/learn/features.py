@@ -13,6 +13,7 @@ from functools import lru_cache
 import numpy as np
 
 from ..features import _NUMBER, has_date
+from ..history import speaker_of, split_prefix
 from ..scoring import Lexical, ScoringContext
 
 __all__ = [
@@ -56,8 +57,6 @@ QUERY_FEATURES = (
     "speaker_match",
 )
 
-# A leading "[<date>] Name:" (chat exports, LoCoMo) is structure, not content.
-_PREFIX = re.compile(r"^\s*(?:\[[^\]]{1,60}\]\s*)?(?:[A-Z][\w .'-]{0,30}:\s+)?")
 _GREETING = re.compile(
     r"^(?:hey|hi|hello|yo|good (?:morning|evening|afternoon|to see)|thanks|thank you|thx|bye|see you|take care|"
     r"congrats|congratulations|wow|haha|lol|aw+|omg|that'?s (?:great|awesome|amazing|so cool)|sounds (?:great|good)|"
@@ -69,8 +68,8 @@ _QENT = re.compile(r"\b[A-Z][a-zA-Z'\-]+")
 
 
 def message_body(text: str) -> str:
-    """The text without a leading ``[date] Speaker:`` label."""
-    return _PREFIX.sub("", text, count=1)
+    """The text without a leading ``[date] Speaker:`` label (structure, not content)."""
+    return split_prefix(text)[1]
 
 
 def prior_matrix(ctx: ScoringContext, *, novelty: bool = True, salience: np.ndarray | None = None) -> np.ndarray:
@@ -248,19 +247,11 @@ def _speaker_of(unit: object) -> str:
     name = unit.message.get("name")  # type: ignore[attr-defined]
     if isinstance(name, str) and name:
         return name.split()[0].lower()
-    return _labelled_speaker(unit.text)  # type: ignore[attr-defined]
-
-
-@lru_cache(maxsize=262_144)
-def _labelled_speaker(text: str) -> str:
-    m = _SPEAKER.match(text)
-    return m.group(1).lower() if m else ""
+    return speaker_of(unit.text)  # type: ignore[attr-defined]
 
 
 @lru_cache(maxsize=262_144)
 def _lower(text: str) -> str:
     return text.lower()
 
-
-_SPEAKER = re.compile(r"^\s*(?:\[[^\]]{1,60}\]\s*)?([A-Z][\w'-]{0,30})(?:\s[A-Z][\w'-]*)?:\s")
 
