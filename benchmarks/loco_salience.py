@@ -22,8 +22,8 @@ import numpy as np
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 warnings.simplefilter("ignore", RuntimeWarning)
 
-from rdmem.learn.features import PRIOR_FEATURES  # noqa: E402
-from rdmem.learn.model import LogisticModel  # noqa: E402
+from rdmem.scoring.value_features import PRIOR_FEATURES  # noqa: E402
+from rdmem.scoring.logistic import LogisticModel  # noqa: E402
 from rdmem.learn.train import salience_direction, training_rows, with_salience  # noqa: E402
 from rdmem.select import knapsack  # noqa: E402
 from loco_value_model import locomo_setup, recall_weights  # noqa: E402  (this folder is on sys.path when run as a script)

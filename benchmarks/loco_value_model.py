@@ -22,10 +22,10 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 warnings.simplefilter("ignore", RuntimeWarning)
 
 from rdmem.embed import CachedEmbedder, SentenceTransformerEmbedder  # noqa: E402
-from rdmem.eval.datasets import Conversation, load_locomo  # noqa: E402
+from rdmem.datasets import Conversation, load_locomo  # noqa: E402
 from rdmem.eval.metrics import oracle_values  # noqa: E402
-from rdmem.learn.features import PRIOR_FEATURES, QUERY_FEATURES  # noqa: E402
-from rdmem.learn.model import LogisticModel  # noqa: E402
+from rdmem.scoring.value_features import PRIOR_FEATURES, QUERY_FEATURES  # noqa: E402
+from rdmem.scoring.logistic import LogisticModel  # noqa: E402
 from rdmem.learn.train import salience_direction, training_rows, with_salience  # noqa: E402
 from rdmem.select import knapsack  # noqa: E402
 from rdmem.tokens import get_tokenizer  # noqa: E402

@@ -50,7 +50,7 @@ def calls(embedder):
     from tests.conftest import AGENT_HISTORY  # the test suite's agent conversation
 
     from rdmem import MemoryManager, compact
-    from rdmem.eval.datasets import load_locomo
+    from rdmem.datasets import load_locomo
     from rdmem.policies import POLICIES
 
     policies = sorted(POLICIES)

@@ -169,7 +169,7 @@ _HASH_SENSITIVE = [(1, 182, 59, 460), (3, 443, 42, 423), (5, 567, 35, 228)]
 _SUMMARIZE_SCRIPT = """
 import hashlib, json, sys, warnings
 warnings.simplefilter("ignore")
-from rdmem.eval.datasets import load_locomo
+from rdmem.datasets import load_locomo
 from rdmem.summarize import ExtractiveSummarizer
 from rdmem.tokens import get_tokenizer
 from rdmem.units import encode_units

@@ -7,9 +7,9 @@ import json
 import numpy as np
 import pytest
 
-from rdmem.eval.datasets import load_locomo
+from rdmem.datasets import load_locomo
 from rdmem.learn import PRIOR_FEATURES, LogisticModel, default_models
-from rdmem.learn.features import model_prior_matrix, prior_matrix
+from rdmem.scoring.value_features import model_prior_matrix, prior_matrix
 from rdmem.learn.train import fit_models, salience_direction, save_models, with_salience
 from rdmem.scoring import LearnedValue, ScoringContext
 from rdmem.units import encode_units

@@ -366,7 +366,7 @@ class MemoryManager:
                 raise ValueError(f"unknown ids in feedback: {unknown[:5]}")
             if not ids:
                 return
-            from .learn.features import model_prior_matrix
+            from .scoring.value_features import model_prior_matrix
             from .scoring import ScoringContext
 
             units = [view.by_id[i] for i in ids]

@@ -13,13 +13,12 @@ import json
 import math
 import os
 import re
-import urllib.error
-import urllib.request
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
+from ._openai import EndpointError, chat_completion
 from .features import content_words
 from .tokens import Tokenizer
 from .units import MemoryUnit
@@ -139,31 +138,8 @@ class LLMSummarizer:
             "max_tokens": max_tokens,
             "temperature": 0,
         }
-        text = chat_completion(base, body, key, self.timeout)
+        try:
+            text = chat_completion(base, body, key, self.timeout)
+        except EndpointError as exc:
+            raise SummarizerError(str(exc)) from exc
         return tokenizer.truncate(text.strip(), max_tokens)
-
-
-def chat_completion(base_url: str, body: dict, api_key: str | None, timeout: float) -> str:
-    """POST a chat completion; return the first choice's text or raise :class:`SummarizerError`."""
-    headers = {"Content-Type": "application/json"}
-    if api_key:
-        headers["Authorization"] = f"Bearer {api_key}"
-    req = urllib.request.Request(
-        f"{base_url}/chat/completions", data=json.dumps(body).encode(), headers=headers, method="POST"
-    )
-    try:
-        with urllib.request.urlopen(req, timeout=timeout) as resp:
-            payload = json.loads(resp.read().decode("utf-8"))
-    except urllib.error.HTTPError as exc:
-        raise SummarizerError(f"LLM endpoint answered HTTP {exc.code}") from exc
-    except (urllib.error.URLError, TimeoutError, OSError) as exc:
-        raise SummarizerError(f"LLM endpoint unreachable: {exc}") from exc
-    except json.JSONDecodeError as exc:
-        raise SummarizerError("LLM endpoint returned invalid JSON") from exc
-    try:
-        text = payload["choices"][0]["message"]["content"]
-    except (KeyError, IndexError, TypeError):
-        raise SummarizerError("LLM reply has no choices[0].message.content") from None
-    if not isinstance(text, str) or not text.strip():
-        raise SummarizerError("LLM reply is empty")
-    return text

@@ -8,7 +8,7 @@ import pytest
 
 from rdmem.cli import main
 from rdmem.eval import DatasetError, load_jsonl, load_locomo, parse_jsonl
-from rdmem.eval.datasets import locomo_conversation
+from rdmem.datasets import locomo_conversation
 
 from .conftest import SMALL_CONVERSATIONS
 

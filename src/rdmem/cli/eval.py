@@ -53,7 +53,7 @@ def _cache_dir(args: argparse.Namespace) -> Path:
 
 
 def _cmd_eval(args: argparse.Namespace) -> int:
-    from ..eval.datasets import load_jsonl, load_locomo
+    from ..datasets import load_jsonl, load_locomo
     from ..eval.llm import LLMConfig
     from ..eval.report import write_outputs
     from ..eval.runner import EvalConfig, run_eval

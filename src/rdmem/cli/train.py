@@ -11,7 +11,7 @@ from ._common import CLIError
 
 def _cmd_train(args: argparse.Namespace) -> int:
     from ..embed import CachedEmbedder, MiniLMEmbedder
-    from ..eval.datasets import load_jsonl, load_locomo
+    from ..datasets import load_jsonl, load_locomo
     from ..tokens import get_tokenizer
     from ..learn.train import fit_models, save_models
 

@@ -12,8 +12,8 @@ import importlib
 from typing import Any
 
 _EXPORTS = {
-    "Conversation": "datasets", "Probe": "datasets", "DatasetError": "datasets", "load_locomo": "datasets",
-    "load_jsonl": "datasets", "parse_jsonl": "datasets", "LLMConfig": "llm", "LLMError": "llm",
+    "Conversation": "..datasets", "Probe": "..datasets", "DatasetError": "..datasets", "load_locomo": "..datasets",
+    "load_jsonl": "..datasets", "parse_jsonl": "..datasets", "LLMConfig": "llm", "LLMError": "llm",
     "to_csv": "report", "to_markdown": "report", "write_outputs": "report", "EvalConfig": "runner",
     "EvalResult": "runner", "Row": "runner", "cached_embedder": "runner", "default_cache_dir": "runner",
     "run_eval": "runner",
@@ -23,7 +23,8 @@ _EXPORTS = {
 def __getattr__(name: str) -> Any:
     # Loaded on first use: the command line reads the defaults without importing the harness.
     if name in _EXPORTS:
-        return getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
+        where = _EXPORTS[name]
+        return getattr(importlib.import_module(where if where.startswith("..") else f".{where}", __name__), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 

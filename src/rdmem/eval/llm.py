@@ -8,7 +8,6 @@ it never stops a run.
 
 from __future__ import annotations
 
-import http.client
 import math
 import os
 import re
@@ -16,7 +15,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..summarize import SummarizerError, chat_completion
+from .._openai import EndpointError, chat_completion
 from ..tokens import content_text
 from .metrics import locomo_f1
 
@@ -118,11 +117,8 @@ def _ask(cfg: LLMConfig, model: str, prompt: str, max_tokens: int) -> str:
     body = {"model": model, "messages": [{"role": "user", "content": prompt}], "temperature": 0, "max_tokens": max_tokens}
     try:
         return chat_completion(cfg.base_url, body, cfg.api_key, cfg.timeout).strip()
-    except SummarizerError as exc:
+    except EndpointError as exc:
         raise LLMError(str(exc)) from None
-    except (ValueError, OSError, http.client.HTTPException) as exc:
-        # What chat_completion does not wrap: a body cut short, bytes that are not UTF-8, ...
-        raise LLMError(f"LLM endpoint failed: {type(exc).__name__}: {exc}") from None
 
 
 def answer_question(cfg: LLMConfig, question: str, messages: Iterable[Mapping[str, Any]]) -> str:

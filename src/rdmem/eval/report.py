@@ -11,7 +11,7 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
-from .datasets import LOCOMO_CATEGORIES
+from ..datasets import LOCOMO_CATEGORIES
 from .runner import FULL, ORACLE, REGIMES, EvalResult, Row
 
 __all__ = ["to_json", "to_csv", "to_markdown", "write_outputs"]

@@ -37,7 +37,7 @@ from ..policies import POLICIES, get_policy
 from ..scoring import embed_text
 from ..tokens import Tokenizer, get_tokenizer
 from ..units import encode_units
-from .datasets import Conversation, Probe
+from ..datasets import Conversation, Probe
 from .llm import LLMConfig, score_question
 from .metrics import (
     all_evidence,

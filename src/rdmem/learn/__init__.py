@@ -1,6 +1,10 @@
-"""Learned value models: the probability that a future question needs a unit."""
+"""Learning the value models: fitting them on labelled conversations (:mod:`.train`).
 
-from .features import PRIOR_FEATURES, QUERY_FEATURES, prior_matrix, query_matrix
-from .model import LogisticModel, default_models
+Inference (the models, their features, the shipped weights) lives in
+:mod:`rdmem.scoring`; these names are re-exported here for convenience.
+"""
+
+from ..scoring.logistic import LogisticModel, default_models
+from ..scoring.value_features import PRIOR_FEATURES, QUERY_FEATURES, prior_matrix, query_matrix
 
 __all__ = ["LogisticModel", "default_models", "prior_matrix", "query_matrix", "PRIOR_FEATURES", "QUERY_FEATURES"]

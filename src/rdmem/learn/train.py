@@ -10,12 +10,14 @@ from typing import Any
 import numpy as np
 
 from ..embed import Embedder
-from ..eval.datasets import Conversation
+from ..datasets import Conversation
 from ..scoring import ScoringContext
 from ..tokens import Tokenizer
 from ..units import encode_units
-from .features import PRIOR_FEATURES, QUERY_FEATURES, model_prior_matrix, prior_matrix, query_matrix, salience_of
-from .model import LogisticModel
+from ..scoring.logistic import LogisticModel
+from ..scoring.value_features import (
+    PRIOR_FEATURES, QUERY_FEATURES, model_prior_matrix, prior_matrix, query_matrix, salience_of,
+)
 
 __all__ = ["training_rows", "fit_models", "save_models", "salience_direction", "with_salience", "SALIENCE_COMPONENTS"]
 

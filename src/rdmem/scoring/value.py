@@ -34,8 +34,8 @@ class LearnedValue:
         """Models written by ``rdmem train --out PATH``."""
         import json
 
-        from ..learn.features import check_prior_model
-        from ..learn.model import LogisticModel
+        from .logistic import LogisticModel
+        from .value_features import check_prior_model
 
         try:
             with open(path, encoding="utf-8") as fh:
@@ -47,14 +47,14 @@ class LearnedValue:
             raise ValueError(f"cannot read value models from {path!r}: {exc}") from None
 
     def _models(self):  # type: ignore[no-untyped-def]
-        from ..learn.model import default_models
+        from .logistic import default_models
 
         d = default_models()
         return (self.prior or d["prior"]), (self.query or d["query"])
 
     def explain(self, ctx: ScoringContext) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         """Probabilities and each feature's share of the logit (for reports)."""
-        from ..learn.features import model_prior_matrix, query_matrix
+        from .value_features import model_prior_matrix, query_matrix
 
         if not len(ctx):
             return np.zeros(0), {}

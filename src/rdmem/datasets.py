@@ -1,4 +1,4 @@
-"""Evaluation data: LoCoMo conversations and users' own JSONL logs, as messages plus probes.
+"""Labelled conversations (for evaluation and training): LoCoMo and users' own JSONL logs, as messages plus probes.
 
 A :class:`Conversation` is a chat history (OpenAI-style messages, each with an
 ``id``) and optional :class:`Probe` questions about it. Both loaders validate
@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..units import normalize_messages
+from .units import normalize_messages
 
 __all__ = [
     "Conversation",

@@ -14,7 +14,8 @@ import numpy as np
 
 from ..features import _NUMBER, has_date
 from ..history import speaker_of, split_prefix
-from ..scoring import Lexical, ScoringContext
+from ._base import ScoringContext
+from .lexical import Lexical
 
 __all__ = [
     "PRIOR_FEATURES", "QUERY_FEATURES", "prior_matrix", "model_prior_matrix", "check_prior_model", "salience_of",
