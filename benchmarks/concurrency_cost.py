@@ -94,10 +94,16 @@ def worker(args: argparse.Namespace) -> int:
     vectors, qvectors = embed_cached(pool, "locomo-pool"), embed_cached(questions, "locomo-questions")
     embedder = LookupEmbedder(pool + questions, np.concatenate([vectors, qvectors]))
     tok = get_tokenizer("cl100k_base")
+    try:
+        from rdmem.manager import default_low  # after issue 16
+
+        low = default_low(get_policy("rd"))
+    except ImportError:  # the baseline kept it on the policy
+        low = get_policy("rd").low_watermark
     working, used = [], 0
     for t in reversed(turns):
         c = tok.message_tokens({"role": "user", "content": t})
-        if used + c > get_policy("rd").low_watermark * 4000:
+        if used + c > low * 4000:
             break
         working.insert(0, t)
         used += c

@@ -330,6 +330,7 @@ def main(argv: Sequence[str] | None = None) -> int:
           f"{len(questions) - 1} timed queries", flush=True)
 
     # The working set: the last turns that fill rd's low watermark (95 % of the budget).
+    from rdmem.manager import default_low
     from rdmem.policies import RDPolicy
     from rdmem.tokens import get_tokenizer
 
@@ -337,7 +338,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     working, used = [], 0
     for t in reversed(turns):
         c = tok.message_tokens({"role": "user", "content": t})
-        if used + c > RDPolicy().low_watermark * args.budget:
+        if used + c > default_low(RDPolicy()) * args.budget:
             break
         working.insert(0, t)
         used += c

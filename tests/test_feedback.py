@@ -45,7 +45,7 @@ def test_feedback_improves_a_synthetic_task_and_resets_exactly() -> None:
         mem.feedback(sorted(set(m["id"] for m in train) - needed_train), 0.0)
     after = _recall(mem, needed_train)
     assert after > before
-    assert np.all(np.abs(mem._feedback_delta) <= 2.0)  # bounded
+    assert np.all(np.abs(mem._feedback.delta_) <= 2.0)  # bounded
     mem.reset_feedback()
     assert _recall(mem, needed_train) == pytest.approx(before)
 
@@ -71,16 +71,42 @@ def test_feedback_is_saved_with_the_session(tmp_path) -> None:
         plain = mem.context().kept_ids
         for _ in range(10):
             mem.feedback(sorted(needed), 1.0)
-        tuned, delta = mem.context().kept_ids, mem._feedback_delta.copy()
+        tuned, delta = mem.context().kept_ids, mem._feedback.delta_.copy()
     assert tuned != plain
     with MemoryManager(budget=150, policy="rd", store=url, session="s", high=100.0, low=100.0) as mem:
         assert mem.context().kept_ids == tuned  # a reopened session keeps what it learned
-        np.testing.assert_array_equal(mem._feedback_delta, delta)
+        np.testing.assert_array_equal(mem._feedback.delta_, delta)
         mem.reset_feedback()
         assert mem.context().kept_ids == plain
     with MemoryManager(budget=150, policy="rd", store=url, session="s", high=100.0, low=100.0) as mem:
         assert mem.context().kept_ids == plain  # and the reset is saved too
-        assert not np.any(mem._feedback_delta)
+        assert not np.any(mem._feedback.delta_)
     with MemoryManager(budget=150, policy="rd", store=url, session="other", high=100.0, low=100.0) as other:
         other.extend(train)
         assert other.context().kept_ids == plain  # feedback is per session
+
+
+def test_feedback_given_through_one_manager_tilts_the_other_managers_of_the_session(tmp_path) -> None:
+    url = f"sqlite:///{tmp_path / 'mem.db'}"
+    train, needed = _history(3)
+    kw = {"budget": 150, "policy": "rd", "store": url, "session": "s", "high": 100.0, "low": 100.0}
+    with MemoryManager(**kw) as a, MemoryManager(**kw) as b:
+        a.extend(train)
+        plain = b.context().kept_ids
+        for _ in range(10):
+            a.feedback(sorted(needed), 1.0)
+        assert b.context().kept_ids == a.context().kept_ids != plain  # b reads the shift from the store
+        b.reset_feedback()
+        assert a.context().kept_ids == plain
+
+
+def test_the_ladder_learns_through_its_base() -> None:
+    from rdmem.policies import LadderPolicy
+
+    mem = MemoryManager(budget=250, policy=LadderPolicy(), high=100.0, low=100.0)
+    train, needed = _history(4)
+    mem.extend(train)
+    mem.feedback(sorted(needed), 1.0)
+    assert np.any(mem._feedback.delta_)
+    tuned = mem._active_policy
+    assert isinstance(tuned, LadderPolicy) and tuned.base.value.prior is not None  # the shifted prior

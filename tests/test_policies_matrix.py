@@ -9,7 +9,7 @@ import pytest
 
 import rdmem
 from rdmem import compact
-from rdmem.policies import get_policy
+from rdmem.policies import LadderPolicy, get_policy
 
 from ._checks import TRUNCATED, check_compaction, clean, history_problems
 
@@ -105,7 +105,7 @@ def test_single_oversized_message_is_cut_with_a_marker(policy, minilm, cl100k):
     assert len(result.messages) == 1
     content = result.messages[0]["content"]
     assert result.kept_ids == []
-    if getattr(get_policy(policy), "ladder", False):
+    if isinstance(get_policy(policy), LadderPolicy):
         # The representation ladder has shorter rungs than the whole message: its one-line gist.
         assert content.startswith(text[:20]) and content.endswith("…")
         assert result.report[0].decision == "compressed" and result.report[0].rung.value == "summary"

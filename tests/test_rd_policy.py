@@ -136,11 +136,6 @@ def test_together_names_link_kinds() -> None:
         RDPolicy(together=("nope",))
 
 
-def test_low_watermark_out_of_range_is_a_clear_error() -> None:
-    with pytest.raises(ValueError, match=r"low_watermark must be in \(0, 1\], got 1.5"):
-        RDPolicy(low_watermark=1.5)
-
-
 def test_ladder_compresses_what_does_not_fit_verbatim() -> None:
     # Two facts wrapped in small talk (49 and 42 tokens; 27 each without it) and the latest message (5):
     # 70 tokens hold one fact verbatim (with a marker for the other), or both once the small talk goes.
@@ -166,8 +161,22 @@ def test_ladder_compresses_what_does_not_fit_verbatim() -> None:
     assert rungs["trip"] in ("compressed", "summary") and rungs["last"] == "verbatim"
 
 
-def test_ladder_is_an_option_of_rd() -> None:
-    assert get_policy("rd-ladder").ladder and not get_policy("rd").ladder
+def test_the_ladder_is_a_policy_composed_over_rd() -> None:
+    from rdmem.contract import Composed
+    from rdmem.manager import MemoryManager, default_low
+    from rdmem.policies import LadderPolicy
+
+    ladder = get_policy("rd-ladder")
+    assert isinstance(ladder, LadderPolicy) and isinstance(ladder, Composed) and ladder.base == RDPolicy()
+    task = LadderPolicy(base=RDPolicy(mode="task"))
+    assert task.base.mode == "task" and task.needs_embeddings
+    with pytest.raises(TypeError, match="base must be an RDPolicy, got str"):
+        LadderPolicy(base="rd")  # type: ignore[arg-type]
+    # The watermarks are the manager's: rd and the ladder over it compact down to 0.95, the others 0.8.
+    assert default_low(ladder) == default_low(get_policy("rd")) == 0.95
+    assert default_low(get_policy("window")) == 0.8
+    mem = MemoryManager(budget=100, policy=ladder)
+    assert mem.low == 0.95 and mem._working_policy is ladder.base
 
 
 def _repeated_fact_history() -> list[dict]:

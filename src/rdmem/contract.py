@@ -37,11 +37,11 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
-from .scoring import Scorer, ScoringContext
+from .scoring import LearnedValue, Scorer, ScoringContext
 from .tokens import Tokenizer
 from .units import MemoryUnit, Rung
 
-__all__ = ["Problem", "Plan", "Policy", "scores_of"]
+__all__ = ["Problem", "Plan", "Policy", "Composed", "LearnsOnline", "scores_of"]
 
 
 @dataclass
@@ -140,6 +140,27 @@ class Policy(Protocol):
     def needs_embeddings(self) -> bool: ...
 
     def plan(self, problem: Problem) -> Plan: ...
+
+
+@runtime_checkable
+class Composed(Protocol):
+    """A policy built over another one, ``base``, that keeps messages whole.
+
+    A :class:`~rdmem.MemoryManager` trims its working set (which holds whole
+    messages) with ``base``; the composed policy decides how to send them
+    when a context is built (``rd-ladder`` over ``rd``).
+    """
+
+    base: Policy
+
+
+@runtime_checkable
+class LearnsOnline(Protocol):
+    """A policy whose learned value model online feedback can tilt (:class:`rdmem.learn.Feedback`)."""
+
+    def value_model(self) -> LearnedValue | None: ...
+
+    def with_value_model(self, value: LearnedValue) -> Policy: ...
 
 
 def scores_of(scorer: Scorer, problem: Problem) -> tuple[np.ndarray, dict[str, np.ndarray]]:

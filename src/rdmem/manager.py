@@ -7,14 +7,14 @@ import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-import numpy as np
-
 from ._session import SessionView, new_unit
 from .compaction import Compaction, compact_units
+from .contract import Composed, Policy
 from .embed import Embedder, get_embedder
 from .history import pending_call
+from .learn.online import Feedback
 from .messages import Message, parse_message, parse_messages
-from .policies import Policy, get_policy
+from .policies import RDPolicy, get_policy
 from .scoring import embed_text
 from .store import Store, VersionConflict, open_store
 from .summarize import Summarizer
@@ -23,14 +23,25 @@ from .units import MemoryUnit, make_unit
 
 __all__ = ["MemoryManager"]
 
-#: The low watermark of policies that do not set their own ``low_watermark``.
-_DEFAULT_LOW = 0.8
 #: Key of the session state that holds the feedback shift of the value model (and, before schema 2,
 #: of the session-log records that did).
 _FEEDBACK = "value_feedback"
 #: How often a compaction is recomputed when other writers keep changing the session under it.
 _RETRIES = 8
 _UNSET: Any = object()
+
+
+def default_low(policy: Policy) -> float:
+    """The low watermark a manager compacts down to unless told (a fraction of its budget).
+
+    ``rd`` compacts often and by little, down to 0.95: messages that arrived
+    since the last compaction sit in memory unjudged until the next one (on
+    LoCoMo, streaming at 2,000 tokens: evidence recall 0.137 at 0.8, 0.166 at
+    0.95). Policies that judge less (recency, summaries) compact less often:
+    0.8, so the prompt prefix stays stable for longer.
+    """
+    base = policy.base if isinstance(policy, Composed) else policy
+    return 0.95 if isinstance(base, RDPolicy) else 0.8
 
 
 class MemoryManager:
@@ -63,12 +74,10 @@ class MemoryManager:
         The session id inside the store.
     high, low:
         Watermarks as fractions of ``budget`` (``0 < low <= high``). ``low=None``
-        (default) takes the policy's ``low_watermark`` if it has one (``rd``:
-        0.95), else 0.8. A lower mark compacts less often, so the prompt
-        prefix stays stable for longer; a higher one leaves fewer messages that
-        arrived since the last compaction, which no policy has judged yet, in
-        the working set (on LoCoMo, ``rd`` streaming at 2,000 tokens: evidence
-        recall 0.137 with 0.8, 0.166 with 0.95).
+        (default): :func:`default_low` (0.95 for ``rd``, 0.8 for the others). A
+        lower mark compacts less often, so the prompt prefix stays stable for
+        longer; a higher one leaves fewer messages that arrived since the last
+        compaction, which no policy has judged yet, in the working set.
     archive_candidates:
         How many archived units a query may bring back into competition.
 
@@ -111,7 +120,7 @@ class MemoryManager:
         self.budget = check_budget(budget)
         self.policy = get_policy("rd" if policy is _UNSET else policy)
         if low is None:
-            low = min(float(getattr(self.policy, "low_watermark", _DEFAULT_LOW)), high)
+            low = min(default_low(self.policy), high)
         if not (0 < low <= high):
             raise ValueError(f"watermarks must satisfy 0 < low <= high, got low={low!r}, high={high!r}")
         if not isinstance(session, str) or not session:
@@ -131,11 +140,10 @@ class MemoryManager:
         self._store_spec = store
         self._view: SessionView | None = None
         self._lock = threading.RLock()
-        self._feedback_delta: np.ndarray | None = None
+        self._feedback = Feedback.of(self.policy)
         self._feedback_seen: object = None
         self._legacy_checked = False
         self._settings_saved = False
-        self._tuned_policy: Policy | None = None
 
     # -- the session's state, from the store ---------------------------------------------
     @property
@@ -342,17 +350,13 @@ class MemoryManager:
         """Tell the value model whether the units ``ids`` turned out to be needed (online learning).
 
         ``reward`` in [0, 1]: 1 means "these were needed" (an answer used them),
-        0 means "not needed". Each id takes one stochastic-gradient step on the
-        logistic loss of the prior value model, in standardised feature space::
-
-            delta += learning_rate * (reward - p(unit)) * z(unit) / len(ids)
-
-        and every coordinate of ``delta`` is clipped to ``[-max_shift, max_shift]``
-        (bounded: feedback can tilt the shipped model, never replace it). The
-        shift applies to this session only, is saved in the session's state in
-        the store (other managers of the session, and a reopened one, use it),
-        and :meth:`reset_feedback` reverts it exactly. Needs a policy with a
-        learned value model (``rd``).
+        0 means "not needed". Each call takes one stochastic-gradient step on
+        the logistic loss of the prior value model, every weight's shift
+        clipped to ``[-max_shift, max_shift]`` (see :class:`rdmem.learn.Feedback`).
+        The shift applies to this session only, is saved in the session's
+        state in the store (other managers of the session, and a reopened one,
+        use it), and :meth:`reset_feedback` reverts it exactly. Needs a policy
+        with a learned value model (``rd``).
         """
         if not 0.0 <= float(reward) <= 1.0:
             raise ValueError(f"reward must be in [0, 1], got {reward!r}")
@@ -360,44 +364,44 @@ class MemoryManager:
             raise ValueError(f"learning_rate must be > 0, got {learning_rate!r}")
         with self._lock:
             view = self._sync()
-            base = self._base_value_model()
+            feedback = self._learner()
             unknown = [i for i in ids if i not in view.by_id]
             if unknown:
                 raise ValueError(f"unknown ids in feedback: {unknown[:5]}")
             if not ids:
                 return
-            from .scoring.value_features import model_prior_matrix
             from .scoring import ScoringContext
 
             units = [view.by_id[i] for i in ids]
             ctx = ScoringContext(units, embedder=self._embedder, doc_freq=(view.df, len(view.units)))
-            x = model_prior_matrix(base, ctx, novelty=False)
-            model = self._value_model()
-            z = (x - base.mean_) / base.scale_
-            p = model.predict(x)
-            step = learning_rate * ((float(reward) - p)[:, None] * z).mean(axis=0)
-            self._set_feedback(np.clip(self._feedback_delta + step, -max_shift, max_shift))
+            feedback.step(units, ctx, reward, learning_rate=learning_rate, max_shift=max_shift)
+            self._save_feedback(view, feedback)
 
     def reset_feedback(self) -> None:
         """Undo all :meth:`feedback` for this session (back to the shipped or given model), in the store too."""
         with self._lock:
-            self._sync()
-            self._base_value_model()
-            self._set_feedback(np.zeros_like(self._feedback_delta))
+            view = self._sync()
+            feedback = self._learner()
+            feedback.reset()
+            self._save_feedback(view, feedback)
 
-    def _set_feedback(self, delta: np.ndarray) -> None:
-        view = self._session()
-        values = [float(x) for x in delta]
+    def _learner(self) -> Feedback:
+        if self._feedback is None:
+            raise ValueError(f"feedback needs a policy with a learned value model (rd); {self.policy.name!r} has none")
+        return self._feedback
+
+    def _save_feedback(self, view: SessionView, feedback: Feedback) -> None:
+        values = feedback.values()
         written = view.store.update_state(self.session, {_FEEDBACK: values})
-        view.store.log_compaction(self.session, {_FEEDBACK: values})
+        view.store.log_compaction(self.session, {_FEEDBACK: values})  # the history of the shifts
         if view.written(written.prev, written.version):
             view.state[_FEEDBACK] = values
-        self._feedback_delta = delta
-        self._feedback_seen = view.state.get(_FEEDBACK)
-        self._tuned_policy = None
+        self._feedback_seen = values
 
     def _restore_feedback(self, view: SessionView) -> None:
-        """The session's saved feedback shift, if its policy learns and it was saved for this model."""
+        """The session's saved feedback shift, when its policy learns (a reading of the session's state)."""
+        if self._feedback is None:
+            return
         saved = view.state.get(_FEEDBACK)
         if saved is None and view.units and not self._legacy_checked:
             # Saved by rdmem 0.1, which kept it in the session's log only.
@@ -407,63 +411,19 @@ class MemoryManager:
         if saved is None or saved == self._feedback_seen:
             return
         self._feedback_seen = saved
-        prior = self._learned_prior()
-        if prior is None:
-            return
-        if len(saved) != len(prior.weights_):
-            warnings.warn(
-                f"rdmem: session {self.session!r} has feedback saved for another value model "
-                f"({len(saved)} weights, this one has {len(prior.weights_)}); ignored",
-                RuntimeWarning,
-                stacklevel=4,
-            )
-            return
-        self._feedback_delta = np.asarray(saved, dtype=np.float64)
-        self._tuned_policy = None
-
-    def _learned_prior(self):  # type: ignore[no-untyped-def]
-        """The prior value model of the policy, or ``None`` when the policy has no learned value model."""
-        value = getattr(self.policy, "value", None)
-        return value._models()[0] if value is not None and hasattr(value, "_models") else None
-
-    def _base_value_model(self):  # type: ignore[no-untyped-def]
-        prior = self._learned_prior()
-        if prior is None:
-            raise ValueError(f"feedback needs a policy with a learned value model (rd); {self.policy.name!r} has none")
-        if self._feedback_delta is None or len(self._feedback_delta) != len(prior.weights_):
-            self._feedback_delta = np.zeros(len(prior.weights_))
-        return prior
-
-    def _value_model(self):  # type: ignore[no-untyped-def]
-        import copy
-
-        base = self._base_value_model()
-        tuned = copy.copy(base)
-        tuned.weights_ = base.weights_ + self._feedback_delta
-        return tuned
+        self._feedback.load(saved, self.session)
 
     @property
     def _active_policy(self) -> Policy:
         """The policy, with this session's feedback applied to its value model."""
-        if self._feedback_delta is None or not np.any(self._feedback_delta):
-            return self.policy
-        if self._tuned_policy is None:
-            import dataclasses
-
-            value = dataclasses.replace(self.policy.value, prior=self._value_model())  # type: ignore[attr-defined]
-            self._tuned_policy = dataclasses.replace(self.policy, value=value)  # type: ignore[type-var]
-        return self._tuned_policy
+        return self._feedback.policy() if self._feedback is not None else self.policy
 
     @property
     def _working_policy(self) -> Policy:
-        """The policy that trims the working set: it holds whole messages, so no representation ladder
-        (the ladder chooses how to send them when a context is built)."""
+        """The policy that trims the working set: it holds whole messages, so a policy composed over another
+        (the representation ladder over rd) trims it with its base."""
         policy = self._active_policy
-        if getattr(policy, "ladder", False):
-            import dataclasses
-
-            return dataclasses.replace(policy, ladder=False)  # type: ignore[type-var]
-        return policy
+        return policy.base if isinstance(policy, Composed) else policy
 
     # -- lifecycle -------------------------------------------------------------------------
     def close(self) -> None:

@@ -6,5 +6,8 @@ Inference (the models, their features, the shipped weights) lives in
 
 from ..scoring.logistic import LogisticModel, default_models
 from ..scoring.value_features import PRIOR_FEATURES, QUERY_FEATURES, prior_matrix, query_matrix
+from .online import Feedback
 
-__all__ = ["LogisticModel", "default_models", "prior_matrix", "query_matrix", "PRIOR_FEATURES", "QUERY_FEATURES"]
+__all__ = [
+    "Feedback", "LogisticModel", "default_models", "prior_matrix", "query_matrix", "PRIOR_FEATURES", "QUERY_FEATURES",
+]

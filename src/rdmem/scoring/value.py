@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -19,15 +19,14 @@ class LearnedValue:
     ``query`` model adds how the unit relates to it (dense and lexical
     relevance, their ranks, the neighbours' relevance, shared names, dates for
     "when" questions). ``None`` uses the models shipped with rdmem;
-    ``rdmem train`` fits new ones. ``offset`` is added to the prior logit
-    (online feedback uses it per unit).
+    ``rdmem train`` fits new ones; online feedback tilts the prior
+    (:class:`rdmem.learn.Feedback`, through :meth:`with_prior`).
     """
 
     prior: object | None = None
     query: object | None = None
     novelty: bool = True
     needs_embeddings: bool = True
-    logit_offsets: dict[str, float] = field(default_factory=dict, hash=False, compare=False)
 
     @classmethod
     def from_file(cls, path: str) -> LearnedValue:
@@ -45,6 +44,14 @@ class LearnedValue:
             return cls(prior=prior, query=LogisticModel.from_dict(data["query"]))
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise ValueError(f"cannot read value models from {path!r}: {exc}") from None
+
+    def prior_model(self):  # type: ignore[no-untyped-def]
+        """The prior (query-agnostic) model in use: the given one, or the shipped one."""
+        return self._models()[0]
+
+    def with_prior(self, prior: object) -> LearnedValue:
+        """The same scorer with another prior model (the query model keeps its own)."""
+        return replace(self, prior=prior)
 
     def _models(self):  # type: ignore[no-untyped-def]
         from .logistic import default_models

@@ -10,14 +10,17 @@ from collections.abc import Callable
 
 import numpy as np
 
+from .chain import gap_knapsack, group_totals, marker_aware
 from .coverage import coverage, coverage_objective
+from .duplicates import near_duplicate_groups
 from .greedy import by_value, greedy, suffix, topk
 from .knapsack import knapsack
 from .mckp import mckp, mckp_exact, mckp_lp
 
 __all__ = [
     "SELECTORS", "get_selector", "knapsack", "greedy", "by_value", "topk", "suffix",
-    "mckp", "mckp_exact", "mckp_lp", "coverage", "coverage_objective",
+    "mckp", "mckp_exact", "mckp_lp", "coverage", "coverage_objective", "gap_knapsack", "marker_aware",
+    "group_totals", "near_duplicate_groups",
 ]
 
 Selector = Callable[[np.ndarray, np.ndarray, int], np.ndarray]

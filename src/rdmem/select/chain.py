@@ -90,3 +90,68 @@ def gap_knapsack(
             t -= g if prev_in else 0
         state_in = prev_in
     return np.array(sorted(chosen), dtype=np.int64)
+
+
+#: Capacity cells of the marker-aware DP (costs are counted in quanta of budget // this).
+GAP_DP_WIDTH = 1000
+#: Items the marker-aware DP considers, by value (the rest are left out of it).
+GAP_DP_MAX_ITEMS = 160
+
+
+def marker_aware(
+    values: np.ndarray,
+    costs: np.ndarray,
+    budget: int,
+    marker_tokens: int,
+    *,
+    forced: np.ndarray,
+    always: np.ndarray,
+    max_items: int = GAP_DP_MAX_ITEMS,
+    width: int = GAP_DP_WIDTH,
+) -> np.ndarray:
+    """:func:`gap_knapsack` over the ``max_items`` most valuable items, costs in quanta of tokens.
+
+    Items are in order; ``forced`` flags those with a span that cannot come
+    back right before them, ``always`` those never left out of the programme.
+    Items far down the value order are almost never worth their tokens;
+    leaving them out keeps the programme fast on large candidate sets (a
+    caller's fill still offers them what is left). Costs are rounded up to a
+    quantum of ``budget // width`` tokens, so any choice feasible in quanta
+    is feasible in tokens. Returns ascending indices into ``values``.
+
+    >>> marker_aware(np.array([5.0, 1.0, 5.0]), np.array([10, 10, 10]), 25, 2,
+    ...              forced=np.zeros(3, bool), always=np.zeros(3, bool)).tolist()
+    [0, 2]
+    """
+    n = len(values)
+    if n > max_items:
+        order = np.lexsort((-np.arange(n), -values))
+        keep = np.zeros(n, dtype=bool)
+        keep[order[:max_items]] = True
+        keep |= always
+    else:
+        keep = np.ones(n, dtype=bool)
+    idx = np.flatnonzero(keep)
+    # A kept item has a forced gap before it when a left-out item lies between it and the previous
+    # kept one, or when any item in between (itself included) had one.
+    prev = np.concatenate([[-1], idx[:-1]])
+    seen = np.concatenate([[0], np.cumsum(forced)])
+    sub_forced = (idx > prev + 1) | (seen[idx + 1] > seen[prev + 1])
+    q = max(1, budget // width)
+    chosen = gap_knapsack(values[idx], -(-costs[idx] // q), budget // q, -(-marker_tokens // q), gap_before=sub_forced)
+    return idx[chosen]
+
+
+def group_totals(groups: list[np.ndarray], values: np.ndarray, costs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Value and cost of each group of items (the groups partition the items).
+
+    >>> group_totals([np.array([0, 2]), np.array([1])], np.array([1.0, 2.0, 3.0]), np.array([4, 5, 6]))
+    (array([4., 2.]), array([10,  5]))
+    """
+    group_of = np.empty(len(values), dtype=np.int64)
+    for k, g in enumerate(groups):
+        group_of[g] = k
+    return (
+        np.bincount(group_of, weights=values, minlength=len(groups)),
+        np.bincount(group_of, weights=costs, minlength=len(groups)).astype(np.int64),
+    )

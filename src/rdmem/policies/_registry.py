@@ -1,0 +1,97 @@
+"""Policies by name: the registry the CLI, the service and the evaluation harness resolve names through."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from ..contract import Policy
+from ..scoring import Information, Metadata, Recency, Relevance, Weighted, seed_scorer
+from .ladder import LadderPolicy
+from .modes import TASK_MODES
+from .rd import RDPolicy
+from .scored import ScoredPolicy
+from .summary_buffer import SummaryBuffer
+
+__all__ = ["POLICIES", "get_policy", "register_policy"]
+
+
+def _builtin() -> dict[str, Callable[[], Policy]]:
+    return {
+        "window": lambda: ScoredPolicy(
+            "window",
+            "the most recent messages that fit, like LangChain trim_messages(strategy='last')",
+            Recency(decay=0.0),
+            selector="suffix",
+        ),
+        "summary_buffer": SummaryBuffer,
+        "importance": lambda: ScoredPolicy(
+            "importance",
+            "highest utility first (recency, information, bonuses, query relevance) until the budget is full",
+            Weighted(
+                terms=(
+                    ("recency", 1.0, Recency(decay=0.05)),
+                    ("information", 1.0, Information()),
+                    ("metadata", 0.5, Metadata()),
+                    ("relevance", 1.5, Relevance()),
+                ),
+                normalize="minmax",
+            ),
+            selector="by_value",
+            fill=True,
+        ),
+        "seed": lambda: ScoredPolicy(
+            "seed",
+            "the seed design's scorer (recency, relevance, uniqueness, bonuses) with an exact knapsack",
+            seed_scorer(),
+            selector="knapsack",
+            fill=True,
+        ),
+        "rd": RDPolicy,
+        "rd-ladder": LadderPolicy,
+        **{
+            f"rd-{mode}": (
+                lambda mode=mode: RDPolicy(
+                    name=f"rd-{mode}", description=f"rd in {mode} mode: {TASK_MODES[mode].description}", mode=mode
+                )
+            )
+            for mode in ("task", "roleplay", "creative")
+        },
+    }
+
+
+#: Policy factories by name. Add one with :func:`register_policy` (not by editing this dict: the
+#: instances :func:`get_policy` keeps would not see the change).
+POLICIES: dict[str, Callable[[], Policy]] = _builtin()
+_INSTANCES: dict[str, Policy] = {}
+
+
+def register_policy(name: str, factory: Callable[[], Policy]) -> None:
+    """Add (or replace) the policy ``name``; the CLI, the service and the evaluation harness find it there.
+
+    >>> from rdmem.policies import RDPolicy
+    >>> register_policy("rd-strict", lambda: RDPolicy(name="rd-strict", duplicates=0.99))
+    >>> get_policy("rd-strict").duplicates
+    0.99
+    """
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"policy name must be a non-empty string, got {name!r}")
+    if not callable(factory):
+        raise TypeError(f"factory must be a callable returning a policy, got {type(factory).__name__}")
+    POLICIES[name] = factory
+    _INSTANCES.pop(name, None)  # a name registered again gives the new policy from now on
+
+
+def get_policy(policy: str | Policy) -> Policy:
+    """A policy by name (or the object itself); unknown names list the valid ones."""
+    if isinstance(policy, str):
+        if policy not in POLICIES:
+            raise ValueError(f"unknown policy {policy!r}; choose one of {', '.join(sorted(POLICIES))}")
+        if policy not in _INSTANCES:
+            made = POLICIES[policy]()
+            if not isinstance(made, Policy):
+                raise TypeError(f"the factory registered as {policy!r} returned {type(made).__name__}, not a policy")
+            _INSTANCES[policy] = made
+        return _INSTANCES[policy]
+    if isinstance(policy, Policy):
+        return policy
+    raise TypeError(f"policy must be a name or a policy object, got {type(policy).__name__}")

@@ -1,0 +1,205 @@
+"""rd: expected distortion avoided per token, maximised exactly (the default policy)."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..contract import Plan, Problem, scores_of
+from ..deps import LINK_KINDS, find_links, merge_blocks
+from ..scoring import LearnedValue, Recency, Scorer
+from ..select import get_selector, group_totals, marker_aware, near_duplicate_groups
+from .modes import TASK_MODES, protected
+
+__all__ = ["RDPolicy", "Valuation"]
+
+#: Above this many (blocks x budget) cells the marker-aware DP falls back to a marker reserve.
+_GAP_DP_CELLS = 40_000_000
+
+
+@dataclass
+class Valuation:
+    """What rd makes of a problem before it selects: each unit's value (protected units above all the
+    rest), the breakdown for the report, reasons, and the groups of blocks that travel together
+    (``None`` when no link joins two blocks)."""
+
+    values: np.ndarray
+    parts: dict[str, np.ndarray]
+    protected: np.ndarray
+    reasons: dict[int, str]
+    merged: list[np.ndarray] | None
+
+
+@dataclass(frozen=True)
+class RDPolicy:
+    """Rate-distortion compaction: expected distortion avoided per token, maximised exactly.
+
+    Each unit's value is the probability that a future question needs it
+    (:class:`~rdmem.scoring.LearnedValue`; query-aware when a query is given),
+    plus a small recency term set by the task ``mode``; protected units get a
+    value above everything else. Blocks (a tool call with its results; a
+    correction with what it corrects) are chosen by an exact 0/1 knapsack on
+    token costs that also prices the elision markers, then the engine fills
+    what they left over. Near-duplicates do not both take budget: messages
+    whose vectors have cosine >= ``duplicates`` form a group; when the
+    knapsack keeps several of one group, only the most valuable stays (the
+    newest of equals), and the group's other members are worth nothing to the
+    fill, which spends the room on other messages. (The knapsack itself still
+    counts each copy, so this is a repair, not the optimum of a coverage
+    objective: :func:`rdmem.select.coverage` is that, for plain budgets.)
+    """
+
+    name: str = "rd"
+    description: str = "rate-distortion: learned value per token (query-aware), exact knapsack, task-mode presets (default)"
+    mode: str = "qa"
+    value: Scorer = field(default_factory=LearnedValue)
+    recency_decay: float = 0.02
+    together: tuple[str, ...] = ("correction",)
+    #: Cosine similarity at or above which two messages are near-duplicates (``None``: never). High
+    #: on purpose: with MiniLM, restatements and repeated pleasantries reach 0.97, while different
+    #: facts on one topic from one speaker can reach 0.96.
+    duplicates: float | None = 0.97
+
+    def __post_init__(self) -> None:
+        if self.duplicates is not None and (
+            isinstance(self.duplicates, bool) or not isinstance(self.duplicates, (int, float))
+            or not 0 < self.duplicates <= 1
+        ):
+            raise ValueError(f"duplicates must be a cosine similarity in (0, 1] or None, got {self.duplicates!r}")
+        unknown = set(self.together) - set(LINK_KINDS)
+        if unknown:
+            raise ValueError(f"together must name link kinds from {LINK_KINDS}, got {sorted(unknown)}")
+        if self.mode not in TASK_MODES:
+            raise ValueError(f"unknown mode {self.mode!r}; choose one of {', '.join(TASK_MODES)}")
+
+    @property
+    def needs_embeddings(self) -> bool:
+        return bool(self.value.needs_embeddings)
+
+    # -- the learned value model (online feedback tilts it; see rdmem.learn.online) --------
+    def value_model(self) -> LearnedValue | None:
+        """The learned value model this policy scores with (``None`` for another scorer)."""
+        return self.value if isinstance(self.value, LearnedValue) else None
+
+    def with_value_model(self, value: LearnedValue) -> RDPolicy:
+        """The same policy scoring with ``value``."""
+        return dataclasses.replace(self, value=value)
+
+    # -- planning ------------------------------------------------------------------------
+    def valuation(self, problem: Problem) -> Valuation:
+        """Each unit's value (learned probability, recency, protection), and the blocks that travel together."""
+        mode = TASK_MODES[self.mode]
+        p, parts = scores_of(self.value, problem)
+        recency = Recency(decay=self.recency_decay).score(problem.ctx)
+        values = p + mode.recency * recency * (float(p.mean()) if len(p) else 0.0)
+        keep = protected(problem.units, mode.protect)
+        if keep.any():
+            values = np.where(keep, values + float(values.sum()) + 1.0, values)
+        parts = dict(parts)
+        parts["value"] = p
+        parts["recency"] = values - p - np.where(keep, values - p, 0.0)
+        reasons = {int(i): "protected (" + self.mode + " mode)" for i in np.flatnonzero(keep)}
+        return Valuation(values, parts, keep, reasons, self._dependency_groups(problem))
+
+    def plan(self, problem: Problem) -> Plan:
+        v = self.valuation(problem)
+        values, reasons = v.values, v.reasons
+        block_values, block_costs = problem.block_values(values), problem.block_costs()
+        # Blocks with a span that cannot come back right before them, and blocks holding a protected unit.
+        forced = problem.gap_before if problem.gap_before is not None else np.zeros(len(block_costs), bool)
+        protected_blocks = problem.block_values(v.protected.astype(np.float64)) > 0
+        if v.merged is None:
+            if problem.marker_tokens and len(block_costs) * (problem.budget + 1) <= _GAP_DP_CELLS:
+                # Elision markers are rate too: choose knowing each skipped run costs one.
+                chosen = marker_aware(block_values, block_costs, problem.budget, problem.marker_tokens,
+                                      forced=forced, always=protected_blocks)
+            else:
+                budget = max(problem.budget - problem.marker_tokens, 0)
+                chosen = get_selector("knapsack")(block_values, block_costs, budget)
+            chosen = self._one_copy(problem, chosen, values, v.protected, reasons, set())
+            return Plan(chosen=[int(b) for b in chosen], scores=values, breakdown=v.parts, fill=True, reasons=reasons)
+        # Linked blocks (a correction and what it corrects) are one item of the knapsack.
+        merged = v.merged
+        gv, gc = group_totals(merged, block_values, block_costs)
+        if problem.marker_tokens:
+            # Each group sits where its first block does; the marker count is then an estimate
+            # for groups that are not contiguous, and the engine's repair makes it exact.
+            firsts = [int(g[0]) for g in merged]
+            lasts = [int(g[-1]) for g in merged]
+            gap_before = np.array([bool(forced[f]) or (k > 0 and f > lasts[k - 1] + 1) for k, f in enumerate(firsts)])
+            always = group_totals(merged, protected_blocks.astype(np.float64), block_costs)[0] > 0
+            picked = marker_aware(gv, gc, problem.budget, problem.marker_tokens, forced=gap_before, always=always)
+        else:
+            picked = get_selector("knapsack")(gv, gc, problem.budget)
+        chosen = np.sort(np.concatenate([merged[k] for k in picked])) if len(picked) else np.zeros(0, int)
+        for g in merged:
+            if len(g) > 1:
+                for b in g:
+                    for i in problem.blocks[b]:
+                        reasons.setdefault(int(i), "travels with the message it corrects")
+        together = [[int(b) for b in g] for g in merged if len(g) > 1]
+        linked = {b for g in together for b in g}
+        chosen = self._one_copy(problem, chosen, values, v.protected, reasons, linked)
+        return Plan(chosen=[int(b) for b in chosen], scores=values, breakdown=v.parts, fill=True, reasons=reasons,
+                    together=together)
+
+    def _dependency_groups(self, problem: Problem) -> list[np.ndarray] | None:
+        """Groups of block indices that must travel together, or ``None`` when no link joins blocks."""
+        units = problem.units
+        if not self.together or ("correction" in self.together and len(self.together) == 1
+                                 and not any(u.features.correction for u in units)):
+            return None
+        embeddings = problem.ctx.embeddings if self.value.needs_embeddings else None
+        links = find_links(units, embeddings, kinds=self.together)
+        if not links:
+            return None
+        block_of = problem.block_of.tolist()
+        linked = sorted({block_of[i] for d, t, _ in links for i in (d, t) if block_of[i] >= 0})
+        index = {b: k for k, b in enumerate(linked)}
+        block_links = [
+            (index[block_of[d]], index[block_of[t]], kind)
+            for d, t, kind in links
+            if block_of[d] >= 0 and block_of[t] >= 0
+        ]
+        merged = merge_blocks([np.array([k]) for k in range(len(linked))], block_links, kinds=self.together)
+        if len(merged) == len(linked):
+            return None
+        in_group = set(linked)
+        groups = [np.array([linked[k] for k in g]) for g in merged]
+        groups += [np.array([b]) for b in range(len(problem.blocks)) if b not in in_group]
+        return sorted(groups, key=lambda g: int(g[0]))
+
+    def _one_copy(
+        self, problem: Problem, chosen: np.ndarray, values: np.ndarray, keep: np.ndarray,
+        reasons: dict[int, str], linked: set[int],
+    ) -> list[int]:
+        """``chosen`` (block indices) with at most one message of each group of near-duplicates; the
+        group's other members get value 0 in ``values`` (in place), so the fill does not add them back."""
+        n = len(problem.units)
+        if self.duplicates is None or n < 2 or not self.value.needs_embeddings:
+            return [int(b) for b in chosen]
+        # The block of each unit that is a block of its own (and not linked to another), else -1.
+        block_of = problem.block_of.copy()
+        if not problem.single_units:
+            several = np.array([len(blk) > 1 for blk in problem.blocks] + [False])  # [-1]: no block
+            block_of[several[block_of]] = -1
+        if linked:
+            block_of[np.isin(block_of, list(linked))] = -1
+        eligible = ~keep & (block_of >= 0)
+        groups = near_duplicate_groups(problem.ctx.similarity, eligible, self.duplicates) if eligible.any() else []
+        if not groups:
+            return [int(b) for b in chosen]
+        is_chosen = np.zeros(len(problem.blocks), dtype=bool)
+        is_chosen[np.asarray(chosen, dtype=np.int64)] = True
+        for members in groups:
+            picked = members[is_chosen[block_of[members]]]
+            among = picked if len(picked) else members
+            best = int(among[np.lexsort((among, values[among]))[-1]])  # the most valuable, then the newest
+            dropped = members[members != best]
+            is_chosen[block_of[dropped]] = False
+            values[dropped] = 0.0
+            twin = f"near-duplicate of {problem.units[best].id}"
+            reasons.update(dict.fromkeys(dropped.tolist(), twin))
+        return np.flatnonzero(is_chosen).tolist()
