@@ -8,7 +8,8 @@ import sqlite3
 import pytest
 
 from rdmem.store import NewUnit, StoreError, open_store
-from rdmem.store.sqlite import SCHEMA_VERSION, SQLiteStore, _fts_table
+from rdmem.store._sqlite_search import fts_table as _fts_table
+from rdmem.store.sqlite import SCHEMA_VERSION, SQLiteStore
 
 
 def unit(i: int, text: str, tier: str = "working") -> NewUnit:

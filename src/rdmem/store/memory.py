@@ -153,7 +153,7 @@ class MemoryStore(BaseStore):
             if s is None:
                 return Changes(0, True, [], {})
             state = copy.deepcopy(s.state)
-            if since < s.reset or since > s.version:
+            if since <= 0 or since < s.reset or since > s.version:
                 return Changes(s.version, True, [_copy(u) for u in s.units.values()], state)
             moved = [_copy(u) for i, u in s.units.items() if s.changed[i] > since]
             return Changes(s.version, False, moved, state)

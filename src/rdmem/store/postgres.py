@@ -324,7 +324,7 @@ class PostgresStore(BaseStore):
                 if row is None or not row[0]:
                     return Changes(0, True, [], {})
                 version, reset, state = int(row[0]), int(row[1]), json.loads(row[2])
-                full = since < reset or since > version
+                full = since <= 0 or since < reset or since > version
                 if since == version and not full:
                     return Changes(version, False, [], state)
                 where = "" if full else " AND changed > %s"

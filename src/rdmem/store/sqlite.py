@@ -8,64 +8,34 @@ processes (read back by their ``changed`` version).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
-import re
 import sqlite3
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Any, TypeVar
 
 import numpy as np
 
 from ..tokens import message_payload
-
 from ._base import BaseStore, Encoded, allocate_ids, damaged_unit, decode_unit, dumps, state_patch
 from ._dense import Dense
-from ._search import query_terms, rank_fusion, rarest_terms
-from ._sqlite_schema import SCHEMA_VERSION, create_or_upgrade, read_version
+from ._sqlite_open import in_transaction, open_file, retry
+from ._sqlite_schema import SCHEMA_VERSION
+from ._sqlite_search import FTS_CREATE, FTS_TOKENIZE, SearchMixin, SessionCache, fts_table
 from ._types import Changes, SessionInfo, StoredUnit, StoreError, Tier, VersionConflict, Written
 
 __all__ = ["SQLiteStore", "SCHEMA_VERSION"]
 
-_HEADER = b"SQLite format 3\x00"
 _SYNCHRONOUS = ("full", "normal")
 _T = TypeVar("_T")
 _COLUMNS = "uid, id, seq, message, tokens, features, embedding, tier"
 #: What a write returns: its outcome, whether units left the session, and how to update the search cache.
-_Outcome = tuple[Written, bool, "Callable[[_SessionCache], object] | None"]
+_Outcome = tuple[Written, bool, "Callable[[SessionCache], object] | None"]
 
 
-def _fts_table(session: str) -> str:
-    """The name of a session's FTS5 table (session names may contain anything; this is plain hex)."""
-    return "fts_" + hashlib.blake2b(session.encode("utf-8"), digest_size=10).hexdigest()
-
-
-_FTS_CREATE = "CREATE VIRTUAL TABLE IF NOT EXISTS {} USING fts5(body, content='', tokenize='{}')"
-_FTS_TOKENIZE = "porter unicode61 remove_diacritics 2"
-_FTS_WORD = re.compile(r"\w+")
-#: Full-text search ranks the index alone (no join) when at most this many units are of the other tier.
-_LEXICAL_OVERFETCH = 2000
-
-
-def _is_busy(exc: sqlite3.OperationalError) -> bool:
-    msg = str(exc).lower()
-    return "locked" in msg or "busy" in msg
-
-
-class _SessionCache:
-    """This connection's search state of one session, valid for one version of it."""
-
-    def __init__(self, version: int) -> None:
-        self.version = version
-        self.dense: Dense | None = None
-        self.matches: dict[str, int] = {}  # full-text matches per word (capped), for _lexical
-
-
-class SQLiteStore(BaseStore):
+class SQLiteStore(SearchMixin, BaseStore):
     """Every unit of every session in one SQLite file.
 
     Parameters
@@ -128,88 +98,11 @@ class SQLiteStore(BaseStore):
         self.timeout = float(timeout)
         self.lexical_rows = lexical_rows
         self.readonly = bool(readonly)
-        self._caches: dict[str, _SessionCache] = {}
+        self._caches: dict[str, SessionCache] = {}
         self._versions: dict[str, tuple[int, int]] = {}  # session -> (version, reset), while data_version holds
-        self._conn: sqlite3.Connection | None = self._open()
+        self._conn: sqlite3.Connection | None = open_file(
+            self.path, where=self.where, timeout=self.timeout, synchronous=synchronous, readonly=self.readonly)
         self._data_version = self._pragma("data_version")
-
-    # -- opening -------------------------------------------------------------
-    def _open(self) -> sqlite3.Connection:
-        p = Path(self.path)
-        if p.is_dir():
-            raise StoreError(f"{self.where}: is a directory, not a database file")
-        if not p.parent.exists():
-            raise StoreError(f"{self.where}: directory {str(p.parent)!r} does not exist")
-        exists = p.exists() and p.stat().st_size > 0
-        if self.readonly and not exists:
-            raise StoreError(f"{self.where}: no such store file")
-        if exists:
-            try:
-                with open(p, "rb") as fh:
-                    header = fh.read(len(_HEADER))
-            except OSError as exc:
-                raise StoreError(f"{self.where}: cannot read ({exc})") from None
-            if header != _HEADER:
-                raise StoreError(f"{self.where}: not an SQLite database (corrupt, or another kind of file); "
-                                 "nothing was changed")
-        conn = self._connect(p)
-        try:
-            # Read-only checks first: a file we must refuse is never written to (not even the WAL switch).
-            version = read_version(conn, self.where)
-            if exists:
-                self._quick_check(conn)
-            if self.readonly:
-                if version is not None and version < SCHEMA_VERSION:
-                    raise StoreError(f"{self.where} has schema version {version}; open it once for writing "
-                                     f"to upgrade it to version {SCHEMA_VERSION}")
-                return conn
-            self._retry(lambda: conn.execute("PRAGMA journal_mode=WAL").fetchone())
-            # WAL + NORMAL: commits survive a killed process; FULL adds an fsync per commit (class docstring).
-            conn.execute(f"PRAGMA synchronous={self.synchronous.upper()}")
-            conn.execute("PRAGMA temp_store=MEMORY")
-            if version != SCHEMA_VERSION:
-                self._retry(lambda: self._in_transaction(conn, lambda c: create_or_upgrade(c, self.where)))
-        except StoreError:
-            conn.close()
-            raise
-        except sqlite3.DatabaseError as exc:
-            conn.close()
-            raise StoreError(f"{self.where}: unreadable ({exc}); nothing was changed") from None
-        return conn
-
-    def _connect(self, p: Path) -> sqlite3.Connection:
-        def connect(uri: str) -> sqlite3.Connection:
-            conn = sqlite3.connect(uri, uri=True, timeout=self.timeout, isolation_level=None, check_same_thread=False)
-            conn.execute(f"PRAGMA busy_timeout={int(self.timeout * 1000)}")
-            return conn
-
-        uri = "file:" + _quote(str(p.resolve() if p.exists() else p))
-        try:
-            if not self.readonly:
-                return connect(uri)
-            conn = connect(uri + "?mode=ro")
-            try:
-                conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
-            except sqlite3.OperationalError:
-                # A WAL file in a directory we cannot write: SQLite cannot create its shared-memory
-                # file. Nobody can write there either, so the file cannot change while we read it.
-                conn.close()
-                if os.access(p.parent, os.W_OK):
-                    raise
-                conn = connect(uri + "?mode=ro&immutable=1")
-            return conn
-        except sqlite3.Error as exc:
-            raise StoreError(f"{self.where}: cannot open ({exc})") from None
-
-    def _quick_check(self, conn: sqlite3.Connection) -> None:
-        """Refuse a damaged file (pages or indexes) before anything is written to it."""
-        try:
-            problems = [r[0] for r in conn.execute("PRAGMA quick_check(5)") if r[0] != "ok"]
-        except sqlite3.DatabaseError as exc:
-            problems = [str(exc)]
-        if problems:
-            raise StoreError(f"{self.where}: the file is damaged ({'; '.join(problems)[:300]}); "
-                             "refusing to use it (nothing was changed). Restore it from a backup")
 
     # -- plumbing --------------------------------------------------------------
     @property
@@ -256,31 +149,6 @@ class SQLiteStore(BaseStore):
     def _pragma(self, name: str) -> int:
         return int(self._db.execute(f"PRAGMA {name}").fetchone()[0])
 
-    def _retry(self, fn: Callable[[], _T]) -> _T:
-        """Run ``fn``, retrying while another connection holds the lock (up to ``timeout`` seconds)."""
-        deadline = time.monotonic() + self.timeout
-        delay = 0.001
-        while True:
-            try:
-                return fn()
-            except sqlite3.OperationalError as exc:
-                if not _is_busy(exc) or time.monotonic() >= deadline:
-                    raise
-            time.sleep(delay)
-            delay = min(delay * 2, 0.05)
-
-    @staticmethod
-    def _in_transaction(conn: sqlite3.Connection, fn: Callable[[sqlite3.Connection], _T]) -> _T:
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            out = fn(conn)
-            conn.execute("COMMIT")
-        except BaseException:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            raise
-        return out
-
     def _write(self, session: str, fn: Callable[[sqlite3.Connection], _T]) -> _T:
         """Run ``fn`` in one ``BEGIN IMMEDIATE`` transaction; committed (and synced) when this returns."""
         if self.readonly:
@@ -288,7 +156,7 @@ class SQLiteStore(BaseStore):
         with self._lock:
             conn = self._db
             try:
-                return self._retry(lambda: self._in_transaction(conn, fn))
+                return retry(lambda: in_transaction(conn, fn), self.timeout)
             except sqlite3.DatabaseError as exc:
                 raise self._error(exc, session, "write failed") from None
 
@@ -321,16 +189,16 @@ class SQLiteStore(BaseStore):
         if row is None:
             conn.execute(
                 "INSERT INTO sessions (session, fts, created, updated, version, reset) VALUES (?, ?, ?, ?, ?, ?)",
-                (session, _fts_table(session), now, now, version, version),
+                (session, fts_table(session), now, now, version, version),
             )
-            conn.execute(_FTS_CREATE.format(_fts_table(session), _FTS_TOKENIZE))
+            conn.execute(FTS_CREATE.format(fts_table(session), FTS_TOKENIZE))
         sets = "".join(f", {c} = ?" for c in columns)
         conn.execute(f"UPDATE sessions SET version = ?, updated = ?{sets} WHERE session = ?",
                      (version, now, *columns.values(), session))
         return prev, version
 
     def _written(self, session: str, prev: int, version: int, reset: bool,
-                 apply: Callable[[_SessionCache], object] | None = None) -> None:
+                 apply: Callable[[SessionCache], object] | None = None) -> None:
         """Keep this connection's caches of ``session`` current after its own write ``prev -> version``."""
         known = self._versions.get(session)
         self._versions[session] = (version, version if reset or known is None else known[1])
@@ -346,7 +214,7 @@ class SQLiteStore(BaseStore):
 
     # -- writes ----------------------------------------------------------------
     def _append(self, session: str, units: list[Encoded]) -> Written:
-        fts = _fts_table(session)
+        fts = fts_table(session)
 
         def write(conn: sqlite3.Connection) -> _Outcome:
             row = self._session_row(conn, session)
@@ -398,7 +266,7 @@ class SQLiteStore(BaseStore):
         return self._write_session(session, write)
 
     def _delete(self, session: str, ids: list[str]) -> Written:
-        fts = _fts_table(session)
+        fts = fts_table(session)
 
         def write(conn: sqlite3.Connection) -> _Outcome:
             marks = ",".join("?" * len(ids))
@@ -432,7 +300,7 @@ class SQLiteStore(BaseStore):
 
     def _delete_session(self, session: str) -> None:
         def write(conn: sqlite3.Connection) -> None:
-            conn.execute(f"DROP TABLE IF EXISTS {_fts_table(session)}")
+            conn.execute(f"DROP TABLE IF EXISTS {fts_table(session)}")
             conn.execute("DELETE FROM units WHERE session = ?", (session,))
             conn.execute("DELETE FROM compactions WHERE session = ?", (session,))
             conn.execute("DELETE FROM sessions WHERE session = ?", (session,))
@@ -471,7 +339,7 @@ class SQLiteStore(BaseStore):
             return []
         cache = self._caches.get(session)
         if cache is None or cache.version != version or cache.dense is None:
-            cache = self._caches[session] = _SessionCache(version)
+            cache = self._caches[session] = SessionCache(version)
             by_uid = sorted(range(len(rows)), key=lambda i: rows[i][0])
             cache.dense = Dense()
             vecs = cache.dense.extend([(rows[i][0], rows[i][1], rows[i][7], rows[i][6]) for i in by_uid])
@@ -510,7 +378,7 @@ class SQLiteStore(BaseStore):
             if row is None:
                 return Changes(0, True, [], {})
             version, reset, state = int(row[0]), int(row[1]), json.loads(row[4])
-            if since < reset or since > version:
+            if since <= 0 or since < reset or since > version:
                 return Changes(version, True, self._load_all(db, session), state)
             if since == version:
                 return Changes(version, False, [], state)
@@ -530,114 +398,6 @@ class SQLiteStore(BaseStore):
             ).fetchall()
         return [SessionInfo(s, n, w, n - w, c, up) for s, n, w, c, up in rows]
 
-    # -- search ------------------------------------------------------------------
-    def _search(
-        self, session: str, query: str, qvec: np.ndarray | None, k: int, tier: Tier | None
-    ) -> list[tuple[str, float]]:
-        with self._reading(session) as db:
-            cache = self._cache(db, session)
-            if cache is None:
-                return []
-            if qvec is not None:
-                self._dense(db, session, cache)  # loaded first: the full-text ranking uses it too
-            lexical = self._lexical(db, session, query, k, tier, cache)
-            rankings, id_of = [[uid for uid, _ in lexical]], dict(lexical)
-            if cache.dense is not None and qvec is not None:
-                hits = cache.dense.search(qvec, k, tier)
-                rankings.append([uid for uid, _ in hits])
-                id_of.update(hits)
-            return [(id_of[uid], score) for uid, score in rank_fusion(rankings)[:k]]
-
-    def _cache(self, db: sqlite3.Connection, session: str) -> _SessionCache | None:
-        """The session's search state, brought up to its current version (``None``: no such session).
-
-        Units written since the cached version (by anyone) are read back by
-        their ``changed`` version and applied to the matrix; only a delete
-        makes it start over.
-        """
-        version, reset = self._current(db, session)
-        if not version:
-            return None
-        cache = self._caches.get(session)
-        if cache is not None and cache.version != version:
-            if cache.dense is not None and reset <= cache.version:
-                rows = db.execute("SELECT uid, id, tier, embedding FROM units WHERE session = ? AND changed > ? "
-                                  "ORDER BY uid", (session, cache.version)).fetchall()
-                dense = cache.dense
-                moved = [r for r in rows if r[1] in dense.row_of]
-                dense.extend([r for r in rows if r[1] not in dense.row_of])
-                for tier in ("working", "archive"):
-                    dense.set_tier([r[1] for r in moved if r[2] == tier], tier)
-                cache.version, cache.matches = version, {}
-            else:
-                cache = None
-        if cache is None:
-            cache = self._caches[session] = _SessionCache(version)
-        return cache
-
-    def _dense(self, db: sqlite3.Connection, session: str, cache: _SessionCache) -> Dense:
-        if cache.dense is None:
-            rows = db.execute("SELECT uid, id, tier, embedding FROM units WHERE session = ? ORDER BY uid",
-                              (session,)).fetchall()
-            cache.dense = Dense()
-            cache.dense.extend(rows)
-        return cache.dense
-
-    def _lexical(
-        self, db: sqlite3.Connection, session: str, query: str, k: int, tier: Tier | None, cache: _SessionCache
-    ) -> list[tuple[int, str]]:
-        """BM25 (FTS5 ``bm25()``) over the session's units, ranking at most ``lexical_rows`` matches.
-
-        Ranking costs a few microseconds per matching row, and a common word
-        ("Caroline" in Caroline's chats) can match a third of 100,000 units.
-        So, like Lucene's common-terms query, the rarest query words are kept
-        while their matches add up to at most ``lexical_rows`` (the rarest is
-        always kept); the words left out carry the least BM25 weight. If even
-        the rarest word is that common, only its most recent ``lexical_rows``
-        matches are ranked. ``cache.matches`` memoises each word's (capped)
-        match count until the session is written to.
-
-        With the session's matrix loaded, ids and tiers come from it instead
-        of a join with ``units`` (half the time): the full-text index alone
-        ranks, over-fetching by the number of units of the other tier when
-        that is small, so the result is the same.
-        """
-        matches, dense = cache.matches, cache.dense
-        fts = _fts_table(session)
-        words = list(dict.fromkeys(w for t in query_terms(query) for w in _FTS_WORD.findall(t)))
-        if not words:
-            return []
-        cap = self.lexical_rows
-        count_sql = f"SELECT count(*) FROM (SELECT rowid FROM {fts} WHERE {fts} MATCH ? LIMIT {cap + 1})"
-        for w in words:
-            if w not in matches:
-                matches[w] = int(db.execute(count_sql, (f'"{w}"',)).fetchone()[0])
-        kept, total = rarest_terms({w: matches[w] for w in words}, cap)
-        if not kept:
-            return []
-        match = " OR ".join(f'"{w}"' for w in kept)
-        since: tuple[int, ...] = ()
-        if total > cap:
-            row = db.execute(
-                f"SELECT rowid FROM {fts} WHERE {fts} MATCH ? ORDER BY rowid DESC LIMIT 1 OFFSET {cap - 1}", (match,)
-            ).fetchone()
-            since = (int(row[0]),) if row else ()
-        others = 0 if dense is None or tier is None else dense.count_not_in(tier)
-        if dense is not None and others <= _LEXICAL_OVERFETCH:
-            sql = f"SELECT rowid FROM {fts} WHERE {fts} MATCH ? " + ("AND rowid >= ? " if since else "")
-            sql += f"ORDER BY bm25({fts}), rowid LIMIT ?"
-            found = dense.identify([int(r[0]) for r in db.execute(sql, (match, *since, k + others))], tier)
-            if found is not None:
-                return found[:k]
-        sql = (
-            f"SELECT u.uid, u.id FROM {fts} JOIN units u ON u.uid = {fts}.rowid WHERE {fts} MATCH ? "
-            + (f"AND {fts}.rowid >= ? " if since else "")
-            + ("AND u.tier = ? " if tier is not None else "")
-            + f"ORDER BY bm25({fts}), u.uid LIMIT ?"
-        )
-        params = (match, *since, *((tier,) if tier is not None else ()), k)
-        return [(int(uid), i) for uid, i in db.execute(sql, params)]
-
     # -- maintenance ---------------------------------------------------------------
     def check(self) -> list[str]:
         """Consistency problems of the file (empty when sound): SQLite's integrity check, and each
@@ -656,10 +416,3 @@ class SQLiteStore(BaseStore):
 
     def __repr__(self) -> str:
         return f"SQLiteStore({self.path!r}, synchronous={self.synchronous!r})"
-
-
-def _quote(path: str) -> str:
-    """A path as the path part of an SQLite ``file:`` URI."""
-    from urllib.parse import quote
-
-    return quote(path, safe="/:")

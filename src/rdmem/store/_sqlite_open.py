@@ -1,0 +1,137 @@
+"""Opening an SQLite store file safely: refuse what must not be touched before anything is written."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TypeVar
+from urllib.parse import quote
+
+from ._sqlite_schema import SCHEMA_VERSION, create_or_upgrade, read_version
+from ._types import StoreError
+
+__all__ = ["open_file", "retry", "in_transaction"]
+
+_HEADER = b"SQLite format 3\x00"
+_T = TypeVar("_T")
+
+
+def _is_busy(exc: sqlite3.OperationalError) -> bool:
+    msg = str(exc).lower()
+    return "locked" in msg or "busy" in msg
+
+
+def retry(fn: Callable[[], _T], timeout: float) -> _T:
+    """Run ``fn``, retrying while another connection holds the lock (up to ``timeout`` seconds)."""
+    deadline = time.monotonic() + timeout
+    delay = 0.001
+    while True:
+        try:
+            return fn()
+        except sqlite3.OperationalError as exc:
+            if not _is_busy(exc) or time.monotonic() >= deadline:
+                raise
+        time.sleep(delay)
+        delay = min(delay * 2, 0.05)
+
+
+def in_transaction(conn: sqlite3.Connection, fn: Callable[[sqlite3.Connection], _T]) -> _T:
+    """``fn(conn)`` in one ``BEGIN IMMEDIATE`` transaction, rolled back if it raises."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        out = fn(conn)
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+    return out
+
+
+def open_file(path: str, *, where: str, timeout: float, synchronous: str, readonly: bool) -> sqlite3.Connection:
+    """A connection to the store file ``path``, its schema created or upgraded (unless ``readonly``).
+
+    Refused with :class:`StoreError`, before anything is written to them: a
+    directory, a missing directory, a file that is not SQLite, a damaged file
+    (``PRAGMA quick_check``), a database that is not an rdmem store, and one
+    written by a newer rdmem.
+    """
+    p = Path(path)
+    if p.is_dir():
+        raise StoreError(f"{where}: is a directory, not a database file")
+    if not p.parent.exists():
+        raise StoreError(f"{where}: directory {str(p.parent)!r} does not exist")
+    exists = p.exists() and p.stat().st_size > 0
+    if readonly and not exists:
+        raise StoreError(f"{where}: no such store file")
+    if exists:
+        try:
+            with open(p, "rb") as fh:
+                header = fh.read(len(_HEADER))
+        except OSError as exc:
+            raise StoreError(f"{where}: cannot read ({exc})") from None
+        if header != _HEADER:
+            raise StoreError(f"{where}: not an SQLite database (corrupt, or another kind of file); nothing was changed")
+    conn = _connect(p, where=where, timeout=timeout, readonly=readonly)
+    try:
+        # Read-only checks first: a file we must refuse is never written to (not even the WAL switch).
+        version = read_version(conn, where)
+        if exists:
+            _quick_check(conn, where)
+        if readonly:
+            if version is not None and version < SCHEMA_VERSION:
+                raise StoreError(f"{where} has schema version {version}; open it once for writing "
+                                 f"to upgrade it to version {SCHEMA_VERSION}")
+            return conn
+        retry(lambda: conn.execute("PRAGMA journal_mode=WAL").fetchone(), timeout)
+        # WAL + NORMAL: commits survive a killed process; FULL adds an fsync per commit (SQLiteStore's docstring).
+        conn.execute(f"PRAGMA synchronous={synchronous.upper()}")
+        conn.execute("PRAGMA temp_store=MEMORY")
+        if version != SCHEMA_VERSION:
+            retry(lambda: in_transaction(conn, lambda c: create_or_upgrade(c, where)), timeout)
+    except StoreError:
+        conn.close()
+        raise
+    except sqlite3.DatabaseError as exc:
+        conn.close()
+        raise StoreError(f"{where}: unreadable ({exc}); nothing was changed") from None
+    return conn
+
+
+def _connect(p: Path, *, where: str, timeout: float, readonly: bool) -> sqlite3.Connection:
+    def connect(uri: str) -> sqlite3.Connection:
+        conn = sqlite3.connect(uri, uri=True, timeout=timeout, isolation_level=None, check_same_thread=False)
+        conn.execute(f"PRAGMA busy_timeout={int(timeout * 1000)}")
+        return conn
+
+    uri = "file:" + quote(str(p.resolve() if p.exists() else p), safe="/:")
+    try:
+        if not readonly:
+            return connect(uri)
+        conn = connect(uri + "?mode=ro")
+        try:
+            conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+        except sqlite3.OperationalError:
+            # A WAL file in a directory we cannot write: SQLite cannot create its shared-memory
+            # file. Nobody can write there either, so the file cannot change while we read it.
+            conn.close()
+            if os.access(p.parent, os.W_OK):
+                raise
+            conn = connect(uri + "?mode=ro&immutable=1")
+        return conn
+    except sqlite3.Error as exc:
+        raise StoreError(f"{where}: cannot open ({exc})") from None
+
+
+def _quick_check(conn: sqlite3.Connection, where: str) -> None:
+    """Refuse a damaged file (pages or indexes) before anything is written to it."""
+    try:
+        problems = [r[0] for r in conn.execute("PRAGMA quick_check(5)") if r[0] != "ok"]
+    except sqlite3.DatabaseError as exc:
+        problems = [str(exc)]
+    if problems:
+        raise StoreError(f"{where}: the file is damaged ({'; '.join(problems)[:300]}); "
+                         "refusing to use it (nothing was changed). Restore it from a backup")

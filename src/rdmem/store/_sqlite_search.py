@@ -1,0 +1,150 @@
+"""The search half of the SQLite store: FTS5 BM25 over each session's index, exact cosine over its matrix."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import sqlite3
+
+import numpy as np
+
+from ._dense import Dense
+from ._search import query_terms, rank_fusion, rarest_terms
+from ._types import Tier
+
+__all__ = ["SessionCache", "SearchMixin", "fts_table", "FTS_CREATE", "FTS_TOKENIZE"]
+
+FTS_CREATE = "CREATE VIRTUAL TABLE IF NOT EXISTS {} USING fts5(body, content='', tokenize='{}')"
+FTS_TOKENIZE = "porter unicode61 remove_diacritics 2"
+_FTS_WORD = re.compile(r"\w+")
+#: Full-text search ranks the index alone (no join) when at most this many units are of the other tier.
+_LEXICAL_OVERFETCH = 2000
+
+
+def fts_table(session: str) -> str:
+    """The name of a session's FTS5 table (session names may contain anything; this is plain hex)."""
+    return "fts_" + hashlib.blake2b(session.encode("utf-8"), digest_size=10).hexdigest()
+
+
+class SessionCache:
+    """This connection's search state of one session, valid for one version of it."""
+
+    def __init__(self, version: int) -> None:
+        self.version = version
+        self.dense: Dense | None = None
+        self.matches: dict[str, int] = {}  # full-text matches per word (capped), for _lexical
+
+
+class SearchMixin:
+    """:meth:`_search` for :class:`~rdmem.store.sqlite.SQLiteStore` (it provides ``_reading``,
+    ``_current``, ``_caches`` and ``lexical_rows``)."""
+
+    _caches: dict[str, SessionCache]
+    lexical_rows: int
+
+    def _search(
+        self, session: str, query: str, qvec: np.ndarray | None, k: int, tier: Tier | None
+    ) -> list[tuple[str, float]]:
+        with self._reading(session) as db:
+            cache = self._cache(db, session)
+            if cache is None:
+                return []
+            if qvec is not None:
+                self._dense(db, session, cache)  # loaded first: the full-text ranking uses it too
+            lexical = self._lexical(db, session, query, k, tier, cache)
+            rankings, id_of = [[uid for uid, _ in lexical]], dict(lexical)
+            if cache.dense is not None and qvec is not None:
+                hits = cache.dense.search(qvec, k, tier)
+                rankings.append([uid for uid, _ in hits])
+                id_of.update(hits)
+            return [(id_of[uid], score) for uid, score in rank_fusion(rankings)[:k]]
+
+    def _cache(self, db: sqlite3.Connection, session: str) -> SessionCache | None:
+        """The session's search state, brought up to its current version (``None``: no such session).
+
+        Units written since the cached version (by anyone) are read back by
+        their ``changed`` version and applied to the matrix; only a delete
+        makes it start over.
+        """
+        version, reset = self._current(db, session)
+        if not version:
+            return None
+        cache = self._caches.get(session)
+        if cache is not None and cache.version != version:
+            if cache.dense is not None and reset <= cache.version:
+                rows = db.execute("SELECT uid, id, tier, embedding FROM units WHERE session = ? AND changed > ? "
+                                  "ORDER BY uid", (session, cache.version)).fetchall()
+                dense = cache.dense
+                moved = [r for r in rows if r[1] in dense.row_of]
+                dense.extend([r for r in rows if r[1] not in dense.row_of])
+                for tier in ("working", "archive"):
+                    dense.set_tier([r[1] for r in moved if r[2] == tier], tier)
+                cache.version, cache.matches = version, {}
+            else:
+                cache = None
+        if cache is None:
+            cache = self._caches[session] = SessionCache(version)
+        return cache
+
+    def _dense(self, db: sqlite3.Connection, session: str, cache: SessionCache) -> Dense:
+        if cache.dense is None:
+            rows = db.execute("SELECT uid, id, tier, embedding FROM units WHERE session = ? ORDER BY uid",
+                              (session,)).fetchall()
+            cache.dense = Dense()
+            cache.dense.extend(rows)
+        return cache.dense
+
+    def _lexical(
+        self, db: sqlite3.Connection, session: str, query: str, k: int, tier: Tier | None, cache: SessionCache
+    ) -> list[tuple[int, str]]:
+        """BM25 (FTS5 ``bm25()``) over the session's units, ranking at most ``lexical_rows`` matches.
+
+        Ranking costs a few microseconds per matching row, and a common word
+        ("Caroline" in Caroline's chats) can match a third of 100,000 units.
+        So, like Lucene's common-terms query, the rarest query words are kept
+        while their matches add up to at most ``lexical_rows`` (the rarest is
+        always kept); the words left out carry the least BM25 weight. If even
+        the rarest word is that common, only its most recent ``lexical_rows``
+        matches are ranked. ``cache.matches`` memoises each word's (capped)
+        match count until the session is written to.
+
+        With the session's matrix loaded, ids and tiers come from it instead
+        of a join with ``units`` (half the time): the full-text index alone
+        ranks, over-fetching by the number of units of the other tier when
+        that is small, so the result is the same.
+        """
+        matches, dense = cache.matches, cache.dense
+        fts = fts_table(session)
+        words = list(dict.fromkeys(w for t in query_terms(query) for w in _FTS_WORD.findall(t)))
+        if not words:
+            return []
+        cap = self.lexical_rows
+        count_sql = f"SELECT count(*) FROM (SELECT rowid FROM {fts} WHERE {fts} MATCH ? LIMIT {cap + 1})"
+        for w in words:
+            if w not in matches:
+                matches[w] = int(db.execute(count_sql, (f'"{w}"',)).fetchone()[0])
+        kept, total = rarest_terms({w: matches[w] for w in words}, cap)
+        if not kept:
+            return []
+        match = " OR ".join(f'"{w}"' for w in kept)
+        since: tuple[int, ...] = ()
+        if total > cap:
+            row = db.execute(
+                f"SELECT rowid FROM {fts} WHERE {fts} MATCH ? ORDER BY rowid DESC LIMIT 1 OFFSET {cap - 1}", (match,)
+            ).fetchone()
+            since = (int(row[0]),) if row else ()
+        others = 0 if dense is None or tier is None else dense.count_not_in(tier)
+        if dense is not None and others <= _LEXICAL_OVERFETCH:
+            sql = f"SELECT rowid FROM {fts} WHERE {fts} MATCH ? " + ("AND rowid >= ? " if since else "")
+            sql += f"ORDER BY bm25({fts}), rowid LIMIT ?"
+            found = dense.identify([int(r[0]) for r in db.execute(sql, (match, *since, k + others))], tier)
+            if found is not None:
+                return found[:k]
+        sql = (
+            f"SELECT u.uid, u.id FROM {fts} JOIN units u ON u.uid = {fts}.rowid WHERE {fts} MATCH ? "
+            + (f"AND {fts}.rowid >= ? " if since else "")
+            + ("AND u.tier = ? " if tier is not None else "")
+            + f"ORDER BY bm25({fts}), u.uid LIMIT ?"
+        )
+        params = (match, *since, *((tier,) if tier is not None else ()), k)
+        return [(int(uid), i) for uid, i in db.execute(sql, params)]
