@@ -158,7 +158,6 @@ def bulk_units(pool: Sequence[str], vectors: np.ndarray, working_texts: Sequence
     from rdmem.features import extract_features
     from rdmem._session import stored_features
     from rdmem.store import NewUnit
-    from rdmem.policies import RDPolicy
     from rdmem.tokens import get_tokenizer
 
     tok = get_tokenizer("cl100k_base")

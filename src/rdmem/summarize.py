@@ -9,7 +9,6 @@ the span as it was, so error text never becomes a summary.
 from __future__ import annotations
 
 import heapq
-import json
 import math
 import os
 import re

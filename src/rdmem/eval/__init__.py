@@ -14,8 +14,8 @@ from typing import Any
 _EXPORTS = {
     "Conversation": "..datasets", "Probe": "..datasets", "DatasetError": "..datasets", "load_locomo": "..datasets",
     "load_jsonl": "..datasets", "parse_jsonl": "..datasets", "LLMConfig": "llm", "LLMError": "llm",
-    "to_csv": "report", "to_markdown": "report", "write_outputs": "report", "EvalConfig": "runner",
-    "EvalResult": "runner", "Row": "runner", "cached_embedder": "runner", "default_cache_dir": "runner",
+    "to_csv": "report", "to_markdown": "report", "write_outputs": "report", "EvalConfig": "config",
+    "EvalResult": "config", "Row": "config", "cached_embedder": "config", "default_cache_dir": "config",
     "run_eval": "runner",
 }
 

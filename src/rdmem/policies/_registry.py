@@ -72,6 +72,7 @@ def register_policy(name: str, factory: Callable[[], Policy]) -> None:
     >>> register_policy("rd-strict", lambda: RDPolicy(name="rd-strict", duplicates=0.99))
     >>> get_policy("rd-strict").duplicates
     0.99
+    >>> del POLICIES["rd-strict"]  # gone again (get_policy looks it up in POLICIES first)
     """
     if not isinstance(name, str) or not name:
         raise ValueError(f"policy name must be a non-empty string, got {name!r}")
