@@ -8,6 +8,8 @@ from typing import Any
 
 from ._common import CLIError
 
+__all__ = ["register"]
+
 
 def _cmd_train(args: argparse.Namespace) -> int:
     from ..embed import CachedEmbedder, MiniLMEmbedder

@@ -7,6 +7,8 @@ import numpy as np
 from ..features import content_words, stem
 from ._base import ScoringContext
 
+__all__ = ["Lexical"]
+
 
 @dataclass(frozen=True)
 class Lexical:

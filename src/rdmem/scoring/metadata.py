@@ -6,6 +6,8 @@ import numpy as np
 
 from ._base import ScoringContext
 
+__all__ = ["Metadata"]
+
 
 @dataclass(frozen=True)
 class Metadata:

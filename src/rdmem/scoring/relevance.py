@@ -6,6 +6,8 @@ import numpy as np
 
 from ._base import ScoringContext
 
+__all__ = ["Relevance"]
+
 
 @dataclass(frozen=True)
 class Relevance:

@@ -13,6 +13,8 @@ from .relevance import Relevance
 from .uniqueness import Uniqueness
 from .weighted import Weighted
 
+__all__ = ["SeedMetadata", "seed_scorer"]
+
 _SEED_ENTITY = re.compile(r"\b[A-Z][a-z]+\b")
 _SEED_FACT = re.compile(r"\d")
 

@@ -8,6 +8,8 @@ import numpy as np
 
 from ._base import ScoringContext
 
+__all__ = ["LearnedValue"]
+
 
 @dataclass(frozen=True)
 class LearnedValue:

@@ -7,6 +7,8 @@ import numpy as np
 
 from ._base import Scorer, ScoringContext
 
+__all__ = ["Weighted"]
+
 
 def _minmax(x: np.ndarray) -> np.ndarray:
     if x.size == 0:

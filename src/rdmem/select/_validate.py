@@ -2,6 +2,8 @@ from __future__ import annotations
 
 import numpy as np
 
+__all__ = ["check_arrays"]
+
 
 def check_arrays(values: object, costs: object, budget: object) -> tuple[np.ndarray, np.ndarray]:
     """Validate selector inputs: float values, int costs >= 0 of the same length, an int budget >= 0."""

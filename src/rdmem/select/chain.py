@@ -6,6 +6,8 @@ import numpy as np
 
 from ._validate import check_arrays
 
+__all__ = ["gap_knapsack", "marker_aware", "group_totals"]
+
 
 def gap_knapsack(
     values: np.ndarray,

@@ -6,6 +6,8 @@ import numpy as np
 
 from ._validate import check_arrays
 
+__all__ = ["greedy", "by_value", "topk", "suffix"]
+
 
 def greedy(values: np.ndarray, costs: np.ndarray, budget: int) -> np.ndarray:
     """Greedy by value per token, then the better of that and the best single item.

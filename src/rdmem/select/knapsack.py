@@ -6,6 +6,8 @@ import numpy as np
 
 from ._validate import check_arrays
 
+__all__ = ["knapsack"]
+
 
 def knapsack(values: np.ndarray, costs: np.ndarray, budget: int) -> np.ndarray:
     """Indices (ascending) of the subset with the largest total value whose cost fits ``budget``.

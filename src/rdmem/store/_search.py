@@ -11,6 +11,8 @@ import numpy as np
 
 from ..features import content_words
 
+__all__ = ["lexical_rank", "rank_fusion", "query_terms", "rarest_terms", "top_k"]
+
 
 @lru_cache(maxsize=1 << 16)
 def _doc_stats(text: str) -> tuple[int, dict[str, tuple[int, int]]]:
