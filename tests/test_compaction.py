@@ -8,6 +8,8 @@ import warnings
 import numpy as np
 import pytest
 
+from ._checks import HashingEmbedder as _HashEmbedder
+
 from rdmem import Compaction, UnitDecision, compact
 
 
@@ -102,8 +104,33 @@ def test_policies_without_embeddings_never_load_a_model(agent_history):
     from rdmem.policies import get_policy
 
     assert not get_policy("window").needs_embeddings
-    compact(agent_history, budget=100, policy="window", embedder=None)
-    assert compact(agent_history, budget=100, policy="window").kept_ids  # no model was needed
+    # The exploding embedder is handed in: the test fails if the window policy ever embeds.
+    assert compact(agent_history, budget=100, policy="window", embedder=Boom()).kept_ids
+
+
+def test_a_history_that_fits_is_sent_without_asking_the_policy(agent_history, cl100k):
+    """Everything fits: no planning (rd would embed, build the similarity matrix and run its value model)."""
+    from dataclasses import dataclass
+
+    from rdmem.policies import RDPolicy
+
+    calls = []
+
+    class Boom:
+        def embed(self, texts):
+            raise AssertionError("nothing needs a vector when everything fits")
+
+    @dataclass(frozen=True)
+    class Counting(RDPolicy):
+        def plan(self, problem):
+            calls.append(len(problem.units))
+            return super().plan(problem)
+
+    result = compact(agent_history, budget=10_000, policy=Counting(), embedder=Boom())
+    assert calls == [] and result.kept_ids == [m["id"] for m in agent_history]
+    assert cl100k.messages_tokens(result.messages) == result.tokens
+    tight = compact(agent_history, budget=150, policy=Counting(), embedder=_HashEmbedder())
+    assert calls == [len(agent_history) - 1] and tight.tokens <= 150  # planned once when it does not fit
 
 
 def test_policy_object_is_accepted(agent_history):

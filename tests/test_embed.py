@@ -39,6 +39,7 @@ def test_uniqueness_is_not_zero_for_everything(agent_history, minilm, cl100k):
     assert u[1] == pytest.approx(0.0, abs=1e-4) and u[-1] == pytest.approx(0.0, abs=1e-4)  # exact duplicates
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("policy", ["seed", "rd"])
 def test_embedding_policies_with_the_real_default_model(policy, agent_history, cl100k):
     result = compact(agent_history, budget=150, policy=policy, query="hotel and allergy")  # embedder=None: MiniLM
@@ -101,6 +102,7 @@ def test_numpy_minilm_gives_the_sentence_transformers_vectors(locomo_path):
     assert float((ours * theirs).sum(axis=1).min()) > 0.99999
 
 
+@pytest.mark.slow  # loads the (numpy) model in a subprocess
 def test_default_embedder_starts_without_torch():
     """A fresh process gets the default model's vectors without importing torch (the CLI's start-up)."""
     import subprocess

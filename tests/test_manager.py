@@ -105,8 +105,8 @@ def test_tool_groups_stay_together(cl100k, hashing_embedder):
         assert cl100k.messages_tokens(out) <= 200
 
 
-def test_an_oversized_message_is_cut_not_lost(cl100k):
-    mem = MemoryManager(budget=100, policy="rd")
+def test_an_oversized_message_is_cut_not_lost(cl100k, hashing_embedder):
+    mem = MemoryManager(budget=100, policy="rd", embedder=hashing_embedder)
     mem.add(role="user", content="Please read this. " + "The report says revenue grew. " * 80, id="big")
     out = mem.messages()
     assert len(out) == 1 and TRUNCATED in out[0]["content"]
@@ -115,9 +115,9 @@ def test_an_oversized_message_is_cut_not_lost(cl100k):
     assert mem.working_ids() == ["big", "ok"]  # the reply after it stays: the turn in progress
 
 
-def test_the_newest_user_message_is_never_dropped_silently():
+def test_the_newest_user_message_is_never_dropped_silently(hashing_embedder):
     """Ten short turns and a last question far larger than the budget: it is cut and sent, with a warning."""
-    mem = MemoryManager(budget=2000, policy="rd")
+    mem = MemoryManager(budget=2000, policy="rd", embedder=hashing_embedder)
     for i in range(10):
         mem.add(role="user" if i % 2 == 0 else "assistant", content=f"short turn {i}")
     mem.add(role="user", content="Summarise: " + "The quick brown fox jumps over the lazy dog. " * 360, id="q")

@@ -6,10 +6,7 @@ import json
 import os
 import subprocess
 import sys
-import threading
-import time
 import warnings
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
@@ -17,54 +14,28 @@ from rdmem import compact
 from rdmem.summarize import ExtractiveSummarizer, LLMSummarizer, SummarizerError, split_sentences
 from rdmem.units import encode_units
 
+from ._fake_openai import Reply, completion
+
 ERROR_TEXT = "Traceback: upstream model exploded"
 
 
-class _Handler(BaseHTTPRequestHandler):
-    mode = "ok"
-    requests: list[dict] = []
-
-    def log_message(self, *args):  # keep test output quiet
-        pass
-
-    def do_POST(self):
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        type(self).requests.append({"path": self.path, "auth": self.headers.get("Authorization"), "body": body})
-        mode = type(self).mode
-        if mode == "timeout":
-            time.sleep(1.5)  # the client gave up after 0.5 s; answer nothing
-            return
-        if mode == "500":
-            self._send(500, ERROR_TEXT.encode())
-        elif mode == "garbage":
-            self._send(200, b"<html>" + ERROR_TEXT.encode() + b"</html>")
-        elif mode == "no_choices":
-            self._send(200, json.dumps({"error": {"message": ERROR_TEXT}}).encode())
-        elif mode == "empty":
-            self._send(200, json.dumps({"choices": [{"message": {"content": "  "}}]}).encode())
-        else:
-            reply = "The user is allergic to peanuts and booked Baixa Suites in Lisbon for 16-18 May."
-            self._send(200, json.dumps({"choices": [{"message": {"role": "assistant", "content": reply}}]}).encode())
-
-    def _send(self, code, payload):
-        self.send_response(code)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(payload)))
-        self.end_headers()
-        try:
-            self.wfile.write(payload)
-        except (BrokenPipeError, ConnectionResetError):
-            pass
+def _summarizer_reply(mode: str):
+    reply = "The user is allergic to peanuts and booked Baixa Suites in Lisbon for 16-18 May."
+    return {
+        "ok": Reply(body=completion(reply)),
+        "timeout": Reply(delay=1.5, body=completion(reply)),  # the client gave up after 0.5 s
+        "500": Reply(500, ERROR_TEXT.encode()),
+        "garbage": Reply(200, b"<html>" + ERROR_TEXT.encode() + b"</html>"),
+        "no_choices": Reply(200, {"error": {"message": ERROR_TEXT}}),
+        "empty": Reply(200, {"choices": [{"message": {"content": "  "}}]}),
+    }[mode]
 
 
-@pytest.fixture(scope="module")
-def llm_server():
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/v1"
-    server.shutdown()
-    server.server_close()
+@pytest.fixture
+def llm_server(fake_openai):
+    fake_openai.respond = lambda req: _summarizer_reply(fake_openai.mode)
+    fake_openai.mode = "ok"
+    return fake_openai
 
 
 @pytest.fixture
@@ -101,13 +72,12 @@ def test_summary_buffer_puts_the_summary_after_the_system_prompt(long_history, c
 
 
 def test_llm_summarizer_success(llm_server, long_history, cl100k):
-    _Handler.mode, _Handler.requests = "ok", []
-    summarizer = LLMSummarizer(base_url=llm_server, model="tiny", api_key="sk-test", timeout=5)
+    summarizer = LLMSummarizer(base_url=llm_server.url, model="tiny", api_key="sk-test", timeout=5)
     result = compact(long_history, budget=200, policy="summary_buffer", summarizer=summarizer)
     assert "allergic to peanuts" in result.summary
     assert any("allergic to peanuts" in (m["content"] or "") for m in result.messages)
     assert not result.warnings
-    req = _Handler.requests[-1]
+    req = llm_server.requests[-1]
     assert req["path"] == "/v1/chat/completions" and req["auth"] == "Bearer sk-test"
     assert req["body"]["model"] == "tiny" and req["body"]["max_tokens"] > 0
     assert "Small talk number 0" in req["body"]["messages"][1]["content"]
@@ -115,14 +85,13 @@ def test_llm_summarizer_success(llm_server, long_history, cl100k):
 
 
 def test_llm_summarizer_reads_the_environment(llm_server, monkeypatch, agent_history, cl100k):
-    _Handler.mode = "ok"
-    monkeypatch.setenv("RDMEM_LLM_BASE_URL", llm_server)
+    monkeypatch.setenv("RDMEM_LLM_BASE_URL", llm_server.url)
     monkeypatch.setenv("RDMEM_LLM_MODEL", "env-model")
     monkeypatch.setenv("OPENAI_API_KEY", "sk-env")
     text = LLMSummarizer(timeout=5).summarize(encode_units(agent_history, cl100k), 50, cl100k)
     assert "peanuts" in text and cl100k.count(text) <= 50
-    assert _Handler.requests[-1]["body"]["model"] == "env-model"
-    assert _Handler.requests[-1]["auth"] == "Bearer sk-env"
+    assert llm_server.requests[-1]["body"]["model"] == "env-model"
+    assert llm_server.requests[-1]["auth"] == "Bearer sk-env"
 
 
 @pytest.mark.parametrize(
@@ -131,8 +100,8 @@ def test_llm_summarizer_reads_the_environment(llm_server, monkeypatch, agent_his
      ("no_choices", "no choices"), ("empty", "empty")],
 )
 def test_llm_failure_keeps_the_span_archived_and_reports_it(llm_server, long_history, cl100k, mode, reason):
-    _Handler.mode = mode
-    summarizer = LLMSummarizer(base_url=llm_server, model="tiny", timeout=0.5)
+    llm_server.mode = mode
+    summarizer = LLMSummarizer(base_url=llm_server.url, model="tiny", timeout=0.5)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         result = compact(long_history, budget=200, policy="summary_buffer", summarizer=summarizer)

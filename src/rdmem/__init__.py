@@ -9,7 +9,7 @@ modules behind these names are implementation (see ARCHITECTURE.md).
 [{'role': 'user', 'content': 'hi'}]
 """
 
-from .compaction import compact
+from ._api import compact
 from .contract import Composed, LearnsOnline, Plan, Policy, Problem, scores_of
 from .embed import CachedEmbedder, Embedder, MiniLMEmbedder, SentenceTransformerEmbedder, get_embedder
 from .history import is_valid_history, validate_history

@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-import json
-import threading
-import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
 import pytest
 
+from .._fake_openai import Reply, completion
 
-class _Handler(BaseHTTPRequestHandler):
-    """Answers ``POST /chat/completions`` like an OpenAI-compatible server; the prompt picks the behaviour.
+
+def _eval_reply(req: dict) -> Reply:
+    """Answers like an OpenAI-compatible server; the prompt picks the behaviour.
 
     A prompt containing ``SLOW`` sleeps past the client's timeout, ``FAIL500``
     answers HTTP 500, ``GARBAGE`` returns a body that is not JSON, ``NOCHOICES``
@@ -19,62 +16,52 @@ class _Handler(BaseHTTPRequestHandler):
     a label. Otherwise answers are ``gold:<text>`` echoes the test controls, and
     the judge says CORRECT when the generated answer contains the gold one.
     """
-
-    def log_message(self, *args: object) -> None:  # keep test output quiet
-        pass
-
-    def _reply(self, code: int, body: bytes, ctype: str = "application/json") -> None:
-        self.send_response(code)
-        self.send_header("Content-Type", ctype)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def do_POST(self) -> None:  # noqa: N802 - http.server's naming
-        length = int(self.headers.get("Content-Length", 0))
-        request = json.loads(self.rfile.read(length))
-        self.server.requests.append({"path": self.path, "auth": self.headers.get("Authorization"), **request})
-        prompt = request["messages"][-1]["content"]
-        if self.path != "/v1/chat/completions":
-            return self._reply(404, b'{"error": "not found"}')
-        if "SLOW" in prompt:
-            time.sleep(1.5)
-        if "FAIL500" in prompt:
-            return self._reply(500, b'{"error": "boom"}')
-        if "GARBAGE" in prompt:
-            return self._reply(200, b"<html>not json</html>", "text/html")
-        if "NOCHOICES" in prompt:
-            return self._reply(200, json.dumps({"id": "x", "object": "chat.completion"}).encode())
-        if prompt.startswith("Label a generated answer"):
-            gold = prompt.split("Gold answer: ", 1)[1].split("\n", 1)[0].strip().lower()
-            generated = prompt.split("Generated answer: ", 1)[1].split("\n", 1)[0].strip().lower()
-            if "NOLABEL" in prompt:
-                text = "I am not sure what to say."
-            else:
-                label = "CORRECT" if gold and gold in generated else "WRONG"
-                text = f'The answer matches the topic. {{"label": "{label}"}}'
+    request = req["body"]
+    prompt = request["messages"][-1]["content"]
+    if req["path"] != "/v1/chat/completions":
+        return Reply(404, {"error": "not found"})
+    delay = 1.5 if "SLOW" in prompt else 0.0
+    if "FAIL500" in prompt:
+        return Reply(500, {"error": "boom"}, delay=delay)
+    if "GARBAGE" in prompt:
+        return Reply(200, b"<html>not json</html>", "text/html", delay=delay)
+    if "NOCHOICES" in prompt:
+        return Reply(200, {"id": "x", "object": "chat.completion"}, delay=delay)
+    if prompt.startswith("Label a generated answer"):
+        gold = prompt.split("Gold answer: ", 1)[1].split("\n", 1)[0].strip().lower()
+        generated = prompt.split("Generated answer: ", 1)[1].split("\n", 1)[0].strip().lower()
+        if "NOLABEL" in prompt:
+            text = "I am not sure what to say."
         else:
-            question = prompt.split("Question: ", 1)[1].split("\n", 1)[0]
-            # The test's questions carry the answer to give after "->".
-            text = question.split("->", 1)[1].strip() if "->" in question else "No information available"
-        body = {"id": "cmpl-1", "object": "chat.completion",
-                "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}]}
-        self._reply(200, json.dumps(body).encode())
+            label = "CORRECT" if gold and gold in generated else "WRONG"
+            text = f'The answer matches the topic. {{"label": "{label}"}}'
+    else:
+        question = prompt.split("Question: ", 1)[1].split("\n", 1)[0]
+        # The test's questions carry the answer to give after "->".
+        text = question.split("->", 1)[1].strip() if "->" in question else "No information available"
+    return Reply(body=completion(text), delay=delay)
 
 
-@pytest.fixture(scope="session")
-def llm_server():
-    """Base URL (``http://127.0.0.1:PORT/v1``) of a local OpenAI-compatible server, and its request log."""
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
-    server.daemon_threads = True
-    server.requests = []  # type: ignore[attr-defined]
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_port}/v1", server.requests  # type: ignore[attr-defined]
-    finally:
-        server.shutdown()
-        server.server_close()
+class _Flat(list):
+    """The recorded requests, each with its JSON body's fields at the top (as these tests read them)."""
+
+    def __init__(self, requests: list) -> None:
+        super().__init__()
+        self._requests = requests
+
+    def __getitem__(self, i):  # type: ignore[override]
+        req = self._requests[i]
+        return {"path": req["path"], "auth": req["auth"], **req["body"]}
+
+    def __len__(self) -> int:
+        return len(self._requests)
+
+
+@pytest.fixture
+def llm_server(fake_openai):
+    """Base URL (``http://127.0.0.1:PORT/v1``) of the fake OpenAI-compatible server, and its request log."""
+    fake_openai.respond = _eval_reply
+    return fake_openai.url, _Flat(fake_openai.requests)
 
 
 SMALL_CONVERSATIONS = [

@@ -115,6 +115,7 @@ def test_jsonl_proxies_with_minilm(minilm):
     assert result.row("query", "rd", 400).n_questions == 2
 
 
+@pytest.mark.slow
 def test_cli_end_to_end(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("RDMEM_CACHE_DIR", str(tmp_path / "cache"))
     path = tmp_path / "logs.jsonl"

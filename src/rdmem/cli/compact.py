@@ -43,7 +43,7 @@ def _embed_with_progress(messages: list[dict[str, Any]], policy: str) -> Any:
 
 
 def _compact(args: argparse.Namespace) -> Any:
-    from ..compaction import compact
+    from .._api import compact
 
     messages = read_messages(args.file)
     emb = _embed_with_progress(messages, args.policy)

@@ -7,6 +7,8 @@ import pytest
 from rdmem import compact
 from rdmem.policies import RDPolicy, get_policy
 
+pytestmark = pytest.mark.slow  # rd with the real MiniLM: its values depend on the model
+
 CHAT = [
     "haha yes totally, that sounds great!",
     "Wow, nice! Thanks so much!",

@@ -7,6 +7,8 @@ import pytest
 
 from rdmem import MemoryManager
 
+pytestmark = pytest.mark.slow  # the shipped value model on the real MiniLM vectors
+
 
 def _history(seed: int) -> tuple[list[dict], set[str]]:
     """Long chatty messages, and short ones carrying numbers that a future task needs."""

@@ -11,7 +11,7 @@ import rdmem
 from rdmem import compact
 from rdmem.policies import LadderPolicy, get_policy
 
-from ._checks import TRUNCATED, check_compaction, clean, history_problems
+from .._checks import TRUNCATED, check_compaction, clean, history_problems
 
 POLICY_NAMES = sorted(rdmem.POLICIES)
 BUDGETS = [40, 90, 160, 300, 100_000]
@@ -23,6 +23,13 @@ def run(messages, budget, policy, embedder, **kw):
         return compact(messages, budget=budget, policy=policy, embedder=embedder, **kw)
 
 
+@pytest.fixture
+def embedder(hashing_embedder):
+    """A fast deterministic embedder: the matrix runs in the quick suite, needing no model (the real MiniLM
+    has its own smoke test below)."""
+    return hashing_embedder
+
+
 def test_registry_is_not_empty():
     assert {"window", "summary_buffer", "importance", "seed", "rd"} <= set(POLICY_NAMES)
 
@@ -30,62 +37,62 @@ def test_registry_is_not_empty():
 @pytest.mark.parametrize("policy", POLICY_NAMES)
 @pytest.mark.parametrize("budget", BUDGETS)
 @pytest.mark.parametrize("query", [None, "Which hotel did we pick and what about the peanut allergy?"])
-def test_invariants(policy, budget, query, agent_history, minilm, cl100k):
+def test_invariants(policy, budget, query, agent_history, embedder, cl100k):
     before = copy.deepcopy(agent_history)
-    result = run(agent_history, budget, policy, minilm, query=query)
+    result = run(agent_history, budget, policy, embedder, query=query)
     assert agent_history == before, "compact() mutated its input"
     check_compaction(result, agent_history, budget, cl100k)
     assert result.policy == policy and result.budget == budget
 
 
 @pytest.mark.parametrize("policy", POLICY_NAMES)
-def test_everything_fits_means_everything_verbatim(policy, agent_history, minilm, cl100k):
-    result = run(agent_history, 100_000, policy, minilm)
+def test_everything_fits_means_everything_verbatim(policy, agent_history, embedder, cl100k):
+    result = run(agent_history, 100_000, policy, embedder)
     assert result.messages == [clean(m) for m in agent_history]
     assert result.kept_ids == [m["id"] for m in agent_history]
     assert result.tokens == cl100k.messages_tokens(result.messages)
 
 
 @pytest.mark.parametrize("policy", POLICY_NAMES)
-def test_deterministic(policy, agent_history, minilm):
-    a = run(agent_history, 120, policy, minilm, query="weather in Lisbon")
-    b = run(copy.deepcopy(agent_history), 120, policy, minilm, query="weather in Lisbon")
+def test_deterministic(policy, agent_history, embedder):
+    a = run(agent_history, 120, policy, embedder, query="weather in Lisbon")
+    b = run(copy.deepcopy(agent_history), 120, policy, embedder, query="weather in Lisbon")
     assert a.to_dict() == b.to_dict()
 
 
 @pytest.mark.parametrize("policy", POLICY_NAMES)
-def test_empty_input(policy, minilm):
-    result = run([], 100, policy, minilm)
+def test_empty_input(policy, embedder):
+    result = run([], 100, policy, embedder)
     assert (result.messages, result.tokens, result.kept_ids, result.report) == ([], 0, [], [])
 
 
 @pytest.mark.parametrize("policy", POLICY_NAMES)
-def test_system_prompt_pinned_and_first(policy, agent_history, minilm, cl100k):
+def test_system_prompt_pinned_and_first(policy, agent_history, embedder, cl100k):
     system = clean(agent_history[0])
     budget = cl100k.message_tokens(system) + 30
-    result = run(agent_history, budget, policy, minilm)
+    result = run(agent_history, budget, policy, embedder)
     assert result.messages[0] == system
     assert "sys" in result.kept_ids
     check_compaction(result, agent_history, budget, cl100k)
 
 
 @pytest.mark.parametrize("policy", POLICY_NAMES)
-def test_system_message_in_the_middle_moves_first(policy, agent_history, minilm, cl100k):
+def test_system_message_in_the_middle_moves_first(policy, agent_history, embedder, cl100k):
     history = agent_history + [{"id": "sys2", "role": "system", "content": "The user prefers French."}]
-    result = run(history, 120, policy, minilm)
+    result = run(history, 120, policy, embedder)
     assert result.messages[:2] == [clean(history[0]), clean(history[-1])]
     assert {"sys", "sys2"} <= set(result.kept_ids)
     check_compaction(result, history, 120, cl100k)
 
 
 @pytest.mark.parametrize("policy", POLICY_NAMES)
-def test_the_newest_user_message_is_cut_with_a_marker_when_it_alone_overflows(policy, minilm, cl100k):
+def test_the_newest_user_message_is_cut_with_a_marker_when_it_alone_overflows(policy, embedder, cl100k):
     text = "Summarise: " + " ".join(f"word{i} about the harbour" for i in range(400))
     history = [{"id": f"t{i}", "role": "user" if i % 2 == 0 else "assistant", "content": f"short turn {i}"}
                for i in range(10)] + [{"id": "big", "role": "user", "content": text}]
     budget = 200
     with pytest.warns(RuntimeWarning, match="the newest user message 'big' .* was cut to .* tokens, and older"):
-        result = compact(history, budget=budget, policy=policy, embedder=minilm)
+        result = compact(history, budget=budget, policy=policy, embedder=embedder)
     check_compaction(result, history, budget, cl100k)
     assert result.messages[-1]["content"].startswith(text[:40]) and TRUNCATED in result.messages[-1]["content"]
     assert result.messages[0] == {"role": "user", "content": "[10 messages omitted]"}
@@ -95,12 +102,12 @@ def test_the_newest_user_message_is_cut_with_a_marker_when_it_alone_overflows(po
 
 
 @pytest.mark.parametrize("policy", POLICY_NAMES)
-def test_single_oversized_message_is_cut_with_a_marker(policy, minilm, cl100k):
+def test_single_oversized_message_is_cut_with_a_marker(policy, embedder, cl100k):
     text = " ".join(f"word{i} about the harbour" for i in range(400))
     history = [{"id": "big", "role": "assistant", "content": text}]
     budget = 60
     assert cl100k.messages_tokens(history) > budget
-    result = run(history, budget, policy, minilm)
+    result = run(history, budget, policy, embedder)
     check_compaction(result, history, budget, cl100k)
     assert len(result.messages) == 1
     content = result.messages[0]["content"]
@@ -115,7 +122,7 @@ def test_single_oversized_message_is_cut_with_a_marker(policy, minilm, cl100k):
 
 
 @pytest.mark.parametrize("policy", POLICY_NAMES)
-def test_budget_smaller_than_any_message(policy, minilm, cl100k):
+def test_budget_smaller_than_any_message(policy, embedder, cl100k):
     para = " ".join(["The committee discussed the quarterly budget for the new harbour bridge."] * 12)
     history = [
         {"id": "s", "role": "system", "content": "You are terse. " + para},
@@ -125,7 +132,7 @@ def test_budget_smaller_than_any_message(policy, minilm, cl100k):
     ]
     smallest = min(cl100k.message_tokens(clean(m)) for m in history)
     for budget in (1, 5, 25, 60, smallest - 1):
-        result = run(history, budget, policy, minilm)
+        result = run(history, budget, policy, embedder)
         check_compaction(result, history, budget, cl100k)
         if budget >= 60:
             # Something is sent, and whatever was cut says so.
@@ -136,7 +143,7 @@ def test_budget_smaller_than_any_message(policy, minilm, cl100k):
 
 
 @pytest.mark.parametrize("policy", POLICY_NAMES)
-def test_oversized_tool_group_never_half_sent(policy, minilm, cl100k):
+def test_oversized_tool_group_never_half_sent(policy, embedder, cl100k):
     big = "row " * 500
     history = [
         {"id": "u", "role": "user", "content": "Fetch the table."},
@@ -146,12 +153,12 @@ def test_oversized_tool_group_never_half_sent(policy, minilm, cl100k):
         {"id": "a2", "role": "assistant", "content": "Here it is."},
     ]
     for budget in (30, 80, 200):
-        result = run(history, budget, policy, minilm)
+        result = run(history, budget, policy, embedder)
         check_compaction(result, history, budget, cl100k)
 
 
 @pytest.mark.parametrize("policy", POLICY_NAMES)
-def test_orphan_tool_messages_never_emitted(policy, minilm, cl100k):
+def test_orphan_tool_messages_never_emitted(policy, embedder, cl100k):
     history = [
         {"id": "t0", "role": "tool", "tool_call_id": "gone", "content": "result of a call that left earlier"},
         {"id": "u", "role": "user", "content": "And now?"},
@@ -161,7 +168,7 @@ def test_orphan_tool_messages_never_emitted(policy, minilm, cl100k):
         {"id": "t1", "role": "tool", "tool_call_id": "c1", "content": "one"},
         {"id": "b", "role": "assistant", "content": "the second result is missing"},
     ]
-    result = run(history, 10_000, policy, minilm)
+    result = run(history, 10_000, policy, embedder)
     check_compaction(result, history, 10_000, cl100k)
     assert set(result.kept_ids) == {"u", "b"}
     reasons = {d.id: d.reason for d in result.report}
@@ -170,20 +177,28 @@ def test_orphan_tool_messages_never_emitted(policy, minilm, cl100k):
 
 
 @pytest.mark.parametrize("policy", POLICY_NAMES)
-def test_markers_off(policy, agent_history, minilm, cl100k):
-    result = run(agent_history, 120, policy, minilm, markers=False)
+def test_markers_off(policy, agent_history, embedder, cl100k):
+    result = run(agent_history, 120, policy, embedder, markers=False)
     assert not history_problems(result.messages)
     assert not any("omitted]" in (m.get("content") or "") for m in result.messages)
     assert result.tokens <= 120
 
 
 @pytest.mark.parametrize("policy", POLICY_NAMES)
-def test_content_parts_and_names(policy, minilm, cl100k):
+def test_content_parts_and_names(policy, embedder, cl100k):
     history = [
         {"id": "1", "role": "user", "name": "ana", "content": [{"type": "text", "text": "Book the 9:15 train."}]},
         {"id": "2", "role": "assistant", "content": "Booked the 9:15 to Porto."},
         {"id": "3", "role": "user", "name": "ben", "content": [{"type": "text", "text": "And a table for 4 at 8pm."}]},
     ]
-    result = run(history, 10_000, policy, minilm)
+    result = run(history, 10_000, policy, embedder)
     check_compaction(result, history, 10_000, cl100k)
     assert result.kept_ids == ["1", "2", "3"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("policy", POLICY_NAMES)
+def test_invariants_with_the_real_model(policy, agent_history, minilm, cl100k):
+    """The same invariants with the real MiniLM, at a tight budget and with a query."""
+    result = run(agent_history, 120, policy, minilm, query="Which hotel did we pick and what about the peanut allergy?")
+    check_compaction(result, agent_history, 120, cl100k)

@@ -13,7 +13,7 @@ import pytest
 import rdmem
 from rdmem.cli import main
 
-from ._checks import history_problems
+from .._checks import history_problems
 
 BIN = Path(sys.executable).with_name("rdmem")
 
@@ -182,6 +182,7 @@ def test_warnings_go_to_stderr_and_explain_shows_them(tmp_path, capsys):
     assert "warning: the newest user message 'q'" in captured.out
 
 
+@pytest.mark.slow  # loads the (numpy) model in a subprocess
 def test_the_default_policy_starts_quickly_without_torch(history_file):
     """'rdmem compact' with rd (embeddings) never imports torch for a small history."""
     code = ("import sys, runpy; sys.argv = ['rdmem', 'compact', %r, '--budget', '100']; "
