@@ -127,6 +127,10 @@ class MiniLMEmbedder:
     bulk_size: int = 128
     _numpy: object | None = field(default=None, init=False, repr=False)
 
+    def __getstate__(self) -> dict[str, object]:
+        # Sent to worker processes without its loaded model (each loads its own, on first use).
+        return {**self.__dict__, "_numpy": None}
+
     def _sentence_transformers(self) -> bool:
         import importlib.util
 

@@ -134,3 +134,19 @@ def test_cli_end_to_end(tmp_path, capsys, monkeypatch):
     code = main(["eval", "jsonl", str(path), "--policies", "window,bogus", "--out", str(out)])
     assert code == 2
     assert "unknown policy 'bogus'; choose one of" in capsys.readouterr().err
+
+
+def test_the_default_embedder_goes_to_worker_processes_as_a_recipe(tmp_path):
+    """With workers > 1 the disk-cached default embedder is sent as a recipe (its vectors stay on disk)."""
+    import pickle
+
+    from rdmem.embed import CachedEmbedder, MiniLMEmbedder
+    from rdmem.eval import cached_embedder
+    from rdmem.eval._jobs import EmbedderFactory
+    from rdmem.eval.runner import _shippable
+
+    shipped = _shippable(cached_embedder(tmp_path))
+    assert isinstance(shipped, EmbedderFactory)
+    made = pickle.loads(pickle.dumps(shipped))()
+    assert isinstance(made, CachedEmbedder) and isinstance(made.inner, MiniLMEmbedder)
+    assert str(made.cache_dir) == str(tmp_path / "embeddings")

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from ..datasets import Conversation, Probe
-from ..embed import CachedEmbedder, Embedder, SentenceTransformerEmbedder
+from ..embed import CachedEmbedder, Embedder
 from ..manager import MemoryManager
 from ..scoring import embed_text
 from ..tokens import Tokenizer, get_tokenizer
@@ -102,14 +102,13 @@ def _worker() -> _Worker:
 
 @dataclass(frozen=True)
 class EmbedderFactory:
-    """A picklable recipe for a disk-cached sentence-transformers embedder (each worker opens the same cache)."""
+    """A picklable recipe for a disk-cached embedder (each worker opens the same cache)."""
 
     cache_dir: str
-    model: str
-    device: str
+    inner: Embedder
 
     def __call__(self) -> CachedEmbedder:
-        return CachedEmbedder(SentenceTransformerEmbedder(model=self.model, device=self.device), cache_dir=self.cache_dir)
+        return CachedEmbedder(self.inner, cache_dir=self.cache_dir)
 
 
 def history_texts(conv: Conversation) -> list[str]:

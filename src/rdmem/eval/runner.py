@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from ..datasets import Conversation
-from ..embed import CachedEmbedder, Embedder, SentenceTransformerEmbedder
+from ..embed import CachedEmbedder, Embedder
 from ..policies import POLICIES, get_policy
 from ..tokens import get_tokenizer
 from ._jobs import (
@@ -271,13 +271,10 @@ def _execute(
 
 
 def _shippable(emb: Embedder) -> Any:
-    """What to send to worker processes: a recipe for a disk-cached MiniLM, else the embedder itself."""
-    if (
-        isinstance(emb, CachedEmbedder)
-        and emb.cache_dir is not None
-        and isinstance(emb.inner, SentenceTransformerEmbedder)
-    ):
-        return EmbedderFactory(str(emb.cache_dir), emb.inner.model, emb.inner.device)
+    """What to send to worker processes: a recipe for a disk-cached embedder (its vectors are read from
+    disk there, not pickled), else the embedder itself."""
+    if isinstance(emb, CachedEmbedder) and emb.cache_dir is not None:
+        emb = EmbedderFactory(str(emb.cache_dir), emb.inner)  # type: ignore[assignment]
     try:
         pickle.dumps(emb)
     except Exception as exc:
