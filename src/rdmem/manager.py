@@ -12,6 +12,7 @@ from .compaction import Compaction, compact_units
 from .contract import Composed, Policy
 from .embed import Embedder, get_embedder
 from .history import pending_call
+from .learn.online import STATE_KEY as FEEDBACK_KEY
 from .learn.online import Feedback
 from .messages import Message, parse_message, parse_messages
 from .policies import RDPolicy, get_policy
@@ -23,9 +24,6 @@ from .units import MemoryUnit, make_unit
 
 __all__ = ["MemoryManager"]
 
-#: Key of the session state that holds the feedback shift of the value model (and, before schema 2,
-#: of the session-log records that did).
-_FEEDBACK = "value_feedback"
 #: How often a compaction is recomputed when other writers keep changing the session under it.
 _RETRIES = 8
 _UNSET: Any = object()
@@ -141,8 +139,6 @@ class MemoryManager:
         self._view: SessionView | None = None
         self._lock = threading.RLock()
         self._feedback = Feedback.of(self.policy)
-        self._feedback_seen: object = None
-        self._legacy_checked = False
         self._settings_saved = False
 
     # -- the session's state, from the store ---------------------------------------------
@@ -292,6 +288,28 @@ class MemoryManager:
         with self._lock:
             return self._sync().archived_ids()
 
+    def search(self, query: str, *, k: int = 10, tier: str | None = None) -> list[dict[str, Any]]:
+        """The session's ``k`` messages (of ``tier``, or both) that best match ``query`` (lexical and dense
+        rankings fused): ``{"id", "score", "tier", "message"}`` each, best first."""
+        if not isinstance(query, str) or not query.strip():
+            raise ValueError("query must be a non-empty string")
+        with self._lock:
+            view = self._sync()
+            emb = self._embedder
+            qvec = emb.embed([query])[0] if emb is not None else None
+            hits = view.store.search(self.session, query, qvec, k=k, tier=tier)  # type: ignore[arg-type]
+            return [{"id": i, "score": s, "tier": view.tier[i], "message": view.by_id[i].message}
+                    for i, s in hits if i in view.by_id]
+
+    def stats(self) -> dict[str, Any]:
+        """How large the session is: messages and tokens, in all and in working memory."""
+        with self._lock:
+            view = self._sync()
+            working = view.working_units()
+            return {"units": len(view.units), "working": len(working), "archived": view.archived,
+                    "tokens": sum(u.tokens for u in view.units), "working_tokens": view.working_tokens(),
+                    "working_ids": [u.id for u in working]}
+
     def history(self, *, offset: int = 0, limit: int | None = None) -> list[dict[str, Any]]:
         """The session's messages as they were given (every field, with its ``id``), in order, from the
         ``offset``-th on, at most ``limit``: what :meth:`add` stored, whatever the tiers."""
@@ -391,27 +409,14 @@ class MemoryManager:
         return self._feedback
 
     def _save_feedback(self, view: SessionView, feedback: Feedback) -> None:
-        values = feedback.values()
-        written = view.store.update_state(self.session, {_FEEDBACK: values})
-        view.store.log_compaction(self.session, {_FEEDBACK: values})  # the history of the shifts
+        written = feedback.save(view.store, self.session)
         if view.written(written.prev, written.version):
-            view.state[_FEEDBACK] = values
-        self._feedback_seen = values
+            view.state[FEEDBACK_KEY] = feedback.values()
 
     def _restore_feedback(self, view: SessionView) -> None:
         """The session's saved feedback shift, when its policy learns (a reading of the session's state)."""
-        if self._feedback is None:
-            return
-        saved = view.state.get(_FEEDBACK)
-        if saved is None and view.units and not self._legacy_checked:
-            # Saved by rdmem 0.1, which kept it in the session's log only.
-            self._legacy_checked = True
-            logged = [r[_FEEDBACK] for r in view.store.compaction_log(self.session) if _FEEDBACK in r]
-            saved = logged[-1] if logged else None
-        if saved is None or saved == self._feedback_seen:
-            return
-        self._feedback_seen = saved
-        self._feedback.load(saved, self.session)
+        if self._feedback is not None:
+            self._feedback.restore(view.state, view.store, self.session, has_units=bool(view.units))
 
     @property
     def _active_policy(self) -> Policy:

@@ -275,3 +275,22 @@ def test_compaction_log_roundtrip(store, session_name):
     log = store.compaction_log(session_name)
     assert [r["archived"] for r in log] == [["a", "b"], ["c"]]
     assert all(isinstance(r["time"], float) for r in log)
+
+
+def test_api_keys_are_stored_hashed_listed_and_revoked_at_once(store):
+    assert not store.has_keys() or store.list_keys()  # a shared PostgreSQL may hold other tests' keys
+    key, secret = store.create_key("acme", name="ci")
+    other, other_secret = store.create_key("globex")
+    assert secret.startswith("rdmem_") and len(secret) > 40 and key.id.startswith("key_")
+    assert store.key_tenant(secret) == "acme" and store.key_tenant(other_secret) == "globex"
+    assert store.key_tenant("rdmem_" + "x" * 43) is None and store.key_tenant("garbage") is None
+    listed = {k.id: k for k in store.list_keys("acme")}
+    assert listed[key.id].name == "ci" and listed[key.id].revoked is None and other.id not in listed
+    assert store.has_keys()
+    assert store.revoke_key(key.id) is True
+    assert store.key_tenant(secret) is None  # at once
+    assert store.revoke_key(key.id) is False and store.revoke_key("key_nope") is False
+    assert {k.id: k for k in store.list_keys("acme")}[key.id].revoked is not None
+    store.revoke_key(other.id)
+    with pytest.raises(ValueError, match="tenant must be 1-64 letters"):
+        store.create_key("bad tenant/with slash")

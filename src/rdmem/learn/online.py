@@ -20,7 +20,10 @@ from ..scoring import ScoringContext
 from ..scoring.value_features import model_prior_matrix
 from ..units import MemoryUnit
 
-__all__ = ["Feedback"]
+__all__ = ["Feedback", "STATE_KEY"]
+
+#: Key of the session state that holds the shift (and, before schema 2, of the log records that did).
+STATE_KEY = "value_feedback"
 
 
 class Feedback:
@@ -45,6 +48,8 @@ class Feedback:
         self.base = value.prior_model()
         self.delta_ = np.zeros(len(self.base.weights_))
         self._tuned: Policy | None = None
+        self._seen: object = None  # the shift last read from or written to the store
+        self._legacy_checked = False
 
     @classmethod
     def of(cls, policy: Policy) -> Feedback | None:
@@ -94,6 +99,27 @@ class Feedback:
             )
             return
         self._set(np.asarray(values, dtype=np.float64))
+
+    def save(self, store: Any, session: str) -> Any:
+        """Write the shift to the session's state (and its log: the history of the shifts); the write."""
+        values = self.values()
+        written = store.update_state(session, {STATE_KEY: values})
+        store.log_compaction(session, {STATE_KEY: values})
+        self._seen = values
+        return written
+
+    def restore(self, state: dict[str, Any], store: Any, session: str, *, has_units: bool) -> None:
+        """Take the shift the session's state holds, when it changed since this object last saw it."""
+        saved = state.get(STATE_KEY)
+        if saved is None and has_units and not self._legacy_checked:
+            # Saved by rdmem 0.1, which kept it in the session's log only.
+            self._legacy_checked = True
+            logged = [r[STATE_KEY] for r in store.compaction_log(session) if STATE_KEY in r]
+            saved = logged[-1] if logged else None
+        if saved is None or saved == self._seen:
+            return
+        self._seen = saved
+        self.load(saved, session)
 
     def _set(self, delta: np.ndarray) -> None:
         self.delta_ = delta

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+from ._base import check_tenant
 from ._types import (
-    Changes, DuplicateIdError, NewUnit, SessionInfo, Store, StoredUnit, StoreError, Tier, VersionConflict, Written,
+    ApiKey, Changes, DuplicateIdError, NewUnit, SessionInfo, Store, StoredUnit, StoreError, Tier, VersionConflict,
+    Written,
 )
 from .memory import MemoryStore
 
 __all__ = [
-    "Store", "NewUnit", "StoredUnit", "Written", "Changes", "SessionInfo", "StoreError", "DuplicateIdError",
+    "Store", "NewUnit", "StoredUnit", "Written", "Changes", "SessionInfo", "ApiKey", "check_tenant",
+    "StoreError", "DuplicateIdError",
     "VersionConflict", "Tier", "MemoryStore", "open_store",
 ]
 

@@ -6,7 +6,8 @@ features, embedding as a pgvector ``vector``, tier, a ``tsvector`` of the
 text, and ``changed``: the version of the last write that touched it),
 ``rdmem_sessions`` (times, ``version``, ``reset``, ``next_seq``,
 ``next_auto``, state JSON), ``rdmem_compactions``, and the sequence
-``rdmem_clock`` that every write takes its version from. Embeddings are
+``rdmem_clock`` that every write takes its version from, and ``rdmem_keys`` (the
+service's API keys: only each secret's SHA-256). Embeddings are
 indexed by HNSW with cosine distance, one partial index per dimension
 (created on first use). Version 1 lacked the clock, the counters and
 ``changed``, and let writers choose places; upgrading renumbers them.
@@ -74,6 +75,13 @@ _TO_2 = (
         next_auto = coalesce((SELECT max(substr(id, 2)::bigint) + 1 FROM rdmem_units u
                               WHERE u.session = s.session AND id ~ '^m[0-9]{1,18}$'), 0)""",
     "CREATE SEQUENCE IF NOT EXISTS rdmem_clock",
+    """CREATE TABLE IF NOT EXISTS rdmem_keys (
+        id text PRIMARY KEY,
+        tenant text NOT NULL,
+        name text NOT NULL,
+        hash text NOT NULL UNIQUE,
+        created double precision NOT NULL,
+        revoked double precision)""",
     "SELECT setval('rdmem_clock', (SELECT coalesce(max(version), 0) + 1 FROM rdmem_sessions))",
 )
 

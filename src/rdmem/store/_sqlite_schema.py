@@ -13,6 +13,7 @@ Schema version 2 (recorded in ``meta``):
   last write that touched it (what :meth:`changes` reads).
 - ``fts_<hash>``: one contentless FTS5 index per session.
 - ``compactions``: the compaction log.
+- ``keys``: the service's API keys (id, tenant, name, the secret's SHA-256, created, revoked).
 
 Version 1 (rdmem 0.1) had no clock, no ``reset``/``next_*``/``state``/
 ``changed`` columns, and places chosen by the writing process (two processes
@@ -64,6 +65,18 @@ CREATE TABLE compactions (
     record TEXT NOT NULL
 );
 CREATE INDEX compactions_session ON compactions (session, n);
+"""
+
+# API keys of the service (schema 2): only each secret's hash is kept.
+_KEYS = """
+CREATE TABLE IF NOT EXISTS keys (
+    id TEXT PRIMARY KEY,
+    tenant TEXT NOT NULL,
+    name TEXT NOT NULL,
+    hash TEXT NOT NULL UNIQUE,
+    created REAL NOT NULL,
+    revoked REAL
+);
 """
 
 _INDEXES = """
@@ -129,14 +142,14 @@ def create_or_upgrade(conn: sqlite3.Connection, where: str) -> None:
     if version == SCHEMA_VERSION:
         return
     if version is None:
-        for statement in _statements(_TABLES) + _statements(_INDEXES):
+        for statement in _statements(_TABLES) + _statements(_INDEXES) + _statements(_KEYS):
             conn.execute(statement)
         conn.execute("INSERT INTO clock (n) VALUES (0)")
         conn.execute("INSERT INTO meta (key, value) VALUES ('created_by', 'rdmem')")
         conn.execute("INSERT INTO meta (key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
         return
     if version == 1:
-        for statement in _statements(_FROM_1) + _statements(_INDEXES):
+        for statement in _statements(_FROM_1) + _statements(_INDEXES) + _statements(_KEYS):
             conn.execute(statement)
         conn.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),))
         return

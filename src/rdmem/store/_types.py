@@ -9,7 +9,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 import numpy as np
 
 __all__ = [
-    "Tier", "TIERS", "NewUnit", "StoredUnit", "Written", "Changes", "SessionInfo", "Store",
+    "Tier", "TIERS", "NewUnit", "StoredUnit", "Written", "Changes", "SessionInfo", "ApiKey", "Store",
     "StoreError", "DuplicateIdError", "VersionConflict",
 ]
 
@@ -102,6 +102,17 @@ class SessionInfo:
     updated: float
 
 
+@dataclass(frozen=True)
+class ApiKey:
+    """An API key of the service, as listed: never its secret (a store keeps only its hash)."""
+
+    id: str
+    tenant: str
+    name: str
+    created: float
+    revoked: float | None = None
+
+
 @runtime_checkable
 class Store(Protocol):
     """Persistence for memory managers, and the source of truth of each session.
@@ -142,5 +153,15 @@ class Store(Protocol):
     def sessions(self) -> list[SessionInfo]: ...
 
     def delete_session(self, session: str) -> None: ...
+
+    def create_key(self, tenant: str, *, name: str = "") -> tuple[ApiKey, str]: ...
+
+    def list_keys(self, tenant: str | None = None) -> list[ApiKey]: ...
+
+    def revoke_key(self, key_id: str) -> bool: ...
+
+    def key_tenant(self, secret: str) -> str | None: ...
+
+    def has_keys(self) -> bool: ...
 
     def close(self) -> None: ...

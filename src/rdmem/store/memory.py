@@ -17,7 +17,7 @@ import numpy as np
 
 from ._base import BaseStore, Encoded, allocate_ids, state_patch
 from ._search import lexical_rank, rank_fusion, top_k
-from ._types import Changes, SessionInfo, StoredUnit, Tier, VersionConflict, Written
+from ._types import ApiKey, Changes, SessionInfo, StoredUnit, Tier, VersionConflict, Written
 
 __all__ = ["MemoryStore"]
 
@@ -52,6 +52,7 @@ class MemoryStore(BaseStore):
         self._init_base(cache_size)
         self._sessions_: dict[str, _Session] = {}
         self._clock = 0
+        self._api_keys: dict[str, tuple[ApiKey, str]] = {}  # id -> (key, hash)
 
     def _tick(self) -> int:
         self._clock += 1
@@ -192,6 +193,26 @@ class MemoryStore(BaseStore):
                 working = sum(u.tier == "working" for u in s.units.values())
                 out.append(SessionInfo(name, len(s.units), working, len(s.units) - working, s.created, s.updated))
             return out
+
+    def _insert_key(self, key: ApiKey, digest: str) -> None:
+        with self._lock:
+            self._api_keys[key.id] = (key, digest)
+
+    def _keys(self) -> list[ApiKey]:
+        with self._lock:
+            return sorted((k for k, _ in self._api_keys.values()), key=lambda k: (k.created, k.id))
+
+    def _revoke_key(self, key_id: str, when: float) -> bool:
+        with self._lock:
+            found = self._api_keys.get(key_id)
+            if found is None or found[0].revoked is not None:
+                return False
+            self._api_keys[key_id] = (replace(found[0], revoked=when), found[1])
+            return True
+
+    def _key_tenant(self, digest: str) -> str | None:
+        with self._lock:
+            return next((k.tenant for k, h in self._api_keys.values() if h == digest and k.revoked is None), None)
 
     def __repr__(self) -> str:
         return f"MemoryStore({len(self._sessions_)} sessions)"

@@ -21,7 +21,7 @@ import numpy as np
 from ._base import BaseStore, Encoded, allocate_ids, decode_unit, dumps, state_patch
 from ._pg_schema import LOCK_KEY, SCHEMA_VERSION, TS_CONFIG, register_vector, setup
 from ._search import query_terms, rank_fusion, rarest_terms
-from ._types import Changes, SessionInfo, StoredUnit, StoreError, Tier, VersionConflict, Written
+from ._types import ApiKey, Changes, SessionInfo, StoredUnit, StoreError, Tier, VersionConflict, Written
 
 __all__ = ["PostgresStore", "SCHEMA_VERSION"]
 
@@ -144,7 +144,7 @@ class PostgresStore(BaseStore):
             try:
                 return fn(self._db)
             except psycopg.Error as exc:
-                where = self.where + (f", session {session!r}" if session is not None else "")
+                where = self.where + (f", session {session!r}" if session else "")
                 raise StoreError(f"{where}: {self._scrub(str(exc))}") from None
 
     @contextmanager
@@ -426,6 +426,26 @@ class PostgresStore(BaseStore):
             )
             params = (tsq, session, cap, tsq, *tier_param, k)
         return [(int(uid), i) for uid, i in conn.execute(sql, params).fetchall()]
+
+    # -- API keys ------------------------------------------------------------------
+    def _insert_key(self, key: ApiKey, digest: str) -> None:
+        self._run(lambda conn: conn.execute(
+            "INSERT INTO rdmem_keys (id, tenant, name, hash, created) VALUES (%s, %s, %s, %s, %s)",
+            (key.id, key.tenant, key.name, digest, key.created)))
+
+    def _keys(self) -> list[ApiKey]:
+        rows = self._run(lambda conn: conn.execute(
+            "SELECT id, tenant, name, created, revoked FROM rdmem_keys ORDER BY created, id").fetchall())
+        return [ApiKey(*r) for r in rows]
+
+    def _revoke_key(self, key_id: str, when: float) -> bool:
+        return self._run(lambda conn: conn.execute(
+            "UPDATE rdmem_keys SET revoked = %s WHERE id = %s AND revoked IS NULL", (when, key_id)).rowcount > 0)
+
+    def _key_tenant(self, digest: str) -> str | None:
+        row = self._run(lambda conn: conn.execute(
+            "SELECT tenant FROM rdmem_keys WHERE hash = %s AND revoked IS NULL", (digest,)).fetchone())
+        return row[0] if row else None
 
     def disk_bytes(self) -> int:
         """Bytes of rdmem's tables and their indexes (all sessions)."""

@@ -24,7 +24,7 @@ from ._dense import Dense
 from ._sqlite_open import in_transaction, open_file, retry
 from ._sqlite_schema import SCHEMA_VERSION
 from ._sqlite_search import FTS_CREATE, FTS_TOKENIZE, SearchMixin, SessionCache, fts_table
-from ._types import Changes, SessionInfo, StoredUnit, StoreError, Tier, VersionConflict, Written
+from ._types import ApiKey, Changes, SessionInfo, StoredUnit, StoreError, Tier, VersionConflict, Written
 
 __all__ = ["SQLiteStore", "SCHEMA_VERSION"]
 
@@ -143,7 +143,7 @@ class SQLiteStore(SearchMixin, BaseStore):
                 raise self._error(exc, session, "read failed") from None
 
     def _error(self, exc: sqlite3.Error, session: str | None, what: str) -> StoreError:
-        where = self.where + (f", session {session!r}" if session is not None else "")
+        where = self.where + (f", session {session!r}" if session else "")
         return StoreError(f"{where}: {what} ({exc})")
 
     def _pragma(self, name: str) -> int:
@@ -397,6 +397,26 @@ class SQLiteStore(SearchMixin, BaseStore):
                 "FROM sessions s LEFT JOIN units u ON u.session = s.session GROUP BY s.session ORDER BY s.session"
             ).fetchall()
         return [SessionInfo(s, n, w, n - w, c, up) for s, n, w, c, up in rows]
+
+    # -- API keys ------------------------------------------------------------------
+    def _insert_key(self, key: ApiKey, digest: str) -> None:
+        self._write("", lambda conn: conn.execute(
+            "INSERT INTO keys (id, tenant, name, hash, created) VALUES (?, ?, ?, ?, ?)",
+            (key.id, key.tenant, key.name, digest, key.created)))
+
+    def _keys(self) -> list[ApiKey]:
+        with self._reading() as db:
+            rows = db.execute("SELECT id, tenant, name, created, revoked FROM keys ORDER BY created, id").fetchall()
+        return [ApiKey(*r) for r in rows]
+
+    def _revoke_key(self, key_id: str, when: float) -> bool:
+        return self._write("", lambda conn: conn.execute(
+            "UPDATE keys SET revoked = ? WHERE id = ? AND revoked IS NULL", (when, key_id)).rowcount > 0)
+
+    def _key_tenant(self, digest: str) -> str | None:
+        with self._reading() as db:
+            row = db.execute("SELECT tenant FROM keys WHERE hash = ? AND revoked IS NULL", (digest,)).fetchone()
+        return row[0] if row else None
 
     # -- maintenance ---------------------------------------------------------------
     def check(self) -> list[str]:

@@ -1,0 +1,121 @@
+"""``rdmem serve`` (the HTTP service) and ``rdmem keys create|list|revoke`` (its API keys)."""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import os
+import sys
+from datetime import datetime, timezone
+from typing import Any
+
+from ._common import CLIError, positive_int
+
+__all__ = ["register"]
+
+
+def _default_store() -> str:
+    from ..server.settings import ServerSettings
+
+    return os.environ.get("RDMEM_STORE") or ServerSettings().store_url()
+
+
+def _loopback(host: str) -> bool:
+    if host in ("localhost", ""):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _cmd_serve(args: argparse.Namespace) -> int:
+    try:
+        import uvicorn
+
+        from ..server.settings import SETTINGS_ENV, ServerSettings
+    except ImportError as exc:
+        raise CLIError(f"rdmem serve needs the server extra: pip install 'rdmem[server]' ({exc.name} is missing)") from None
+    from ..store import open_store
+
+    settings = ServerSettings(
+        store=args.store, data_dir=args.data_dir, budget=args.budget, policy=args.policy, upstream=args.upstream,
+        context_window=args.context_window, reply_reserve=args.reply_reserve,
+    )
+    url = settings.store_url()
+    with open_store(url) as store:  # opened once here: a bad store is one line, before any worker starts
+        keyed = store.has_keys()
+    where = f"http://{args.host}:{args.port}"
+    print(f"rdmem serve: store {url}" + ("" if args.store else " (the default; --store to choose)"), file=sys.stderr)
+    if not keyed:
+        if not _loopback(args.host) and not args.insecure:
+            raise CLIError(f"no API keys in this store: refusing to serve {args.host} without them. Create one "
+                           f"(rdmem keys create --tenant NAME --store {url}) or pass --insecure")
+        print("rdmem serve: no API keys: anyone who can reach the server is tenant 'default'"
+              + ("" if _loopback(args.host) else " (--insecure)"), file=sys.stderr)
+    if args.upstream:
+        print(f"rdmem serve: proxy to {args.upstream} (window {args.context_window} tokens): "
+              f"OPENAI_BASE_URL={where}/v1", file=sys.stderr)
+    print(f"rdmem serve: listening on {where} (docs at {where}/docs)", file=sys.stderr, flush=True)
+    os.environ[SETTINGS_ENV] = settings.to_env()
+    uvicorn.run("rdmem.server.app:app_from_env", factory=True, host=args.host, port=args.port,
+                workers=args.workers, log_level=args.log_level, access_log=args.log_level == "debug")
+    return 0
+
+
+def _when(t: float | None) -> str:
+    return "-" if t is None else datetime.fromtimestamp(t, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _cmd_keys(args: argparse.Namespace) -> int:
+    from ..store import open_store
+
+    with open_store(args.store or _default_store()) as store:
+        if args.action == "create":
+            if not args.tenant:
+                raise CLIError("'keys create' needs --tenant NAME")
+            key, secret = store.create_key(args.tenant, name=args.name or "")
+            print(f"created key {key.id} for tenant {key.tenant!r} (shown once; keep it secret):", file=sys.stderr)
+            print(secret)
+        elif args.action == "list":
+            keys = store.list_keys(args.tenant)
+            print(f"{'id':<16}  {'tenant':<20}  {'name':<16}  {'created':<20}  revoked")
+            for k in keys:
+                print(f"{k.id:<16}  {k.tenant:<20}  {k.name:<16}  {_when(k.created):<20}  {_when(k.revoked)}")
+        else:
+            if not args.key_id:
+                raise CLIError("'keys revoke' needs the key's id (see 'rdmem keys list')")
+            if not store.revoke_key(args.key_id):
+                raise CLIError(f"no key {args.key_id!r}, or it is revoked already")
+            print(f"revoked {args.key_id}")
+    return 0
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("serve", help="run the HTTP service: memory API, mem0-compatible subset, compacting proxy",
+                       description="rdmem serve [--store URL] [--upstream URL] [--host H --port P --workers N]")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=8765, help="port (default 8765)")
+    p.add_argument("--workers", type=int, default=1, help="server processes (default 1)")
+    p.add_argument("--store", default=os.environ.get("RDMEM_STORE"),
+                   help="store URL (default $RDMEM_STORE, else memory.db in the data directory)")
+    p.add_argument("--data-dir", default=None, help="where the default store lives (default $RDMEM_DATA_DIR or "
+                   "~/.local/share/rdmem)")
+    p.add_argument("--budget", type=positive_int, default=4000, help="a session's working-set budget (tokens)")
+    p.add_argument("--policy", default="rd", help="the default policy (default rd)")
+    p.add_argument("--upstream", default=None, help="OpenAI-compatible endpoint to proxy to, e.g. http://127.0.0.1:8000/v1")
+    p.add_argument("--context-window", type=positive_int, default=8192, help="the upstream model's window (tokens)")
+    p.add_argument("--reply-reserve", type=positive_int, default=1024,
+                   help="tokens kept for the reply when a request has no max_tokens (default 1024)")
+    p.add_argument("--insecure", action="store_true", help="serve a non-loopback address without API keys")
+    p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
+    p.set_defaults(func=_cmd_serve)
+
+    p = sub.add_parser("keys", help="API keys of the service: create, list, revoke",
+                       description="rdmem keys create --tenant NAME | list | revoke KEY_ID  [--store URL]")
+    p.add_argument("action", choices=("create", "list", "revoke"))
+    p.add_argument("key_id", nargs="?", default=None, help="revoke: the key's id")
+    p.add_argument("--tenant", default=None, help="create: the tenant the key belongs to (list: only its keys)")
+    p.add_argument("--name", default=None, help="create: a label for the key")
+    p.add_argument("--store", default=None, help="store URL (default: the one rdmem serve uses)")
+    p.set_defaults(func=_cmd_keys)

@@ -1,0 +1,56 @@
+"""Who is calling: an API key names a tenant; one dependency answers it for every route.
+
+A key travels as ``Authorization: Bearer <key>``, or (the proxy's routes,
+where ``Authorization`` is the client's key for the upstream model) as
+``X-Rdmem-Key: <key>``. A store with no valid key serves the tenant
+``default`` to everyone (the server then listens on loopback only); once a key
+exists, a request without a valid one is answered 401. Keys are looked up on
+every request, so a revoked key stops working at once.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import Depends, Request, Security
+from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
+
+from .errors import ApiError
+
+__all__ = ["Tenant", "DEFAULT_TENANT", "RDMEM_KEY_HEADER", "tenant_of"]
+
+DEFAULT_TENANT = "default"
+RDMEM_KEY_HEADER = "X-Rdmem-Key"
+
+_bearer = HTTPBearer(auto_error=False, description="an rdmem API key (rdmem keys create)")
+_header = APIKeyHeader(name=RDMEM_KEY_HEADER, auto_error=False,
+                       description="an rdmem API key, where Authorization carries the upstream model's key")
+
+
+def tenant_of(request: Request, secret: str | None) -> str:
+    store = request.app.state.rdmem.store
+    if secret:
+        tenant = store.key_tenant(secret)
+        if tenant is None:
+            raise ApiError(401, "invalid or revoked API key", headers={"WWW-Authenticate": "Bearer"})
+        return tenant
+    if store.has_keys():
+        raise ApiError(401, "an API key is required: Authorization: Bearer <key>", headers={"WWW-Authenticate": "Bearer"})
+    return DEFAULT_TENANT
+
+
+def _tenant(
+    request: Request,
+    bearer: Annotated[HTTPAuthorizationCredentials | None, Security(_bearer)],
+    header: Annotated[str | None, Security(_header)],
+) -> str:
+    return tenant_of(request, header or (bearer.credentials if bearer is not None else None))
+
+
+def _proxy_tenant(request: Request, header: Annotated[str | None, Security(_header)]) -> str:
+    """The proxy's caller: the rdmem key in its own header (``Authorization`` goes to the upstream)."""
+    return tenant_of(request, header)
+
+
+Tenant = Annotated[str, Depends(_tenant)]
+ProxyTenant = Annotated[str, Depends(_proxy_tenant)]

@@ -1,0 +1,182 @@
+"""The service's wire types (pydantic), apart from the routes: what each request carries and each answer says.
+
+Messages travel as OpenAI chat messages (dicts); their fields are checked by
+:mod:`rdmem.messages`, so a bad one gets the same error, with the path of the
+bad field, as from the library.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = [
+    "ChatMessage", "AddRequest", "AddResponse", "ContextRequest", "ContextResponse", "SearchRequest", "SearchHit",
+    "SearchResponse", "FeedbackRequest", "OkResponse", "ExplainRequest", "ExplainResponse", "SessionSummary",
+    "SessionList", "SessionDetail", "MessagePage", "ErrorBody", "ErrorResponse", "Mem0Add", "Mem0Search",
+    "Mem0Item", "Mem0Results", "Mem0Message",
+]
+
+MODES = ("qa", "task", "roleplay", "creative")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ChatMessage(BaseModel):
+    """An OpenAI chat message. Fields the chat API does not know are stored and given back, never sent."""
+
+    model_config = ConfigDict(extra="allow")
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: str | list[dict[str, Any]] | None = None
+    name: str | None = None
+    tool_calls: list[dict[str, Any]] | None = None
+    tool_call_id: str | None = None
+    id: str | None = Field(None, description="the message's id in the session (allocated by the store if absent)")
+
+
+class AddRequest(_Strict):
+    messages: ChatMessage | list[ChatMessage] = Field(description="one message or a list, stored in one write")
+
+
+class AddResponse(BaseModel):
+    session: str
+    ids: list[str]
+
+
+class ContextRequest(_Strict):
+    budget: int | None = Field(None, ge=1, description="tokens (default: the server's budget)")
+    query: str | None = Field(None, description="the next question: archived messages that match it compete too")
+    policy: str | None = Field(None, description="a policy name (see GET /v1/policies)")
+    mode: Literal["qa", "task", "roleplay", "creative"] | None = Field(
+        None, description="rd's task mode (instead of policy): rd, rd-task, rd-roleplay, rd-creative")
+
+
+class ContextResponse(BaseModel):
+    messages: list[dict[str, Any]]
+    tokens: int
+    kept_ids: list[str]
+    report: list[dict[str, Any]]
+    warnings: list[str]
+    policy: str
+    budget: int
+
+
+class SearchRequest(_Strict):
+    query: str = Field(min_length=1)
+    k: int = Field(10, ge=1, description="how many results (at most the server's page size)")
+
+
+class SearchHit(BaseModel):
+    id: str
+    score: float
+    tier: str
+    message: dict[str, Any]
+
+
+class SearchResponse(BaseModel):
+    results: list[SearchHit]
+
+
+class FeedbackRequest(_Strict):
+    ids: list[str] = Field(min_length=1)
+    reward: float = Field(ge=0.0, le=1.0, description="1: these messages were needed; 0: they were not")
+
+
+class OkResponse(BaseModel):
+    ok: bool = True
+
+
+class ExplainRequest(_Strict):
+    budget: int | None = Field(None, ge=1)
+    query: str | None = None
+    policy: str | None = None
+
+
+class ExplainResponse(BaseModel):
+    text: str
+    report: list[dict[str, Any]]
+    warnings: list[str]
+
+
+class SessionSummary(BaseModel):
+    session: str
+    units: int
+    working: int
+    archived: int
+    created: float
+    updated: float
+
+
+class SessionList(BaseModel):
+    sessions: list[SessionSummary]
+    next_offset: int | None = None
+
+
+class SessionDetail(SessionSummary):
+    tokens: int
+    working_tokens: int
+    working_ids: list[str]
+
+
+class MessagePage(BaseModel):
+    messages: list[dict[str, Any]]
+    next_offset: int | None = None
+
+
+class ErrorBody(BaseModel):
+    code: str
+    message: str
+
+
+class ErrorResponse(BaseModel):
+    error: ErrorBody
+    detail: str
+
+
+# -- the mem0-compatible subset -------------------------------------------------------------------
+class Mem0Message(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: str | list[dict[str, Any]] | None = None
+
+
+class Mem0Add(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    messages: list[Mem0Message] = Field(min_length=1)
+    user_id: str | None = None
+    agent_id: str | None = None
+    run_id: str | None = None
+    metadata: dict[str, Any] | None = None
+
+
+class Mem0Search(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    query: str = Field(min_length=1)
+    user_id: str | None = None
+    agent_id: str | None = None
+    run_id: str | None = None
+    filters: dict[str, Any] | None = None
+    top_k: int | None = Field(None, ge=1)
+    limit: int | None = Field(None, ge=1, description="older mem0 clients' name for top_k")
+
+
+class Mem0Item(BaseModel):
+    id: str
+    memory: str
+    hash: str | None = None
+    metadata: dict[str, Any] | None = None
+    score: float | None = None
+    created_at: str | None = None
+    updated_at: str | None = None
+    user_id: str | None = None
+    agent_id: str | None = None
+    run_id: str | None = None
+    role: str | None = None
+    event: str | None = None
+
+
+class Mem0Results(BaseModel):
+    results: list[Mem0Item]

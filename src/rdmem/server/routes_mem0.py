@@ -1,0 +1,170 @@
+"""A mem0-compatible subset: ``/memories`` and ``/search``, scoped by ``user_id`` / ``agent_id`` / ``run_id``.
+
+A mem0 user can point a client at rdmem. The mapping: each scope (the ids
+given, as a set) is one rdmem session of the caller's tenant
+(``mem0:user_id=alice&agent_id=planner``); each message added is one memory
+(mem0 with ``infer=False``: rdmem extracts no facts with an LLM); a query
+with fewer ids reads every session whose scope holds them (``user_id=alice``
+sees alice's memories of every agent and run), as mem0's filters do. A
+memory's id is opaque and names its session. Answers are shaped
+``{"results": [...]}`` as mem0's are; errors carry mem0's ``detail`` next to
+rdmem's ``error``. What differs is in README ("Run it as a service").
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+from datetime import datetime, timezone
+from typing import Annotated, Any
+from urllib.parse import parse_qsl, quote, urlencode
+
+from fastapi import APIRouter, Query, Request
+
+from .auth import Tenant
+from .errors import ApiError
+from .protocol import ErrorResponse, Mem0Add, Mem0Item, Mem0Results, Mem0Search
+from .routes_memory import check_messages
+from .sessions import store_session, tenant_sessions
+
+__all__ = ["router"]
+
+_SCOPE = ("user_id", "agent_id", "run_id")
+_PREFIX = "mem0:"
+router = APIRouter(tags=["mem0"], responses={
+    400: {"model": ErrorResponse, "description": "no scope (user_id, agent_id or run_id) or a bad request"},
+    401: {"model": ErrorResponse, "description": "missing or invalid API key"},
+    404: {"model": ErrorResponse, "description": "no such memory"},
+})
+
+
+def _scope(values: dict[str, str | None]) -> dict[str, str]:
+    scope = {k: v for k in _SCOPE if isinstance(v := values.get(k), str) and v.strip()}
+    if not scope:
+        raise ApiError(400, "At least one identifier (user_id, agent_id, run_id) is required.")
+    return scope
+
+
+def _session_of(scope: dict[str, str]) -> str:
+    return _PREFIX + urlencode([(k, scope[k]) for k in _SCOPE if k in scope], quote_via=quote)
+
+
+def _matching(request: Request, tenant: str, scope: dict[str, str]) -> list[tuple[str, dict[str, str]]]:
+    """The tenant's mem0 sessions whose scope holds every id of ``scope``."""
+    out = []
+    for name, _ in tenant_sessions(request.app.state.rdmem.store, tenant):
+        if name.startswith(_PREFIX):
+            have = dict(parse_qsl(name[len(_PREFIX):]))
+            if all(have.get(k) == v for k, v in scope.items()):
+                out.append((name, have))
+    return out
+
+
+def _memory_id(session: str, uid: str) -> str:
+    return base64.urlsafe_b64encode(json.dumps([session, uid]).encode()).decode().rstrip("=")
+
+
+def _parse_id(memory_id: str) -> tuple[str, str]:
+    try:
+        session, uid = json.loads(base64.urlsafe_b64decode(memory_id + "=" * (-len(memory_id) % 4)))
+        if isinstance(session, str) and isinstance(uid, str) and session.startswith(_PREFIX):
+            return session, uid
+    except (ValueError, TypeError):
+        pass
+    raise ApiError(404, f"Memory with id {memory_id} not found")
+
+
+def _text(message: dict[str, Any]) -> str:
+    content = message.get("content")
+    if isinstance(content, list):
+        return "\n".join(p.get("text", "") for p in content if isinstance(p, dict) and isinstance(p.get("text"), str))
+    return content if isinstance(content, str) else ""
+
+
+def _item(session: str, scope: dict[str, str], message: dict[str, Any], score: float | None = None) -> Mem0Item:
+    text = _text(message)
+    return Mem0Item(id=_memory_id(session, message["id"]), memory=text, hash=hashlib.md5(text.encode()).hexdigest(),
+                    metadata=message.get("metadata"), score=score, created_at=message.get("created_at"),
+                    updated_at=message.get("created_at"), role=message.get("role"), **scope)
+
+
+def _all(request: Request, tenant: str, session: str) -> list[dict[str, Any]]:
+    return request.app.state.rdmem.pool.manager(tenant, session).history()
+
+
+@router.post("/memories", response_model=Mem0Results, operation_id="mem0_add", response_model_exclude_none=True)
+def add_memories(body: Mem0Add, tenant: Tenant, request: Request) -> Mem0Results:
+    """Store each message as a memory of the scope (``{"results": [{"id", "memory", "event": "ADD"}]}``)."""
+    state = request.app.state.rdmem
+    scope = _scope(body.model_dump())
+    session = _session_of(scope)
+    now = datetime.now(timezone.utc).isoformat()
+    messages = [{**m.model_dump(exclude_unset=True), "created_at": now,
+                 **({"metadata": body.metadata} if body.metadata else {})} for m in body.messages]
+    check_messages(messages, state.settings)
+    ids = state.pool.manager(tenant, session).extend(messages)
+    state.metrics.count("rdmem_messages_stored_total", len(ids))
+    items = [_item(session, scope, {**m, "id": i}) for m, i in zip(messages, ids, strict=True)]
+    return Mem0Results(results=[it.model_copy(update={"event": "ADD"}) for it in items])
+
+
+_Id = Annotated[str | None, Query()]
+
+
+@router.get("/memories", response_model=Mem0Results, operation_id="mem0_list", response_model_exclude_none=True)
+def get_memories(tenant: Tenant, request: Request, user_id: _Id = None, agent_id: _Id = None, run_id: _Id = None,
+                 top_k: Annotated[int | None, Query(ge=1, le=1000)] = None,
+                 limit: Annotated[int | None, Query(ge=1, le=1000)] = None) -> Mem0Results:
+    """Every memory of the scope (and of the scopes that hold it), oldest first."""
+    scope = _scope({"user_id": user_id, "agent_id": agent_id, "run_id": run_id})
+    items = [_item(s, have, m) for s, have in _matching(request, tenant, scope) for m in _all(request, tenant, s)]
+    return Mem0Results(results=items[: top_k or limit or 100])
+
+
+@router.get("/memories/{memory_id}", response_model=Mem0Item, operation_id="mem0_get", response_model_exclude_none=True)
+def get_memory(memory_id: str, tenant: Tenant, request: Request) -> Mem0Item:
+    session, uid = _parse_id(memory_id)
+    store_session(tenant, session)  # a name of the caller's tenant only
+    for m in _all(request, tenant, session) if request.app.state.rdmem.pool.exists(tenant, session) else ():
+        if m["id"] == uid:
+            return _item(session, dict(parse_qsl(session[len(_PREFIX):])), m)
+    raise ApiError(404, f"Memory with id {memory_id} not found")
+
+
+@router.delete("/memories/{memory_id}", operation_id="mem0_delete")
+def delete_memory(memory_id: str, tenant: Tenant, request: Request) -> dict[str, str]:
+    session, uid = _parse_id(memory_id)
+    pool = request.app.state.rdmem.pool
+    if not pool.exists(tenant, session) or not pool.manager(tenant, session).delete([uid]):
+        raise ApiError(404, f"Memory with id {memory_id} not found")
+    return {"message": "Memory deleted successfully"}
+
+
+@router.post("/search", response_model=Mem0Results, operation_id="mem0_search", response_model_exclude_none=True)
+def search_memories(body: Mem0Search, tenant: Tenant, request: Request) -> Mem0Results:
+    """The memories of the scope that best match the query, best first, each with its ``score``."""
+    scope = _scope({**(body.filters or {}), **{k: v for k, v in body.model_dump().items() if k in _SCOPE and v}})
+    k = body.top_k or body.limit or 20
+    if k > request.app.state.rdmem.settings.max_page:
+        raise ApiError(400, f"top_k must be at most {request.app.state.rdmem.settings.max_page}, got {k}")
+    hits = []
+    for session, have in _matching(request, tenant, scope):
+        mem = request.app.state.rdmem.pool.manager(tenant, session)
+        stored = {m["id"]: m for m in mem.history()}
+        hits += [(h["score"], _item(session, have, stored[h["id"]], h["score"]))
+                 for h in mem.search(body.query, k=k) if h["id"] in stored]
+    hits.sort(key=lambda h: -h[0])
+    return Mem0Results(results=[item for _, item in hits[:k]])
+
+
+@router.delete("/memories", operation_id="mem0_delete_all")
+def delete_memories(tenant: Tenant, request: Request, user_id: _Id = None, agent_id: _Id = None,
+                    run_id: _Id = None) -> dict[str, str]:
+    """Delete every memory of the scope (and of the scopes that hold it)."""
+    scope = _scope({"user_id": user_id, "agent_id": agent_id, "run_id": run_id})
+    state = request.app.state.rdmem
+    for session, _ in _matching(request, tenant, scope):
+        state.store.delete_session(store_session(tenant, session))
+        state.pool.forget(tenant, session)
+    return {"message": "All relevant memories deleted"}

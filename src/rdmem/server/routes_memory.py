@@ -1,0 +1,204 @@
+"""The memory API under ``/v1``: add, context, search, feedback, explain, list / page / delete.
+
+Thin: every route checks its limits, reaches its session through the pool
+(which scopes it to the caller's tenant), calls the library, and returns a
+wire type. The functions are plain ``def``: FastAPI runs them in its thread
+pool, so compaction (CPU-bound) never blocks the event loop.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Query, Request, Response
+
+from ..policies import POLICIES, get_policy
+from .auth import Tenant
+from .errors import ApiError
+from .protocol import (
+    AddRequest, AddResponse, ContextRequest, ContextResponse, ErrorResponse, ExplainRequest, ExplainResponse,
+    FeedbackRequest, MessagePage, OkResponse, SearchHit, SearchRequest, SearchResponse, SessionDetail, SessionList,
+    SessionSummary,
+)
+from .sessions import store_session, tenant_sessions
+
+__all__ = ["router", "check_messages"]
+
+_ERRORS: dict[int | str, dict[str, Any]] = {
+    code: {"model": ErrorResponse, "description": text}
+    for code, text in ((400, "invalid request"), (401, "missing or invalid API key"), (404, "no such session"),
+                       (409, "a message id the session already has"), (413, "request body too large"),
+                       (422, "request body does not match the schema"))
+}
+_LINKS = {"links": {
+    "GetContext": {"operationId": "context", "parameters": {"session": "$request.path.session"}},
+    "PageMessages": {"operationId": "list_messages", "parameters": {"session": "$request.path.session"}},
+}}
+
+router = APIRouter(prefix="/v1", tags=["memory"], responses=_ERRORS)
+
+
+def _state(request: Request) -> Any:
+    return request.app.state.rdmem
+
+
+def check_messages(messages: list[dict[str, Any]], settings: Any) -> None:
+    """The request limits on messages (a rejected batch stores nothing)."""
+    if len(messages) > settings.max_messages:
+        raise ApiError(400, f"at most {settings.max_messages} messages per request, got {len(messages)}")
+    for i, m in enumerate(messages):
+        content = m.get("content")
+        size = len(content) if isinstance(content, str) else sum(
+            len(p.get("text", "")) for p in content or () if isinstance(p, dict) and isinstance(p.get("text"), str))
+        if size > settings.max_message_chars:
+            raise ApiError(400, f"message {i}: content of {size} characters is over the limit of "
+                           f"{settings.max_message_chars}")
+
+
+def _existing(request: Request, tenant: str, session: str) -> None:
+    if not _state(request).pool.exists(tenant, session):
+        raise ApiError(404, f"no session {session!r}")
+
+
+def _policy(policy: str | None, mode: str | None) -> str | None:
+    if policy is not None and mode is not None:
+        raise ApiError(400, "give a policy or a mode, not both")
+    if mode is not None:
+        return "rd" if mode == "qa" else f"rd-{mode}"
+    if policy is not None:
+        get_policy(policy)  # unknown names: a 400 listing the valid ones
+    return policy
+
+
+@router.post("/sessions/{session}/messages", status_code=201, response_model=AddResponse,
+             operation_id="add_messages", responses={201: _LINKS})
+def add_messages(session: str, body: AddRequest, tenant: Tenant, request: Request) -> AddResponse:
+    """Add one message or a list (OpenAI chat messages, tool calls included), in one atomic write."""
+    state = _state(request)
+    given = body.messages if isinstance(body.messages, list) else [body.messages]
+    messages = [m.model_dump(exclude_unset=True) for m in given]
+    check_messages(messages, state.settings)
+    ids = state.pool.manager(tenant, session).extend(messages)
+    state.metrics.count("rdmem_messages_stored_total", len(ids))
+    return AddResponse(session=session, ids=ids)
+
+
+@router.post("/sessions/{session}/context", response_model=ContextResponse, operation_id="context")
+def context(session: str, body: ContextRequest, tenant: Tenant, request: Request) -> ContextResponse:
+    """What the model should see now: the working set (and, with a query, the archive's best matches) within
+    the budget. The newest user message is always in it."""
+    state = _state(request)
+    _existing(request, tenant, session)
+    policy = _policy(body.policy, body.mode)
+    budget = body.budget or state.settings.budget
+    mem = state.pool.manager(tenant, session, policy=policy)
+    if budget > state.settings.max_budget:
+        raise ApiError(400, f"budget must be at most {state.settings.max_budget} tokens, got {budget}")
+    with warnings.catch_warnings():  # they are in the answer's warnings
+        warnings.simplefilter("ignore", RuntimeWarning)
+        ctx = mem.context(body.query, budget=budget)
+    if ctx.archived_ids or ctx.summarized_ids or ctx.compressed_ids:
+        state.metrics.count("rdmem_compactions_total")
+    return ContextResponse(messages=ctx.messages, tokens=ctx.tokens, kept_ids=ctx.kept_ids,
+                           report=[d.to_dict() for d in ctx.report], warnings=ctx.warnings, policy=ctx.policy,
+                           budget=budget)
+
+
+@router.post("/sessions/{session}/search", response_model=SearchResponse, operation_id="search")
+def search(session: str, body: SearchRequest, tenant: Tenant, request: Request) -> SearchResponse:
+    """The session's messages that best match a query (lexical and dense rankings fused), best first."""
+    state = _state(request)
+    _existing(request, tenant, session)
+    if body.k > state.settings.max_page:
+        raise ApiError(400, f"k must be at most {state.settings.max_page}, got {body.k}")
+    hits = state.pool.manager(tenant, session).search(body.query, k=body.k)
+    return SearchResponse(results=[SearchHit(**h) for h in hits])
+
+
+@router.post("/sessions/{session}/feedback", response_model=OkResponse, operation_id="feedback")
+def feedback(session: str, body: FeedbackRequest, tenant: Tenant, request: Request) -> OkResponse:
+    """Which messages an answer needed (reward 1) or not (0): tilts this session's value model (rd)."""
+    _existing(request, tenant, session)
+    _state(request).pool.manager(tenant, session).feedback(body.ids, body.reward)
+    return OkResponse()
+
+
+@router.post("/sessions/{session}/explain", response_model=ExplainResponse, operation_id="explain")
+def explain(session: str, body: ExplainRequest, tenant: Tenant, request: Request) -> ExplainResponse:
+    """Why each message would be kept, compressed or archived: a context's report, as text and JSON."""
+    state = _state(request)
+    _existing(request, tenant, session)
+    mem = state.pool.manager(tenant, session, policy=_policy(body.policy, None))
+    budget = body.budget or state.settings.budget
+    if budget > state.settings.max_budget:
+        raise ApiError(400, f"budget must be at most {state.settings.max_budget} tokens, got {budget}")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        ctx = mem.context(body.query, budget=budget)
+    return ExplainResponse(text=ctx.explain(), report=[d.to_dict() for d in ctx.report], warnings=ctx.warnings)
+
+
+_Offset = Annotated[int, Query(ge=0, le=10**9)]
+_Limit = Annotated[int, Query(ge=1, le=1000)]
+
+
+@router.get("/sessions", response_model=SessionList, operation_id="list_sessions")
+def list_sessions(tenant: Tenant, request: Request, offset: _Offset = 0, limit: _Limit = 100) -> SessionList:
+    """The caller's sessions, by name, a page at a time."""
+    found = tenant_sessions(_state(request).store, tenant)
+    page = found[offset:offset + limit]
+    return SessionList(
+        sessions=[SessionSummary(session=name, units=i.units, working=i.working, archived=i.archived,
+                                 created=i.created, updated=i.updated) for name, i in page],
+        next_offset=offset + limit if offset + limit < len(found) else None,
+    )
+
+
+@router.get("/sessions/{session}", response_model=SessionDetail, operation_id="get_session")
+def get_session(session: str, tenant: Tenant, request: Request) -> SessionDetail:
+    """A session's size: messages and tokens, in all and in working memory."""
+    state = _state(request)
+    name = store_session(tenant, session)
+    info = next((i for n, i in tenant_sessions(state.store, tenant) if n == session), None)
+    if info is None or state.store.version(name) == 0:
+        raise ApiError(404, f"no session {session!r}")
+    stats = state.pool.manager(tenant, session).stats()
+    return SessionDetail(session=session, created=info.created, updated=info.updated,
+                         **{k: stats[k] for k in ("units", "working", "archived", "tokens", "working_tokens",
+                                                  "working_ids")})
+
+
+@router.get("/sessions/{session}/messages", response_model=MessagePage, operation_id="list_messages")
+def list_messages(session: str, tenant: Tenant, request: Request, offset: _Offset = 0,
+                  limit: _Limit = 100) -> MessagePage:
+    """The session's messages as given (every field, with its id), in order, a page at a time."""
+    state = _state(request)
+    _existing(request, tenant, session)
+    page = state.pool.manager(tenant, session).history(offset=offset, limit=limit + 1)
+    return MessagePage(messages=page[:limit], next_offset=offset + limit if len(page) > limit else None)
+
+
+@router.delete("/sessions/{session}", status_code=204, operation_id="delete_session")
+def delete_session(session: str, tenant: Tenant, request: Request) -> Response:
+    """Delete a session and everything in it, for good."""
+    state = _state(request)
+    _existing(request, tenant, session)
+    state.store.delete_session(store_session(tenant, session))
+    state.pool.forget(tenant, session)
+    return Response(status_code=204)
+
+
+@router.delete("/sessions/{session}/messages/{message_id}", status_code=204, operation_id="delete_message")
+def delete_message(session: str, message_id: str, tenant: Tenant, request: Request) -> Response:
+    """Delete one message for good (a tool call without its results is then left out of every context)."""
+    _existing(request, tenant, session)
+    if not _state(request).pool.manager(tenant, session).delete([message_id]):
+        raise ApiError(404, f"session {session!r} has no message {message_id!r}")
+    return Response(status_code=204)
+
+
+@router.get("/policies", operation_id="list_policies")
+def list_policies() -> dict[str, Any]:
+    """The policies a context may name."""
+    return {"policies": [{"name": n, "description": get_policy(n).description} for n in sorted(POLICIES)]}

@@ -1,0 +1,99 @@
+"""How a server runs: its store, defaults, limits and upstream; one frozen object, passed to every worker."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from ..policies import get_policy
+from ..tokens import check_budget
+
+__all__ = ["ServerSettings", "SETTINGS_ENV", "default_data_dir"]
+
+#: The environment variable that hands the settings to ``uvicorn --workers`` processes (JSON).
+SETTINGS_ENV = "RDMEM_SERVE_SETTINGS"
+
+
+def default_data_dir() -> Path:
+    """``$RDMEM_DATA_DIR``, else ``$XDG_DATA_HOME/rdmem``, else ``~/.local/share/rdmem``."""
+    env = os.environ.get("RDMEM_DATA_DIR")
+    if env:
+        return Path(env).expanduser()
+    base = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
+    return Path(base) / "rdmem"
+
+
+@dataclass(frozen=True)
+class ServerSettings:
+    """Everything ``rdmem serve`` is told.
+
+    Parameters
+    ----------
+    store:
+        A store URL (``sqlite:///...``, ``postgresql://...``); ``None``: an
+        SQLite file ``memory.db`` in ``data_dir``.
+    budget, policy:
+        What a session's working set is compacted to (tokens) and with, unless
+        a request says otherwise.
+    upstream:
+        The OpenAI-compatible endpoint the proxy forwards to (its base URL,
+        ending in ``/v1``); ``None``: no proxy routes.
+    context_window:
+        The upstream model's window in tokens: a request larger than it less
+        the reply's reserve is compacted.
+    reply_reserve:
+        Tokens kept for the reply when a request gives no ``max_tokens``.
+    max_body_bytes, max_messages, max_message_chars, max_budget, max_page:
+        Limits: a larger request is refused (413 for the body, 400 for the rest).
+    """
+
+    store: str | None = None
+    data_dir: str | None = None
+    budget: int = 4000
+    policy: str = "rd"
+    upstream: str | None = None
+    context_window: int = 8192
+    reply_reserve: int = 1024
+    upstream_timeout: float = 120.0
+    max_body_bytes: int = 8 * 1024 * 1024
+    max_messages: int = 1000
+    max_message_chars: int = 200_000
+    max_budget: int = 1_000_000
+    max_page: int = 1000
+    pool_size: int = 256
+
+    def __post_init__(self) -> None:
+        for name in ("budget", "context_window", "reply_reserve", "max_body_bytes", "max_messages",
+                     "max_message_chars", "max_budget", "max_page", "pool_size"):
+            check_budget(getattr(self, name), name)
+        get_policy(self.policy)
+        if self.reply_reserve >= self.context_window:
+            raise ValueError(f"reply_reserve ({self.reply_reserve}) must be smaller than context_window "
+                             f"({self.context_window})")
+        if self.upstream is not None and not self.upstream.startswith(("http://", "https://")):
+            raise ValueError(f"upstream must be an http(s) URL such as http://127.0.0.1:8000/v1, got {self.upstream!r}")
+        if not self.upstream_timeout > 0:
+            raise ValueError(f"upstream_timeout must be > 0 seconds, got {self.upstream_timeout!r}")
+
+    def store_url(self) -> str:
+        """The store to open (the default SQLite file is created in ``data_dir``)."""
+        if self.store is not None:
+            return self.store
+        data = Path(self.data_dir) if self.data_dir else default_data_dir()
+        data.mkdir(parents=True, exist_ok=True)
+        return f"sqlite:///{data / 'memory.db'}"
+
+    def to_env(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_env(cls) -> ServerSettings:
+        raw = os.environ.get(SETTINGS_ENV)
+        if not raw:
+            return cls()
+        data: dict[str, Any] = json.loads(raw)
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})

@@ -1,0 +1,174 @@
+"""The compacting proxy, driven by the official openai client, in front of a fake upstream that records
+everything it receives."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import openai
+import pytest
+
+from rdmem.server import ServerSettings, create_app
+from rdmem.store import MemoryStore
+
+from .._checks import history_problems
+from .._fake_openai import Reply, chunks, completion
+
+pytestmark = pytest.mark.slow  # starts servers
+
+WINDOW, RESERVE = 2000, 200
+TOPICS = ["the tram to Belem", "a bookshop in Chiado", "the weather on the coast", "fado in Alfama",
+          "the train to Porto", "tiles at the museum", "a football match", "the ferry across the river"]
+
+
+def turns(n: int) -> list[dict]:
+    """A long conversation: a system prompt, an early directive, then chatter (tool calls included)."""
+    out = [{"role": "system", "content": "You are a travel assistant for Lisbon."},
+           {"role": "user", "content": "Remember that I'm allergic to peanuts."},
+           {"role": "assistant", "content": "Noted: no peanuts in anything I suggest."}]
+    for i in range(n):
+        topic = TOPICS[i % len(TOPICS)]
+        if i % 25 == 7:
+            cid = f"call_{i}"
+            out.append({"role": "assistant", "content": None, "tool_calls": [
+                {"id": cid, "type": "function", "function": {"name": "lookup", "arguments": json.dumps({"q": topic})}}]})
+            out.append({"role": "tool", "tool_call_id": cid, "content": f"Opening hours for {topic}: 9-18, {i} EUR."})
+        elif i % 2 == 0:
+            out.append({"role": "user", "content": f"Turn {i}: tell me more about {topic}, please, in some detail."})
+        else:
+            out.append({"role": "assistant", "content": f"Turn {i}: {topic} is lovely; go early and take water."})
+    return out
+
+
+@pytest.fixture
+def proxy(serve, fake_openai, minilm):
+    app = create_app(ServerSettings(upstream=fake_openai.url, context_window=WINDOW, reply_reserve=RESERVE),
+                     store=MemoryStore(), embedder=minilm)
+    live = serve(app)
+    return live, fake_openai
+
+
+def client(live, **kw) -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{live.url}/v1", api_key="sk-upstream", max_retries=0, **kw)
+
+
+def test_every_forwarded_request_fits_is_valid_and_keeps_the_directive(proxy, cl100k):
+    live, upstream = proxy
+    history = turns(300)
+    oai = client(live)
+    for question in ("Which tram goes to Belem?", "And the ferry?", "What can I eat tonight near Alfama?"):
+        history.append({"role": "user", "content": question})
+        upstream.text = f"Answer to: {question}"
+        raw = oai.chat.completions.with_raw_response.create(model="fake-model", messages=history, max_tokens=RESERVE,
+                                                            extra_headers={"X-Rdmem-Session": "trip"})
+        reply = raw.parse()
+        assert raw.headers["x-rdmem-session"] == "trip" and raw.headers["x-rdmem-compacted"] == "true"
+        assert int(raw.headers["x-rdmem-tokens-before"]) > WINDOW >= int(raw.headers["x-rdmem-tokens-after"])
+        sent = upstream.requests[-1]
+        assert sent["auth"] == "Bearer sk-upstream"  # the client's own key reaches the model
+        forwarded = sent["body"]["messages"]
+        assert cl100k.messages_tokens(forwarded) <= WINDOW - RESERVE  # counted here, independently
+        assert history_problems(forwarded) == []
+        assert forwarded[0] == history[0]  # the system prompt first
+        assert forwarded[-1] == history[-1]  # the question being asked
+        assert any("allergic to peanuts" in (m.get("content") or "") for m in forwarded)
+        history.append({"role": "assistant", "content": reply.choices[0].message.content})
+    # Each message was stored once, replies included, although the client sent its history three times.
+    mem = live.app.state.rdmem.pool.manager("default", "trip", budget=WINDOW - RESERVE)
+    assert len(mem) == len(history)
+    assert [h["content"] for h in mem.history()][-2:] == [history[-2]["content"], history[-1]["content"]]
+
+
+def test_a_request_that_fits_goes_through_unchanged(proxy):
+    live, upstream = proxy
+    msgs = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi", "name": "ana"}]
+    raw = client(live).chat.completions.with_raw_response.create(model="fake-model", messages=msgs, user="ana-1")
+    assert raw.headers["x-rdmem-compacted"] == "false" and raw.headers["x-rdmem-session"] == "ana-1"
+    assert upstream.requests[-1]["body"]["messages"] == msgs
+    assert upstream.requests[-1]["body"]["user"] == "ana-1"
+
+
+def test_streaming_is_relayed_chunk_by_chunk_and_the_reply_is_stored(proxy, cl100k):
+    live, upstream = proxy
+    history = turns(200) + [{"role": "user", "content": "Any peanut-free dessert nearby?"}]
+    upstream.respond = lambda req: Reply(events=chunks("Try the pastel de nata at Belem.", pieces=6), event_delay=0.01)
+    stream = client(live).chat.completions.create(model="fake-model", messages=history, stream=True,
+                                                  max_tokens=RESERVE, extra_headers={"X-Rdmem-Session": "s2"})
+    pieces = [c.choices[0].delta.content for c in stream if c.choices and c.choices[0].delta.content]
+    assert len(pieces) == 6 and "".join(pieces) == "Try the pastel de nata at Belem."
+    body = upstream.requests[-1]["body"]
+    assert body["stream"] is True and cl100k.messages_tokens(body["messages"]) <= WINDOW - RESERVE
+    mem = live.app.state.rdmem.pool.manager("default", "s2", budget=WINDOW - RESERVE)
+    assert mem.history()[-1] == {"id": mem.history()[-1]["id"], "role": "assistant",
+                                 "content": "Try the pastel de nata at Belem."}
+
+
+def test_a_streamed_tool_call_is_stored_whole(proxy):
+    live, upstream = proxy
+    events = [json.dumps({"choices": [{"index": 0, "delta": {"role": "assistant", "tool_calls": [
+                  {"index": 0, "id": "call_9", "type": "function", "function": {"name": "weather", "arguments": ""}}]}}]}),
+              json.dumps({"choices": [{"index": 0, "delta": {"tool_calls": [
+                  {"index": 0, "function": {"arguments": '{"city": '}}]}}]}),
+              json.dumps({"choices": [{"index": 0, "delta": {"tool_calls": [
+                  {"index": 0, "function": {"arguments": '"Lisbon"}'}}]}}]}),
+              json.dumps({"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]}), "[DONE]"]
+    upstream.respond = lambda req: Reply(events=events)
+    list(client(live).chat.completions.create(model="fake-model", stream=True, user="tools",
+                                              messages=[{"role": "user", "content": "Weather?"}]))
+    stored = live.app.state.rdmem.pool.manager("default", "tools", budget=WINDOW - 1024).history()[-1]
+    assert stored["tool_calls"] == [{"id": "call_9", "type": "function",
+                                     "function": {"name": "weather", "arguments": '{"city": "Lisbon"}'}}]
+
+
+def test_when_compaction_fails_the_original_request_is_forwarded(proxy, caplog):
+    live, upstream = proxy
+    # An int id: rdmem refuses the message (ids are strings), the upstream may not care. Fail open.
+    msgs = turns(150) + [{"role": "user", "content": "Lunch ideas?", "id": 7}]
+    with caplog.at_level(logging.WARNING, logger="rdmem.server"):
+        raw = client(live).chat.completions.with_raw_response.create(model="fake-model", messages=msgs)
+    assert raw.status_code == 200 and raw.headers["x-rdmem-compacted"] == "failed"
+    assert upstream.requests[-1]["body"]["messages"] == msgs  # unchanged
+    lines = [r.getMessage() for r in caplog.records if "compaction failed" in r.getMessage()]
+    assert len(lines) == 1 and "forwarding the request unchanged" in lines[0] and "\n" not in lines[0]
+
+
+@pytest.mark.parametrize(("status", "error"), [(400, openai.BadRequestError), (401, openai.AuthenticationError),
+                                                (429, openai.RateLimitError), (500, openai.InternalServerError),
+                                                (503, openai.InternalServerError)])
+def test_upstream_errors_reach_the_client_as_the_upstream_sent_them(proxy, status, error):
+    live, upstream = proxy
+    body = {"error": {"message": f"upstream says {status}", "type": "invalid_request_error", "code": f"e{status}"}}
+    upstream.respond = lambda req: Reply(status, body)
+    for stream in (False, True):
+        with pytest.raises(error) as info:
+            out = client(live).chat.completions.create(model="fake-model", stream=stream,
+                                                       messages=[{"role": "user", "content": "hi"}])
+            list(out) if stream else None
+        assert info.value.status_code == status and info.value.body == body["error"]
+
+
+def test_a_slow_upstream_times_the_client_out_as_it_would_directly(proxy):
+    live, upstream = proxy
+    upstream.respond = lambda req: Reply(body=completion("late"), delay=2.0)
+    with pytest.raises(openai.APITimeoutError):
+        client(live, timeout=0.5).chat.completions.create(model="fake-model", messages=[{"role": "user", "content": "hi"}])
+
+
+def test_models_are_passed_through(proxy):
+    live, upstream = proxy
+    assert [m.id for m in client(live).models.list()] == ["fake-model"]
+    assert upstream.requests[-1]["auth"] == "Bearer sk-upstream"
+
+
+def test_without_a_session_header_or_user_the_conversation_is_recognised(proxy):
+    live, upstream = proxy
+    oai = client(live)
+    first = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Plan a day in Sintra."}]
+    a = oai.chat.completions.with_raw_response.create(model="fake-model", messages=first)
+    later = first + [{"role": "assistant", "content": "ok"}, {"role": "user", "content": "And the evening?"}]
+    b = oai.chat.completions.with_raw_response.create(model="fake-model", messages=later)
+    assert a.headers["x-rdmem-session"] == b.headers["x-rdmem-session"].strip() != ""
+    mem = live.app.state.rdmem.pool.manager("default", a.headers["x-rdmem-session"], budget=WINDOW - 1024)
+    # Stored once each (the first reply came back in the second request), and the second reply.
+    assert [h["content"] for h in mem.history()] == [m["content"] for m in later] + ["ok"]
