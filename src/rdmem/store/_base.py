@@ -10,10 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
-import secrets
 import threading
-import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -22,34 +19,19 @@ from typing import Any, Self
 import numpy as np
 
 from ..tokens import message_payload
+from ._keys import KeysMixin, check_tenant
 from ._types import (
-    TIERS, ApiKey, Changes, DuplicateIdError, NewUnit, SessionInfo, StoredUnit, StoreError, Tier, Written,
+    TIERS, Changes, DuplicateIdError, NewUnit, SessionInfo, StoredUnit, StoreError, Tier, Written,
 )
 
 __all__ = [
-    "BaseStore", "Encoded", "check_session", "damaged_unit", "decode_unit", "dumps", "allocate_ids", "state_patch",
-    "AUTO_PREFIX",
+    "BaseStore", "Encoded", "check_session", "check_tenant", "damaged_unit", "decode_unit", "dumps", "allocate_ids",
+    "state_patch", "AUTO_PREFIX",
 ]
 
 #: Automatic ids are ``m0``, ``m1``, ... (after every id of that form the session has had).
 AUTO_PREFIX = "m"
-#: A tenant's name: what a key belongs to and what the service scopes sessions by.
-TENANT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$")
-_KEY_PREFIX = "rdmem_"
-
-
-def check_tenant(tenant: object) -> str:
-    if not isinstance(tenant, str) or not TENANT.match(tenant):
-        raise ValueError(f"tenant must be 1-64 letters, digits, '_', '.' or '-' (not first), got {tenant!r}")
-    return tenant
-
-
-def key_hash(secret: str) -> str:
-    """What a store keeps of a key: its SHA-256 (the secret is 256 random bits, so a fast hash is enough)."""
-    return hashlib.sha256(secret.encode("utf-8")).hexdigest()
 _VALID_ROLES = ("system", "developer", "user", "assistant", "tool")
-
-
 def dumps(obj: Any) -> str:
     return json.dumps(obj, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
 
@@ -208,7 +190,7 @@ def state_patch(state: Mapping[str, Any], patch: Mapping[str, Any]) -> dict[str,
     return out
 
 
-class BaseStore:
+class BaseStore(KeysMixin):
     """The public store methods, checked once for every backend (see :class:`~rdmem.store.Store`).
 
     A backend sets ``where`` (the store named in messages), ``_lock`` (an
@@ -363,39 +345,6 @@ class BaseStore:
     def sessions(self) -> list[SessionInfo]:
         return self._sessions()
 
-    # -- API keys ------------------------------------------------------------------
-    def create_key(self, tenant: str, *, name: str = "") -> tuple[ApiKey, str]:
-        """A new API key for ``tenant``: the listing record and the secret (shown once, stored hashed)."""
-        check_tenant(tenant)
-        if not isinstance(name, str) or len(name) > 200:
-            raise ValueError(f"name must be a string of at most 200 characters, got {name!r}")
-        secret = _KEY_PREFIX + secrets.token_urlsafe(32)
-        key = ApiKey("key_" + secrets.token_hex(6), tenant, name, time.time())
-        self._insert_key(key, key_hash(secret))
-        return key, secret
-
-    def list_keys(self, tenant: str | None = None) -> list[ApiKey]:
-        """Every key (of ``tenant``), oldest first, revoked ones too."""
-        if tenant is not None:
-            check_tenant(tenant)
-        return [k for k in self._keys() if tenant is None or k.tenant == tenant]
-
-    def revoke_key(self, key_id: str) -> bool:
-        """Revoke a key at once (``False`` if there is no such key, or it was revoked already)."""
-        if not isinstance(key_id, str) or not key_id:
-            raise ValueError(f"key_id must be a non-empty string, got {key_id!r}")
-        return self._revoke_key(key_id, time.time())
-
-    def key_tenant(self, secret: str) -> str | None:
-        """The tenant of a valid (not revoked) key, else ``None``."""
-        if not isinstance(secret, str) or not secret.startswith(_KEY_PREFIX) or len(secret) > 200:
-            return None
-        return self._key_tenant(key_hash(secret))
-
-    def has_keys(self) -> bool:
-        """Does any valid key exist (then the service asks every caller for one)?"""
-        return any(k.revoked is None for k in self._keys())
-
     # -- lifecycle ---------------------------------------------------------------
     def close(self) -> None:
         with self._lock:
@@ -445,18 +394,6 @@ class BaseStore:
         raise NotImplementedError
 
     def _sessions(self) -> list[SessionInfo]:
-        raise NotImplementedError
-
-    def _insert_key(self, key: ApiKey, digest: str) -> None:
-        raise NotImplementedError
-
-    def _keys(self) -> list[ApiKey]:
-        raise NotImplementedError
-
-    def _revoke_key(self, key_id: str, when: float) -> bool:
-        raise NotImplementedError
-
-    def _key_tenant(self, digest: str) -> str | None:
         raise NotImplementedError
 
     def _close(self) -> None:

@@ -133,5 +133,6 @@ def _quick_check(conn: sqlite3.Connection, where: str) -> None:
     except sqlite3.DatabaseError as exc:
         problems = [str(exc)]
     if problems:
-        raise StoreError(f"{where}: the file is damaged ({'; '.join(problems)[:300]}); "
+        found = " ".join("; ".join(problems).split())[:300]  # one line, whatever SQLite said
+        raise StoreError(f"{where}: the file is damaged ({found}); "
                          "refusing to use it (nothing was changed). Restore it from a backup")

@@ -1,0 +1,75 @@
+"""The service's API keys, kept by every store: a tenant's name and a hash of each secret, never the secret."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import secrets
+import time
+
+from ._types import ApiKey
+
+__all__ = ["KeysMixin", "check_tenant", "key_hash", "TENANT"]
+
+#: A tenant's name: what a key belongs to and what the service scopes sessions by.
+TENANT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$")
+_KEY_PREFIX = "rdmem_"
+
+
+def check_tenant(tenant: object) -> str:
+    if not isinstance(tenant, str) or not TENANT.match(tenant):
+        raise ValueError(f"tenant must be 1-64 letters, digits, '_', '.' or '-' (not first), got {tenant!r}")
+    return tenant
+
+
+def key_hash(secret: str) -> str:
+    """What a store keeps of a key: its SHA-256 (the secret is 256 random bits, so a fast hash is enough)."""
+    return hashlib.sha256(secret.encode("utf-8")).hexdigest()
+
+
+class KeysMixin:
+    """The key methods of :class:`~rdmem.store._base.BaseStore`; a backend implements the hooks."""
+
+    def create_key(self, tenant: str, *, name: str = "") -> tuple[ApiKey, str]:
+        """A new API key for ``tenant``: the listing record and the secret (shown once, stored hashed)."""
+        check_tenant(tenant)
+        if not isinstance(name, str) or len(name) > 200:
+            raise ValueError(f"name must be a string of at most 200 characters, got {name!r}")
+        secret = _KEY_PREFIX + secrets.token_urlsafe(32)
+        key = ApiKey("key_" + secrets.token_hex(6), tenant, name, time.time())
+        self._insert_key(key, key_hash(secret))
+        return key, secret
+
+    def list_keys(self, tenant: str | None = None) -> list[ApiKey]:
+        """Every key (of ``tenant``), oldest first, revoked ones too."""
+        if tenant is not None:
+            check_tenant(tenant)
+        return [k for k in self._keys() if tenant is None or k.tenant == tenant]
+
+    def revoke_key(self, key_id: str) -> bool:
+        """Revoke a key at once (``False`` if there is no such key, or it was revoked already)."""
+        if not isinstance(key_id, str) or not key_id:
+            raise ValueError(f"key_id must be a non-empty string, got {key_id!r}")
+        return self._revoke_key(key_id, time.time())
+
+    def key_tenant(self, secret: str) -> str | None:
+        """The tenant of a valid (not revoked) key, else ``None``."""
+        if not isinstance(secret, str) or not secret.startswith(_KEY_PREFIX) or len(secret) > 200:
+            return None
+        return self._key_tenant(key_hash(secret))
+
+    def has_keys(self) -> bool:
+        """Does any valid key exist (then the service asks every caller for one)?"""
+        return any(k.revoked is None for k in self._keys())
+
+    def _insert_key(self, key: ApiKey, digest: str) -> None:
+        raise NotImplementedError
+
+    def _keys(self) -> list[ApiKey]:
+        raise NotImplementedError
+
+    def _revoke_key(self, key_id: str, when: float) -> bool:
+        raise NotImplementedError
+
+    def _key_tenant(self, digest: str) -> str | None:
+        raise NotImplementedError

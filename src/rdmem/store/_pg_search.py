@@ -1,0 +1,102 @@
+"""The search half of the PostgreSQL store: ``ts_rank`` full-text and pgvector HNSW rankings, fused."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import numpy as np
+
+from ._pg_schema import TS_CONFIG
+from ._search import query_terms, rank_fusion, rarest_terms
+from ._types import Tier
+
+__all__ = ["PgSearchMixin"]
+
+_T = TypeVar("_T")
+
+
+class PgSearchMixin:
+    """:meth:`_search` for :class:`~rdmem.store.postgres.PostgresStore` (it provides ``_run``, ``_dims``,
+    ``_ef_search`` and ``lexical_rows``)."""
+
+    _dims: set[int]
+    _ef_search: int | None
+    lexical_rows: int
+    _run: Callable[..., Any]
+
+    def _search(
+        self, session: str, query: str, qvec: np.ndarray | None, k: int, tier: Tier | None
+    ) -> list[tuple[str, float]]:
+        def run(conn: Any) -> list[tuple[str, float]]:
+            lexical = self._lexical(conn, session, query, k, tier)
+            rankings, id_of = [[h[0] for h in lexical]], dict(lexical)
+            if qvec is not None and qvec.shape[0] in self._dims:
+                hits = self._dense(conn, session, qvec, k, tier)
+                rankings.append([h[0] for h in hits])
+                id_of.update(hits)
+            return [(id_of[uid], score) for uid, score in rank_fusion(rankings)[:k]]
+
+        return self._run(run, session)
+
+    def _dense(self, conn: Any, session: str, qvec: np.ndarray, k: int, tier: Tier | None) -> list[tuple[int, str]]:
+        """HNSW cosine ranking of the session's units."""
+        d = qvec.shape[0]
+        ef = min(max(k, 40), 1000)
+        if ef != self._ef_search:
+            conn.execute(f"SET hnsw.ef_search = {ef}")
+            self._ef_search = ef
+        tier_filt = " AND tier = %s" if tier is not None else ""
+        return [
+            (int(uid), i)
+            for uid, i in conn.execute(
+                f"SELECT uid, id FROM rdmem_units WHERE session = %s{tier_filt} AND dim = {d} "
+                f"ORDER BY embedding::vector({d}) <=> %s::vector({d}) LIMIT %s",
+                (session, *((tier,) if tier is not None else ()), qvec, k),
+            ).fetchall()
+        ]
+
+    def _lexical(self, conn: Any, session: str, query: str, k: int, tier: Tier | None) -> list[tuple[int, str]]:
+        """``ts_rank`` full-text ranking of the session's units, over at most ``lexical_rows`` matches.
+
+        As in the SQLite store: the rarest query words are kept while their
+        matches add up to at most ``lexical_rows`` (the rarest always), and
+        if even that word is more common, its most recent matches are ranked.
+        How common a word is comes from the planner's statistics (counting
+        the matches of a common word would cost as much as ranking them).
+        """
+        words = query_terms(query)
+        if not words:
+            return []
+        cap = self.lexical_rows
+        df = {
+            w: max(int(n), 1)
+            for w, n in conn.execute(
+                f"SELECT w, rdmem_estimate_matches(q) FROM unnest(%s::text[]) AS w, plainto_tsquery('{TS_CONFIG}', w) q "
+                "WHERE q::text <> ''",
+                (words,),
+            ).fetchall()
+        }
+        kept, total = rarest_terms(df, cap)
+        if not kept:
+            return []
+        tsq = " or ".join(kept)
+        tier_filt = " AND tier = %s" if tier is not None else ""
+        tier_param: tuple[Any, ...] = (tier,) if tier is not None else ()
+        if total <= cap:
+            sql = (
+                f"SELECT uid, id FROM rdmem_units, websearch_to_tsquery('{TS_CONFIG}', %s) q "
+                f"WHERE session = %s{tier_filt} AND tsv @@ q ORDER BY ts_rank(tsv, q) DESC, uid LIMIT %s"
+            )
+            params: tuple[Any, ...] = (tsq, session, *tier_param, k)
+        else:
+            # Even the rarest word is common: rank its ``cap`` most recent matches (of any tier, as the
+            # SQLite store does), in one statement.
+            sql = (
+                f"SELECT uid, id FROM (SELECT uid, id, tier, tsv FROM rdmem_units, "
+                f"websearch_to_tsquery('{TS_CONFIG}', %s) q WHERE session = %s AND tsv @@ q "
+                f"ORDER BY uid DESC LIMIT %s) m, websearch_to_tsquery('{TS_CONFIG}', %s) q "
+                f"WHERE true{tier_filt} ORDER BY ts_rank(m.tsv, q) DESC, uid LIMIT %s"
+            )
+            params = (tsq, session, cap, tsq, *tier_param, k)
+        return [(int(uid), i) for uid, i in conn.execute(sql, params).fetchall()]
