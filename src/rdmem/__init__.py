@@ -20,7 +20,7 @@ from .policies import (
 )
 from .result import Compaction, UnitDecision
 from .scoring import LearnedValue, Scorer, ScoringContext
-from .store import DuplicateIdError, Store, StoreError, VersionConflict, open_store
+from .store import DuplicateIdError, Store, StoreError, UnknownIdError, VersionConflict, open_store
 from .summarize import ExtractiveSummarizer, LLMSummarizer, Summarizer, SummarizerError
 from .tokens import Tokenizer, check_budget, get_tokenizer
 from .units import MemoryUnit, Rung
@@ -29,7 +29,7 @@ __all__ = [
     # fitting a history to a budget
     "compact", "Compaction", "UnitDecision", "check_budget",
     # memory that lives in a store
-    "MemoryManager", "open_store", "Store", "StoreError", "DuplicateIdError", "VersionConflict",
+    "MemoryManager", "open_store", "Store", "StoreError", "DuplicateIdError", "UnknownIdError", "VersionConflict",
     # policies
     "POLICIES", "get_policy", "register_policy", "RDPolicy", "LadderPolicy", "ScoredPolicy", "SummaryBuffer",
     "TaskMode", "TASK_MODES", "LearnedValue", "Feedback",

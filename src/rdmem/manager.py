@@ -17,7 +17,7 @@ from .learn.online import Feedback
 from .messages import Message, parse_message, parse_messages
 from .policies import RDPolicy, get_policy
 from .scoring import embed_text
-from .store import Store, VersionConflict, open_store
+from .store import Store, UnknownIdError, VersionConflict, open_store
 from .summarize import Summarizer
 from .tokens import Tokenizer, check_budget, get_tokenizer
 from .units import MemoryUnit, make_unit
@@ -385,7 +385,7 @@ class MemoryManager:
             feedback = self._learner()
             unknown = [i for i in ids if i not in view.by_id]
             if unknown:
-                raise ValueError(f"unknown ids in feedback: {unknown[:5]}")
+                raise UnknownIdError(f"unknown ids in feedback: {unknown[:5]}")
             if not ids:
                 return
             from .scoring import ScoringContext

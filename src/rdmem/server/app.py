@@ -19,12 +19,14 @@ from fastapi.responses import PlainTextResponse
 from .. import __version__
 from ..embed import Embedder
 from ..store import Store, open_store
+from ._openapi import install_openapi
+from .auth import Tenant
 from .errors import install_error_handlers
 from .metrics import BodyLimitMiddleware, Metrics, MetricsMiddleware
 from .sessions import SessionPool
 from .settings import ServerSettings
 
-__all__ = ["create_app", "app_from_env", "ServerState"]
+__all__ = ["ServerState", "app_from_env", "create_app"]
 
 log = logging.getLogger("rdmem.server")
 
@@ -75,8 +77,8 @@ def create_app(settings: ServerSettings | None = None, *, store: Store | None = 
         lifespan=lifespan,
     )
     install_error_handlers(app)
-    from .routes_memory import router as memory_router
     from .routes_mem0 import router as mem0_router
+    from .routes_memory import router as memory_router
 
     app.include_router(memory_router)
     app.include_router(mem0_router)
@@ -92,11 +94,15 @@ def create_app(settings: ServerSettings | None = None, *, store: Store | None = 
         state.store.version("t/default/healthz")
         return {"status": "ok", "version": __version__}
 
-    @app.get("/metrics", response_class=PlainTextResponse, tags=["service"])
-    def prometheus() -> str:
-        """Prometheus text format: requests, latency histograms, compactions, tokens in and out."""
+    @app.get("/metrics", response_class=PlainTextResponse, tags=["service"], responses={
+        401: {"description": "missing or invalid API key",
+              "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorResponse"}}}}})
+    def prometheus(tenant: Tenant) -> str:
+        """Prometheus text format: requests, latency histograms, compactions, tokens in and out (a keyed
+        server asks for a key here too)."""
         return metrics.render()
 
+    install_openapi(app, settings)
     app.add_middleware(MetricsMiddleware, metrics=metrics)
     app.add_middleware(BodyLimitMiddleware, limit=settings.max_body_bytes)
     return app

@@ -8,6 +8,7 @@ anything unexpected into a logged 500 that says no more than it must.
 from __future__ import annotations
 
 import logging
+import re
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -15,9 +16,9 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from ..store import DuplicateIdError, StoreError
+from ..store import DuplicateIdError, StoreError, UnknownIdError
 
-__all__ = ["ApiError", "install_error_handlers", "error_body"]
+__all__ = ["ApiError", "install_error_handlers", "error_body", "document_errors"]
 
 log = logging.getLogger("rdmem.server")
 
@@ -45,9 +46,45 @@ def _json(status: int, code: str, message: str, headers: dict[str, str] | None =
     return JSONResponse(error_body(code, message), status_code=status, headers=headers)
 
 
+_UNION_STEP = re.compile(r"^[\w-]+\[.*\]$")  # pydantic's name for a branch of a union: 'list[...]', 'tagged-union[...]'
+_TAGS = {"system", "developer", "user", "assistant", "tool", "text", "image_url", "input_audio", "file", "refusal"}
+
+
 def _location(loc: tuple[Any, ...]) -> str:
-    parts = [str(p) for p in loc if p not in ("body",)]
-    return ".".join(parts) if parts else "body"
+    """``('body', 'messages', 'list[...]', 0, 'user', 'content')`` -> ``messages[0].content``: the path a
+    client wrote, without pydantic's union branches and the discriminator values it adds."""
+    out = ""
+    after_index = False
+    for part in loc:
+        if part in ("body", "query", "path", "header") and not out:
+            continue
+        if isinstance(part, int):
+            out += f"[{part}]"
+            after_index = True
+            continue
+        if _UNION_STEP.match(str(part)) or (after_index and part in _TAGS):
+            after_index = False
+            continue
+        out += f".{part}" if out else str(part)
+        after_index = False
+    return out or "body"
+
+
+def _most_specific(errors: list[dict[str, Any]]) -> dict[str, Any]:
+    """Of the errors a union reports for every branch, the one that got furthest into the input."""
+    return max(errors, key=lambda e: len(e.get("loc", ())), default={"loc": (), "msg": "invalid request"})
+
+
+def _allowed(request: Request) -> list[str]:
+    """Every method some route serves at this request's path."""
+    from starlette.routing import Match
+
+    methods: set[str] = set()
+    for route in request.app.router.routes:
+        if route.matches({**request.scope, "method": "GET"})[0] != Match.NONE or \
+                route.matches({**request.scope, "method": "POST"})[0] != Match.NONE:
+            methods |= getattr(route, "methods", None) or set()
+    return sorted(methods)
 
 
 def install_error_handlers(app: FastAPI) -> None:
@@ -57,8 +94,7 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
-        errors = exc.errors()
-        first = errors[0] if errors else {"loc": (), "msg": "invalid request"}
+        first = _most_specific(list(exc.errors()))
         message = f"{_location(tuple(first.get('loc', ())))}: {first.get('msg', 'invalid')}"
         if first.get("type") == "json_invalid":
             message = "the body is not valid JSON"
@@ -67,11 +103,18 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         message = exc.detail if isinstance(exc.detail, str) else "error"
-        return _json(exc.status_code, _CODES.get(exc.status_code, "error"), message, getattr(exc, "headers", None))
+        headers = getattr(exc, "headers", None)
+        if exc.status_code == 405:  # Starlette names only the first route's methods; a path may have several
+            headers = {**(headers or {}), "Allow": ", ".join(_allowed(request))}
+        return _json(exc.status_code, _CODES.get(exc.status_code, "error"), message, headers)
 
     @app.exception_handler(DuplicateIdError)
     async def duplicate(request: Request, exc: DuplicateIdError) -> JSONResponse:
         return _json(409, "conflict", str(exc))
+
+    @app.exception_handler(UnknownIdError)
+    async def unknown_id(request: Request, exc: UnknownIdError) -> JSONResponse:
+        return _json(404, "not_found", str(exc))
 
     @app.exception_handler(StoreError)
     async def store_error(request: Request, exc: StoreError) -> JSONResponse:
@@ -90,3 +133,4 @@ def install_error_handlers(app: FastAPI) -> None:
     async def unexpected(request: Request, exc: Exception) -> JSONResponse:  # pragma: no cover - a bug
         log.exception("internal error on %s %s", request.method, request.url.path)
         return _json(500, "internal_error", "internal error; see the server's log")
+

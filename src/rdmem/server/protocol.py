@@ -7,7 +7,7 @@ bad field, as from the library.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -15,7 +15,8 @@ __all__ = [
     "ChatMessage", "AddRequest", "AddResponse", "ContextRequest", "ContextResponse", "SearchRequest", "SearchHit",
     "SearchResponse", "FeedbackRequest", "OkResponse", "ExplainRequest", "ExplainResponse", "SessionSummary",
     "SessionList", "SessionDetail", "MessagePage", "ErrorBody", "ErrorResponse", "Mem0Add", "Mem0Search",
-    "Mem0Item", "Mem0Results", "Mem0Message",
+    "Mem0Item", "Mem0Results", "ToolCall", "FunctionCall", "TextPart", "PlainMessage", "AssistantMessage",
+    "ToolMessage", "message_dict",
 ]
 
 MODES = ("qa", "task", "roleplay", "creative")
@@ -25,16 +26,70 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-class ChatMessage(BaseModel):
+class FunctionCall(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    name: str
+    arguments: str = Field(description="the call's arguments as a JSON string")
+
+
+class ToolCall(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    id: str = Field(min_length=1)
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+
+class TextPart(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    type: Literal["text"]
+    text: str
+
+
+class OtherPart(BaseModel):
+    """An image, audio, file or refusal part: stored and sent as given."""
+
+    model_config = ConfigDict(extra="allow")
+    type: Literal["image_url", "input_audio", "file", "refusal"]
+
+
+ContentPart = Annotated[TextPart | OtherPart, Field(discriminator="type")]
+
+
+class _Message(BaseModel):
     """An OpenAI chat message. Fields the chat API does not know are stored and given back, never sent."""
 
     model_config = ConfigDict(extra="allow")
-    role: Literal["system", "developer", "user", "assistant", "tool"]
-    content: str | list[dict[str, Any]] | None = None
+    content: str | list[ContentPart] | None = None
     name: str | None = None
-    tool_calls: list[dict[str, Any]] | None = None
-    tool_call_id: str | None = None
-    id: str | None = Field(None, description="the message's id in the session (allocated by the store if absent)")
+    id: str | None = Field(None, min_length=1,
+                           description="the message's id in the session (allocated by the store if absent)")
+
+
+class PlainMessage(_Message):
+    role: Literal["system", "developer", "user"]
+    tool_calls: None = Field(None, description="only assistant messages carry tool calls")
+
+
+class AssistantMessage(_Message):
+    role: Literal["assistant"]
+    tool_calls: list[ToolCall] | None = None
+
+
+class ToolMessage(_Message):
+    role: Literal["tool"]
+    tool_call_id: str = Field(description="the id of the assistant's tool call this message answers")
+    tool_calls: None = Field(None, description="only assistant messages carry tool calls")
+
+
+ChatMessage = Annotated[PlainMessage | AssistantMessage | ToolMessage, Field(discriminator="role")]
+
+
+def message_dict(message: BaseModel) -> dict[str, Any]:
+    """A message as the library takes it: the fields the client sent, and each tool call's ``type``."""
+    out = message.model_dump(exclude_unset=True)
+    for call in out.get("tool_calls") or ():
+        call.setdefault("type", "function")
+    return out
 
 
 class AddRequest(_Strict):
@@ -47,6 +102,8 @@ class AddResponse(BaseModel):
 
 
 class ContextRequest(_Strict):
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"not": {  # a policy or a mode, not both
+        "required": ["policy", "mode"], "properties": {"policy": {"type": "string"}, "mode": {"type": "string"}}}})
     budget: int | None = Field(None, ge=1, description="tokens (default: the server's budget)")
     query: str | None = Field(None, description="the next question: archived messages that match it compete too")
     policy: str | None = Field(None, description="a policy name (see GET /v1/policies)")
@@ -137,15 +194,9 @@ class ErrorResponse(BaseModel):
 
 
 # -- the mem0-compatible subset -------------------------------------------------------------------
-class Mem0Message(BaseModel):
-    model_config = ConfigDict(extra="allow")
-    role: Literal["system", "developer", "user", "assistant", "tool"]
-    content: str | list[dict[str, Any]] | None = None
-
-
 class Mem0Add(BaseModel):
     model_config = ConfigDict(extra="ignore")
-    messages: list[Mem0Message] = Field(min_length=1)
+    messages: list[ChatMessage] = Field(min_length=1)
     user_id: str | None = None
     agent_id: str | None = None
     run_id: str | None = None

@@ -24,7 +24,14 @@ from fastapi import APIRouter, Query, Request
 
 from .auth import Tenant
 from .errors import ApiError
-from .protocol import ErrorResponse, Mem0Add, Mem0Item, Mem0Results, Mem0Search
+from .protocol import (
+    ErrorResponse,
+    Mem0Add,
+    Mem0Item,
+    Mem0Results,
+    Mem0Search,
+    message_dict,
+)
 from .routes_memory import check_messages
 from .sessions import store_session, tenant_sessions
 
@@ -36,6 +43,8 @@ router = APIRouter(tags=["mem0"], responses={
     400: {"model": ErrorResponse, "description": "no scope (user_id, agent_id or run_id) or a bad request"},
     401: {"model": ErrorResponse, "description": "missing or invalid API key"},
     404: {"model": ErrorResponse, "description": "no such memory"},
+    409: {"model": ErrorResponse, "description": "a message id the scope already has"},
+    413: {"model": ErrorResponse, "description": "request body too large"},
 })
 
 
@@ -100,7 +109,7 @@ def add_memories(body: Mem0Add, tenant: Tenant, request: Request) -> Mem0Results
     scope = _scope(body.model_dump())
     session = _session_of(scope)
     now = datetime.now(timezone.utc).isoformat()
-    messages = [{**m.model_dump(exclude_unset=True), "created_at": now,
+    messages = [{**message_dict(m), "created_at": now,
                  **({"metadata": body.metadata} if body.metadata else {})} for m in body.messages]
     check_messages(messages, state.settings)
     ids = state.pool.manager(tenant, session).extend(messages)

@@ -17,18 +17,32 @@ from ..policies import POLICIES, get_policy
 from .auth import Tenant
 from .errors import ApiError
 from .protocol import (
-    AddRequest, AddResponse, ContextRequest, ContextResponse, ErrorResponse, ExplainRequest, ExplainResponse,
-    FeedbackRequest, MessagePage, OkResponse, SearchHit, SearchRequest, SearchResponse, SessionDetail, SessionList,
+    AddRequest,
+    AddResponse,
+    ContextRequest,
+    ContextResponse,
+    ErrorResponse,
+    ExplainRequest,
+    ExplainResponse,
+    FeedbackRequest,
+    MessagePage,
+    OkResponse,
+    SearchHit,
+    SearchRequest,
+    SearchResponse,
+    SessionDetail,
+    SessionList,
     SessionSummary,
+    message_dict,
 )
-from .sessions import store_session, tenant_sessions
+from .sessions import SessionName, store_session, tenant_sessions
 
 __all__ = ["router", "check_messages"]
 
 _ERRORS: dict[int | str, dict[str, Any]] = {
     code: {"model": ErrorResponse, "description": text}
     for code, text in ((400, "invalid request"), (401, "missing or invalid API key"), (404, "no such session"),
-                       (409, "a message id the session already has"), (413, "request body too large"),
+                       (409, "a message id the session (or the request) already has"), (413, "request body too large"),
                        (422, "request body does not match the schema"))
 }
 _LINKS = {"links": {
@@ -47,7 +61,12 @@ def check_messages(messages: list[dict[str, Any]], settings: Any) -> None:
     """The request limits on messages (a rejected batch stores nothing)."""
     if len(messages) > settings.max_messages:
         raise ApiError(400, f"at most {settings.max_messages} messages per request, got {len(messages)}")
+    seen: set[str] = set()
     for i, m in enumerate(messages):
+        if m.get("id") is not None:
+            if m["id"] in seen:
+                raise ApiError(409, f"message {i}: id {m['id']!r} is given twice in this request; nothing was written")
+            seen.add(m["id"])
         content = m.get("content")
         size = len(content) if isinstance(content, str) else sum(
             len(p.get("text", "")) for p in content or () if isinstance(p, dict) and isinstance(p.get("text"), str))
@@ -73,11 +92,11 @@ def _policy(policy: str | None, mode: str | None) -> str | None:
 
 @router.post("/sessions/{session}/messages", status_code=201, response_model=AddResponse,
              operation_id="add_messages", responses={201: _LINKS})
-def add_messages(session: str, body: AddRequest, tenant: Tenant, request: Request) -> AddResponse:
+def add_messages(session: SessionName, body: AddRequest, tenant: Tenant, request: Request) -> AddResponse:
     """Add one message or a list (OpenAI chat messages, tool calls included), in one atomic write."""
     state = _state(request)
     given = body.messages if isinstance(body.messages, list) else [body.messages]
-    messages = [m.model_dump(exclude_unset=True) for m in given]
+    messages = [message_dict(m) for m in given]
     check_messages(messages, state.settings)
     ids = state.pool.manager(tenant, session).extend(messages)
     state.metrics.count("rdmem_messages_stored_total", len(ids))
@@ -85,7 +104,7 @@ def add_messages(session: str, body: AddRequest, tenant: Tenant, request: Reques
 
 
 @router.post("/sessions/{session}/context", response_model=ContextResponse, operation_id="context")
-def context(session: str, body: ContextRequest, tenant: Tenant, request: Request) -> ContextResponse:
+def context(session: SessionName, body: ContextRequest, tenant: Tenant, request: Request) -> ContextResponse:
     """What the model should see now: the working set (and, with a query, the archive's best matches) within
     the budget. The newest user message is always in it."""
     state = _state(request)
@@ -106,7 +125,7 @@ def context(session: str, body: ContextRequest, tenant: Tenant, request: Request
 
 
 @router.post("/sessions/{session}/search", response_model=SearchResponse, operation_id="search")
-def search(session: str, body: SearchRequest, tenant: Tenant, request: Request) -> SearchResponse:
+def search(session: SessionName, body: SearchRequest, tenant: Tenant, request: Request) -> SearchResponse:
     """The session's messages that best match a query (lexical and dense rankings fused), best first."""
     state = _state(request)
     _existing(request, tenant, session)
@@ -117,7 +136,7 @@ def search(session: str, body: SearchRequest, tenant: Tenant, request: Request) 
 
 
 @router.post("/sessions/{session}/feedback", response_model=OkResponse, operation_id="feedback")
-def feedback(session: str, body: FeedbackRequest, tenant: Tenant, request: Request) -> OkResponse:
+def feedback(session: SessionName, body: FeedbackRequest, tenant: Tenant, request: Request) -> OkResponse:
     """Which messages an answer needed (reward 1) or not (0): tilts this session's value model (rd)."""
     _existing(request, tenant, session)
     _state(request).pool.manager(tenant, session).feedback(body.ids, body.reward)
@@ -125,7 +144,7 @@ def feedback(session: str, body: FeedbackRequest, tenant: Tenant, request: Reque
 
 
 @router.post("/sessions/{session}/explain", response_model=ExplainResponse, operation_id="explain")
-def explain(session: str, body: ExplainRequest, tenant: Tenant, request: Request) -> ExplainResponse:
+def explain(session: SessionName, body: ExplainRequest, tenant: Tenant, request: Request) -> ExplainResponse:
     """Why each message would be kept, compressed or archived: a context's report, as text and JSON."""
     state = _state(request)
     _existing(request, tenant, session)
@@ -156,7 +175,7 @@ def list_sessions(tenant: Tenant, request: Request, offset: _Offset = 0, limit: 
 
 
 @router.get("/sessions/{session}", response_model=SessionDetail, operation_id="get_session")
-def get_session(session: str, tenant: Tenant, request: Request) -> SessionDetail:
+def get_session(session: SessionName, tenant: Tenant, request: Request) -> SessionDetail:
     """A session's size: messages and tokens, in all and in working memory."""
     state = _state(request)
     name = store_session(tenant, session)
@@ -170,7 +189,7 @@ def get_session(session: str, tenant: Tenant, request: Request) -> SessionDetail
 
 
 @router.get("/sessions/{session}/messages", response_model=MessagePage, operation_id="list_messages")
-def list_messages(session: str, tenant: Tenant, request: Request, offset: _Offset = 0,
+def list_messages(session: SessionName, tenant: Tenant, request: Request, offset: _Offset = 0,
                   limit: _Limit = 100) -> MessagePage:
     """The session's messages as given (every field, with its id), in order, a page at a time."""
     state = _state(request)
@@ -180,7 +199,7 @@ def list_messages(session: str, tenant: Tenant, request: Request, offset: _Offse
 
 
 @router.delete("/sessions/{session}", status_code=204, operation_id="delete_session")
-def delete_session(session: str, tenant: Tenant, request: Request) -> Response:
+def delete_session(session: SessionName, tenant: Tenant, request: Request) -> Response:
     """Delete a session and everything in it, for good."""
     state = _state(request)
     _existing(request, tenant, session)
@@ -190,7 +209,7 @@ def delete_session(session: str, tenant: Tenant, request: Request) -> Response:
 
 
 @router.delete("/sessions/{session}/messages/{message_id}", status_code=204, operation_id="delete_message")
-def delete_message(session: str, message_id: str, tenant: Tenant, request: Request) -> Response:
+def delete_message(session: SessionName, message_id: str, tenant: Tenant, request: Request) -> Response:
     """Delete one message for good (a tool call without its results is then left out of every context)."""
     _existing(request, tenant, session)
     if not _state(request).pool.manager(tenant, session).delete([message_id]):

@@ -13,6 +13,9 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
+from typing import Annotated
+
+from fastapi import Path
 
 from ..embed import Embedder
 from ..manager import MemoryManager
@@ -20,10 +23,14 @@ from ..store import SessionInfo, Store, check_tenant
 from .errors import ApiError
 from .settings import ServerSettings
 
-__all__ = ["SessionPool", "store_session", "tenant_sessions", "MAX_SESSION_CHARS"]
+__all__ = ["SessionPool", "SessionName", "store_session", "tenant_sessions", "MAX_SESSION_CHARS"]
 
 MAX_SESSION_CHARS = 256
 _PREFIX = "t/"
+
+SessionName = Annotated[str, Path(min_length=1, max_length=MAX_SESSION_CHARS, pattern=r"^[^\x00-\x1f]+$",
+                                  description="the session's name (yours to choose; any text without control "
+                                  f"characters, at most {MAX_SESSION_CHARS} characters)")]
 
 
 def store_session(tenant: str, session: str) -> str:

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from ._base import check_tenant
 from ._types import (
-    ApiKey, Changes, DuplicateIdError, NewUnit, SessionInfo, Store, StoredUnit, StoreError, Tier, VersionConflict,
-    Written,
+    ApiKey, Changes, DuplicateIdError, NewUnit, SessionInfo, Store, StoredUnit, StoreError, Tier, UnknownIdError,
+    VersionConflict, Written,
 )
 from .memory import MemoryStore
 
 __all__ = [
     "Store", "NewUnit", "StoredUnit", "Written", "Changes", "SessionInfo", "ApiKey", "check_tenant",
-    "StoreError", "DuplicateIdError",
+    "StoreError", "DuplicateIdError", "UnknownIdError",
     "VersionConflict", "Tier", "MemoryStore", "open_store",
 ]
 

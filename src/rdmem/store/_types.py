@@ -25,6 +25,10 @@ class DuplicateIdError(StoreError, ValueError):
     """A message id the session already has (nothing was written; the session is unchanged and usable)."""
 
 
+class UnknownIdError(ValueError):
+    """Message ids the session does not have (nothing was changed)."""
+
+
 class VersionConflict(StoreError):
     """The session changed since the version a conditional write expected (nothing was written)."""
 

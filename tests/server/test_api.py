@@ -1,0 +1,165 @@
+"""The memory API and the mem0 subset over HTTP (httpx against a live server on 127.0.0.1)."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from rdmem.server import ServerSettings, create_app
+
+from .._checks import history_problems
+
+pytestmark = pytest.mark.slow  # starts a server
+
+PEANUTS = {"role": "user", "content": "Remember that I'm allergic to peanuts."}
+
+
+@pytest.fixture
+def api(serve, tmp_path, hashing_embedder):
+    settings = ServerSettings(store=f"sqlite:///{tmp_path / 'served.db'}", budget=300, max_messages=50,
+                              max_message_chars=5000, max_body_bytes=200_000, max_budget=20_000)
+    live = serve(create_app(settings, embedder=hashing_embedder))
+    with httpx.Client(base_url=live.url, timeout=30) as client:
+        yield client
+
+
+def chat(n: int, start: int = 0) -> list[dict]:
+    return [{"role": "user" if i % 2 == 0 else "assistant", "content": f"turn {i} about the harbour and boats " * 3}
+            for i in range(start, start + n)]
+
+
+def test_add_then_context_then_search(api):
+    r = api.post("/v1/sessions/trip/messages", json={"messages": [PEANUTS] + chat(40)})
+    assert r.status_code == 201 and r.json() == {"session": "trip", "ids": [f"m{i}" for i in range(41)]}
+    one = api.post("/v1/sessions/trip/messages", json={"messages": {"role": "user", "content": "One more."}})
+    assert one.json()["ids"] == ["m41"]
+    ctx = api.post("/v1/sessions/trip/context", json={"budget": 250, "query": "Which food must I avoid?"}).json()
+    assert ctx["tokens"] <= 250 and history_problems(ctx["messages"]) == [] and ctx["policy"] == "rd"
+    assert any("peanuts" in m["content"] for m in ctx["messages"]) and ctx["messages"][-1]["content"] == "One more."
+    assert {"id", "decision", "tokens", "score"} <= set(ctx["report"][0])
+    hits = api.post("/v1/sessions/trip/search", json={"query": "allergic peanuts", "k": 3}).json()["results"]
+    assert hits[0]["id"] == "m0" and hits[0]["message"]["content"] == PEANUTS["content"]
+    assert hits[0]["tier"] in ("working", "archive")
+    modes = api.post("/v1/sessions/trip/context", json={"budget": 200, "mode": "task"}).json()
+    assert modes["policy"] == "rd-task" and modes["tokens"] <= 200
+    window = api.post("/v1/sessions/trip/context", json={"budget": 200, "policy": "window"}).json()
+    assert window["policy"] == "window"
+
+
+def test_sessions_are_listed_shown_paged_and_deleted(api):
+    api.post("/v1/sessions/a/messages", json={"messages": chat(30)})
+    api.post("/v1/sessions/b/messages", json={"messages": chat(3)})
+    listed = api.get("/v1/sessions").json()
+    assert [s["session"] for s in listed["sessions"]] == ["a", "b"] and listed["next_offset"] is None
+    assert api.get("/v1/sessions", params={"limit": 1}).json()["next_offset"] == 1
+    detail = api.get("/v1/sessions/a").json()
+    assert detail["units"] == 30 and detail["working"] + detail["archived"] == 30 and detail["tokens"] > 300
+    page = api.get("/v1/sessions/a/messages", params={"offset": 25, "limit": 3}).json()
+    assert [m["id"] for m in page["messages"]] == ["m25", "m26", "m27"] and page["next_offset"] == 28
+    assert api.delete("/v1/sessions/a/messages/m26").status_code == 204
+    assert api.delete("/v1/sessions/a/messages/m26").status_code == 404
+    assert [m["id"] for m in api.get("/v1/sessions/a/messages", params={"offset": 25}).json()["messages"]] == [
+        "m25", "m27", "m28", "m29"]
+    assert api.delete("/v1/sessions/b").status_code == 204
+    assert api.get("/v1/sessions/b").status_code == 404
+    assert [s["session"] for s in api.get("/v1/sessions").json()["sessions"]] == ["a"]
+
+
+def test_feedback_and_explain(api):
+    api.post("/v1/sessions/f/messages", json={"messages": [PEANUTS] + chat(20)})
+    assert api.post("/v1/sessions/f/feedback", json={"ids": ["m0"], "reward": 1.0}).json() == {"ok": True}
+    text = api.post("/v1/sessions/f/explain", json={"budget": 120}).json()
+    assert text["text"].startswith("policy=rd budget=120") and len(text["report"]) >= 1
+    bad = api.post("/v1/sessions/f/feedback", json={"ids": ["nope"], "reward": 1.0})
+    assert bad.status_code == 404 and "unknown ids in feedback" in bad.json()["error"]["message"]
+
+
+def test_mem0_subset(api):
+    added = api.post("/memories", json={"messages": [{"role": "user", "content": "I play tennis on Sundays."},
+                                                     {"role": "user", "content": "My cat is called Miso."}],
+                                        "user_id": "alice", "agent_id": "coach", "metadata": {"src": "chat"}}).json()
+    assert [r["event"] for r in added["results"]] == ["ADD", "ADD"]
+    first = added["results"][0]
+    assert first["memory"] == "I play tennis on Sundays." and first["user_id"] == "alice"
+    api.post("/memories", json={"messages": [{"role": "user", "content": "Bob likes chess."}], "user_id": "bob"})
+    mine = api.get("/memories", params={"user_id": "alice"}).json()["results"]  # alice's, every agent
+    assert [m["memory"] for m in mine] == ["I play tennis on Sundays.", "My cat is called Miso."]
+    assert mine[0]["metadata"] == {"src": "chat"} and mine[0]["agent_id"] == "coach"
+    assert api.get(f"/memories/{first['id']}").json()["memory"] == "I play tennis on Sundays."
+    found = api.post("/search", json={"query": "which sport does she play tennis", "filters": {"user_id": "alice"},
+                                      "top_k": 1}).json()["results"]
+    assert len(found) == 1 and found[0]["memory"] == "I play tennis on Sundays." and found[0]["score"] > 0
+    assert api.post("/search", json={"query": "chess", "user_id": "alice"}).json()["results"][0]["user_id"] == "alice"
+    assert api.delete(f"/memories/{first['id']}").json() == {"message": "Memory deleted successfully"}
+    assert api.get(f"/memories/{first['id']}").status_code == 404
+    assert api.delete("/memories", params={"user_id": "alice"}).json() == {"message": "All relevant memories deleted"}
+    assert api.get("/memories", params={"user_id": "alice"}).json() == {"results": []}
+    assert [m["memory"] for m in api.get("/memories", params={"user_id": "bob"}).json()["results"]] == [
+        "Bob likes chess."]
+    for call in (lambda: api.post("/memories", json={"messages": [{"role": "user", "content": "x"}]}),
+                 lambda: api.get("/memories"), lambda: api.post("/search", json={"query": "x"}),
+                 lambda: api.delete("/memories")):
+        r = call()
+        assert r.status_code == 400 and "At least one identifier" in r.json()["detail"]
+    assert api.get("/memories/not-an-id").status_code == 404
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "body", "status", "message"),
+    [
+        ("post", "/v1/sessions/s/messages", {"messages": [{"role": "user", "content": "x"}] * 51}, 400,
+         "at most 50 messages per request, got 51"),
+        ("post", "/v1/sessions/s/messages", {"messages": [{"role": "user", "content": "x" * 5001}]}, 400,
+         "message 0: content of 5001 characters is over the limit of 5000"),
+        ("post", "/v1/sessions/s/messages", {"messages": [{"role": "robot", "content": "x"}]}, 422,
+         "messages[0]: Input tag 'robot' found using 'role' does not match"),
+        ("post", "/v1/sessions/s/messages",
+         {"messages": [{"role": "user", "content": [{"type": "text", "text": 5}]}]}, 422,
+         "messages[0].content[0].text: Input should be a valid string"),
+        ("post", "/v1/sessions/s/messages", {"messages": [{"role": "tool", "content": "x"}]}, 422,
+         "messages[0].tool_call_id: Field required"),
+        ("post", "/v1/sessions/s/messages", {"nope": 1}, 422, "messages"),
+        ("post", "/v1/sessions/known/context", {"budget": 0}, 422, "budget"),
+        ("post", "/v1/sessions/known/context", {"budget": 30000}, 400, "budget must be at most 20000 tokens"),
+        ("post", "/v1/sessions/known/context", {"policy": "magic"}, 400, "unknown policy 'magic'; choose one of"),
+        ("post", "/v1/sessions/known/context", {"policy": "rd", "mode": "task"}, 400, "a policy or a mode, not both"),
+        ("post", "/v1/sessions/unknown/context", {}, 404, "no session 'unknown'"),
+        ("post", "/v1/sessions/known/search", {"query": "x", "k": 5000}, 400, "k must be at most 1000"),
+        ("get", "/v1/sessions?limit=5000", None, 422, "limit"),
+        ("get", "/v1/sessions/unknown", None, 404, "no session 'unknown'"),
+        ("delete", "/v1/sessions/unknown", None, 404, "no session 'unknown'"),
+        ("get", "/v1/nothing-here", None, 404, "Not Found"),
+    ],
+)
+def test_bad_requests_are_4xx_json_and_store_nothing(api, method, path, body, status, message):
+    api.post("/v1/sessions/known/messages", json={"messages": chat(2)})
+    r = api.request(method.upper(), path, json=body)
+    assert r.status_code == status, r.text
+    err = r.json()
+    assert message in err["error"]["message"] and err["detail"] == err["error"]["message"] and err["error"]["code"]
+    assert api.get("/v1/sessions/s").status_code == 404  # a rejected batch stores nothing
+
+
+def test_bodies_over_the_limit_are_413_announced_or_streamed(api):
+    big = b'{"messages": [{"role": "user", "content": "' + b"x" * 300_000 + b'"}]}'
+    r = api.post("/v1/sessions/s/messages", content=big, headers={"content-type": "application/json"})
+    assert r.status_code == 413 and r.json()["error"]["code"] == "request_too_large"
+    r = api.post("/v1/sessions/s/messages", content=iter([big[:150_000], big[150_000:]]),
+                 headers={"content-type": "application/json"})  # chunked: no Content-Length
+    assert r.status_code == 413
+    r = api.post("/v1/sessions/s/messages", content=b"{not json", headers={"content-type": "application/json"})
+    assert r.status_code == 422 and r.json()["error"]["message"] == "the body is not valid JSON"
+    assert api.get("/v1/sessions/s").status_code == 404
+
+
+def test_health_metrics_and_docs(api):
+    assert api.get("/healthz").json()["status"] == "ok"
+    api.post("/v1/sessions/m/messages", json={"messages": chat(40)})
+    api.post("/v1/sessions/m/context", json={"budget": 100})
+    text = api.get("/metrics").text
+    assert 'rdmem_requests_total{method="POST",route="/v1/sessions/{session}/context",status="200"' in text
+    assert "rdmem_request_seconds_bucket" in text and "rdmem_compactions_total" in text
+    assert "rdmem_messages_stored_total" in text
+    spec = api.get("/openapi.json").json()
+    assert "/v1/sessions/{session}/context" in spec["paths"] and "/memories" in spec["paths"]
+    assert api.get("/docs").status_code == 200
