@@ -54,3 +54,74 @@ def serve():
     yield start
     for live in started:
         live.stop()
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class ServeProcess:
+    """``rdmem serve ARGS`` as a user starts it: a separate process on a free loopback port."""
+
+    def __init__(self, *args: str, env: dict[str, str] | None = None, log_dir=None, timeout: float = 90) -> None:
+        import os
+        import subprocess
+        import sys
+        import tempfile
+
+        import httpx
+
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log = tempfile.NamedTemporaryFile("w+", prefix="rdmem-serve-", suffix=".log", dir=log_dir, delete=False)
+        cmd = [sys.executable, "-m", "rdmem.cli", "serve", "--port", str(self.port), "--log-level", "warning", *args]
+        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})})
+        deadline = time.monotonic() + timeout
+        while True:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"rdmem serve exited with {self.proc.returncode}:\n{self.output()}")
+            try:
+                if httpx.get(self.url + "/healthz", timeout=2).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            if time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(f"rdmem serve did not answer within {timeout} s:\n{self.output()}")
+            time.sleep(0.1)
+
+    def output(self) -> str:
+        self.log.flush()
+        with open(self.log.name) as f:
+            return f.read()
+
+    def stop(self) -> int:
+        """Stop it as Ctrl-C does; its exit status."""
+        import signal
+        import subprocess
+
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=30)
+        return self.proc.returncode
+
+
+@pytest.fixture
+def rdmem_serve(tmp_path):
+    """``rdmem_serve(*args)`` starts ``rdmem serve`` processes for the test; all are stopped when it ends."""
+    started: list[ServeProcess] = []
+
+    def start(*args: str, env: dict[str, str] | None = None) -> ServeProcess:
+        proc = ServeProcess(*args, env={"RDMEM_DATA_DIR": str(tmp_path / "data"), **(env or {})}, log_dir=tmp_path)
+        started.append(proc)
+        return proc
+
+    yield start
+    for proc in started:
+        proc.stop()

@@ -40,7 +40,9 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
     settings = ServerSettings(
         store=args.store, data_dir=args.data_dir, budget=args.budget, policy=args.policy, upstream=args.upstream,
-        context_window=args.context_window, reply_reserve=args.reply_reserve,
+        context_window=args.context_window, reply_reserve=args.reply_reserve, upstream_timeout=args.upstream_timeout,
+        max_body_bytes=args.max_body_bytes, max_messages=args.max_messages, max_message_chars=args.max_message_chars,
+        max_budget=args.max_budget,
     )
     url = settings.store_url()
     with open_store(url) as store:  # opened once here: a bad store is one line, before any worker starts
@@ -107,6 +109,13 @@ def register(sub: Any) -> None:
     p.add_argument("--context-window", type=positive_int, default=8192, help="the upstream model's window (tokens)")
     p.add_argument("--reply-reserve", type=positive_int, default=1024,
                    help="tokens kept for the reply when a request has no max_tokens (default 1024)")
+    p.add_argument("--upstream-timeout", type=float, default=120.0, help="seconds to wait for the upstream (default 120)")
+    limits = p.add_argument_group("limits (a larger request is refused: 413 for the body, 400 for the rest)")
+    limits.add_argument("--max-body-bytes", type=positive_int, default=8 * 1024 * 1024, help="default 8 MiB")
+    limits.add_argument("--max-messages", type=positive_int, default=1000, help="messages per request (default 1000)")
+    limits.add_argument("--max-message-chars", type=positive_int, default=200_000,
+                        help="characters of one message's content (default 200000)")
+    limits.add_argument("--max-budget", type=positive_int, default=1_000_000, help="tokens a request may ask for")
     p.add_argument("--insecure", action="store_true", help="serve a non-loopback address without API keys")
     p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
     p.set_defaults(func=_cmd_serve)

@@ -1,0 +1,128 @@
+"""``rdmem serve`` as users run it: separate processes, ``--workers 2``, two servers on one PostgreSQL,
+keys made and revoked with ``rdmem keys`` while a server runs, and a bounded load with an async client."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+
+import httpx
+import pytest
+
+from rdmem.store import open_store
+
+pytestmark = pytest.mark.slow  # real server processes, each loading the embedding model
+
+
+def chat(n: int, tag: str = "") -> list[dict]:
+    return [{"role": "user" if i % 2 == 0 else "assistant", "content": f"{tag}turn {i}: note number {i}"}
+            for i in range(n)]
+
+
+def rdmem(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    import os
+
+    return subprocess.run([sys.executable, "-m", "rdmem.cli", *args], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, **(env or {})})
+
+
+def test_no_arguments_serves_an_sqlite_file_in_a_named_data_dir(rdmem_serve, tmp_path):
+    server = rdmem_serve()
+    assert httpx.post(f"{server.url}/v1/sessions/s/messages", json={"messages": chat(2)}).status_code == 201
+    out = server.output()
+    assert f"store sqlite:///{tmp_path / 'data' / 'memory.db'} (the default" in out
+    assert "no API keys: anyone who can reach the server is tenant 'default'" in out
+    assert f"listening on {server.url}" in out
+    assert server.stop() == 0
+    with open_store(f"sqlite:///{tmp_path / 'data' / 'memory.db'}") as store:
+        assert [u.id for u in store.load("t/default/s")] == ["m0", "m1"]
+
+
+def test_a_public_address_without_keys_is_refused(tmp_path):
+    # it exits before binding anything (tests listen on loopback only)
+    done = rdmem("serve", "--host", "0.0.0.0", "--store", f"sqlite:///{tmp_path / 'm.db'}")
+    assert done.returncode == 2  # refused as a usage error
+    assert "no API keys in this store: refusing to serve 0.0.0.0 without them" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_keys_made_and_revoked_while_the_server_runs(rdmem_serve, tmp_path):
+    url = f"sqlite:///{tmp_path / 'keys.db'}"
+    made = rdmem("keys", "create", "--tenant", "acme", "--name", "ci", "--store", url)
+    assert made.returncode == 0, made.stderr
+    key = made.stdout.strip()
+    assert key.startswith("rdmem_") and "shown once" in made.stderr
+    listed = rdmem("keys", "list", "--store", url)
+    assert listed.returncode == 0 and "acme" in listed.stdout and key not in listed.stdout  # only hashes are kept
+    key_id = listed.stdout.splitlines()[1].split()[0]
+
+    server = rdmem_serve("--store", url)
+    assert "no API keys" not in server.output()
+    assert httpx.get(f"{server.url}/v1/sessions").status_code == 401
+    auth = {"Authorization": f"Bearer {key}"}
+    assert httpx.post(f"{server.url}/v1/sessions/s/messages", json={"messages": chat(2)}, headers=auth).status_code == 201
+    assert [s["session"] for s in httpx.get(f"{server.url}/v1/sessions", headers=auth).json()["sessions"]] == ["s"]
+
+    revoked = rdmem("keys", "revoke", key_id, "--store", url)
+    assert revoked.returncode == 0, revoked.stderr
+    answer = httpx.get(f"{server.url}/v1/sessions", headers=auth)  # another process revoked it: at once
+    assert answer.status_code == 401 and answer.json()["error"]["code"] == "unauthorized"
+    again = rdmem("keys", "revoke", key_id, "--store", url)
+    assert again.returncode == 2 and "revoked already" in again.stderr
+
+
+def test_two_servers_on_one_postgresql_share_sessions(rdmem_serve, pg_fresh_url):
+    a = rdmem_serve("--store", pg_fresh_url)
+    b = rdmem_serve("--store", pg_fresh_url)
+    peanuts = {"role": "user", "content": "I'm allergic to peanuts."}
+    ids = httpx.post(f"{a.url}/v1/sessions/shared/messages", json={"messages": [peanuts, *chat(6)]}).json()["ids"]
+    page = httpx.get(f"{b.url}/v1/sessions/shared/messages").json()
+    assert [m["id"] for m in page["messages"]] == ids
+    ctx = httpx.post(f"{b.url}/v1/sessions/shared/context", json={"budget": 60, "query": "what am I allergic to?"})
+    assert ctx.status_code == 200 and any("peanuts" in (m.get("content") or "") for m in ctx.json()["messages"])
+    assert httpx.post(f"{b.url}/v1/sessions/shared/messages", json={"messages": chat(1, "from b ")}).status_code == 201
+    assert httpx.get(f"{a.url}/v1/sessions/shared").json()["units"] == 8
+    assert httpx.delete(f"{b.url}/v1/sessions/shared").status_code == 204
+    assert httpx.get(f"{a.url}/v1/sessions/shared").status_code == 404
+
+
+async def _load(url: str, sessions: int, adds: int) -> tuple[dict[str, list[tuple[str, str]]], list[str]]:
+    """``sessions`` writers at once, each adding ``adds`` messages in order (and asking for a context every
+    fifth); what each acknowledged, and every error."""
+    acked: dict[str, list[tuple[str, str]]] = {}
+    errors: list[str] = []
+
+    async def writer(client: httpx.AsyncClient, session: str) -> None:
+        acked[session] = []
+        for i in range(adds):
+            content = f"{session} message {i}: the value is {i * 7}"
+            r = await client.post(f"/v1/sessions/{session}/messages", json={"messages": {"role": "user",
+                                                                                         "content": content}})
+            if r.status_code != 201:
+                errors.append(f"add {session} {i}: {r.status_code} {r.text[:200]}")
+                continue
+            acked[session].append((r.json()["ids"][0], content))
+            if i % 5 == 4:
+                c = await client.post(f"/v1/sessions/{session}/context", json={"budget": 200, "query": f"value {i}"})
+                if c.status_code != 200 or c.json()["tokens"] > 200:
+                    errors.append(f"context {session} {i}: {c.status_code} {c.text[:200]}")
+
+    limits = httpx.Limits(max_connections=sessions)
+    async with httpx.AsyncClient(base_url=url, timeout=60, limits=limits) as client:
+        await asyncio.wait_for(asyncio.gather(*(writer(client, f"load{j}") for j in range(sessions))), timeout=240)
+    return acked, errors
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+def test_load_with_two_workers_loses_nothing(rdmem_serve, tmp_path, backend, request):
+    url = f"sqlite:///{tmp_path / 'load.db'}" if backend == "sqlite" else request.getfixturevalue("pg_fresh_url")
+    server = rdmem_serve("--store", url, "--workers", "2", "--budget", "300")
+    acked, errors = asyncio.run(_load(server.url, sessions=8, adds=25))
+    assert errors == []
+    assert server.stop() == 0
+    with open_store(url) as store:
+        for session, written in acked.items():
+            assert len(written) == 25
+            stored = [(u.id, u.message["content"]) for u in store.load(f"t/default/{session}")]
+            assert stored == written  # every acknowledged message, once, in the order it was acknowledged
