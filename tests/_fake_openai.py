@@ -82,6 +82,7 @@ class FakeOpenAI(ThreadingHTTPServer):
 class _Handler(BaseHTTPRequestHandler):
     server: FakeOpenAI
     protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # headers and body go out in separate writes: no 40 ms wait for an ACK
 
     def log_message(self, *args: object) -> None:  # keep test output quiet
         pass

@@ -114,3 +114,51 @@ def test_default_embedder_starts_without_torch():
                          env={**__import__("os").environ, "HF_HUB_OFFLINE": "1"})
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["(1,", "384)", "False", "False"]
+
+
+class _Slow:
+    """An embedder that takes its time and counts its calls (the batcher's work is to make fewer)."""
+
+    def __init__(self, fail_on: str | None = None) -> None:
+        self.inner = HashingEmbedder()
+        self.calls: list[int] = []
+        self.fail_on = fail_on
+
+    def embed(self, texts):
+        import time
+
+        time.sleep(0.02)
+        if self.fail_on in texts:
+            raise RuntimeError("the model failed")
+        self.calls.append(len(texts))
+        return self.inner.embed(texts)
+
+
+def test_batching_embedder_batches_concurrent_calls_and_answers_each_its_own():
+    from concurrent.futures import ThreadPoolExecutor
+
+    from rdmem.embed import BatchingEmbedder
+
+    slow = _Slow()
+    batcher = BatchingEmbedder(slow, max_batch=64)
+    texts = [[f"text {i} a", f"text {i} b"] if i % 3 == 0 else [f"text {i}"] for i in range(48)]
+    with ThreadPoolExecutor(max_workers=16) as pool:
+        got = list(pool.map(batcher.embed, texts))
+    for t, vecs in zip(texts, got, strict=True):
+        assert np.array_equal(vecs, HashingEmbedder().embed(t))
+    assert sum(slow.calls) == sum(len(t) for t in texts)  # every text once
+    assert len(slow.calls) < len(texts) / 2 and max(slow.calls) <= 64  # in batches, none over the cap
+    assert batcher.embed([]).shape == (0, 0)
+
+
+def test_batching_embedder_gives_the_model_error_to_the_calls_of_that_batch():
+    from concurrent.futures import ThreadPoolExecutor
+
+    from rdmem.embed import BatchingEmbedder
+
+    batcher = BatchingEmbedder(_Slow(fail_on="bad"))
+    with pytest.raises(RuntimeError, match="the model failed"):
+        batcher.embed(["bad"])
+    with ThreadPoolExecutor(max_workers=4) as pool:  # and it keeps working afterwards
+        assert all(v.shape == (1, HashingEmbedder().embed(["x"]).shape[1]) for v in pool.map(
+            lambda i: batcher.embed([f"fine {i}"]), range(8)))

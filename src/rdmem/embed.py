@@ -23,7 +23,8 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 
 __all__ = [
-    "Embedder", "MiniLMEmbedder", "SentenceTransformerEmbedder", "CachedEmbedder", "get_embedder", "DEFAULT_MODEL",
+    "Embedder", "MiniLMEmbedder", "SentenceTransformerEmbedder", "CachedEmbedder", "BatchingEmbedder", "get_embedder",
+    "DEFAULT_MODEL",
 ]
 
 DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
@@ -233,6 +234,80 @@ class CachedEmbedder:
                 while len(self._mem) > self.max_items:
                     self._mem.popitem(last=False)
         return np.stack([found[k] for k in keys]).astype(np.float32, copy=False)
+
+
+class BatchingEmbedder:
+    """One model shared by many threads: the texts of calls that arrive while it is busy go in one batch.
+
+    A server's request threads each embed a message or a query. Run side by side, their forward passes
+    compete for the same cores (each matrix product's BLAS threads on top of the others'); run one after
+    another, each is a batch of one. Here one forward pass runs at a time, and it takes every text that
+    was queued meanwhile (up to ``max_batch``): under load, a few passes of several texts instead of
+    many of one. A lone call waits for nothing. Vectors agree with the inner embedder's to float
+    rounding (a batch pads its texts to the longest, masked out).
+    """
+
+    def __init__(self, inner: Embedder, max_batch: int = 64) -> None:
+        self.inner = inner
+        self.max_batch = max_batch
+        self._queue: list[_Pending] = []
+        self._cond = threading.Condition()
+        self._running = False
+
+    @property
+    def model(self) -> str:
+        return str(getattr(self.inner, "model", type(self.inner).__name__))
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, 0), dtype=np.float32)
+        mine = _Pending(list(texts))
+        with self._cond:
+            self._queue.append(mine)
+        while True:
+            with self._cond:
+                while self._running and not mine.done:
+                    self._cond.wait()
+                if mine.done:
+                    break
+                self._running = True  # this caller runs the next batch: the oldest queued texts
+                batch, size = [], 0
+                while self._queue and (not batch or size + len(self._queue[0].texts) <= self.max_batch):
+                    size += len(self._queue[0].texts)
+                    batch.append(self._queue.pop(0))
+            try:
+                self._run(batch)
+            finally:
+                with self._cond:
+                    for p in batch:  # interrupted mid-batch (KeyboardInterrupt): its callers are told
+                        if not p.done:
+                            p.error, p.done = RuntimeError("embedding interrupted"), True
+                    self._running = False
+                    self._cond.notify_all()
+        if mine.error is not None:
+            raise mine.error
+        assert mine.vectors is not None
+        return mine.vectors
+
+    def _run(self, batch: list[_Pending]) -> None:
+        try:
+            vectors = np.asarray(self.inner.embed([t for p in batch for t in p.texts]), dtype=np.float32)
+        except Exception as exc:  # noqa: BLE001 - each caller gets the model's error as its own
+            for p in batch:
+                p.error, p.done = exc, True
+            return
+        start = 0
+        for p in batch:
+            p.vectors, p.done = vectors[start:start + len(p.texts)], True
+            start += len(p.texts)
+
+
+@dataclass
+class _Pending:
+    texts: list[str]
+    vectors: np.ndarray | None = None
+    error: BaseException | None = None
+    done: bool = False
 
 
 _DEFAULT: CachedEmbedder | None = None

@@ -126,3 +126,17 @@ def test_load_with_two_workers_loses_nothing(rdmem_serve, tmp_path, backend, req
             assert len(written) == 25
             stored = [(u.id, u.message["content"]) for u in store.load(f"t/default/{session}")]
             assert stored == written  # every acknowledged message, once, in the order it was acknowledged
+
+
+def test_the_workers_socket_is_one_asyncio_sets_tcp_nodelay_on():
+    """uvicorn's --workers socket has protocol 0, so asyncio leaves Nagle's algorithm on and every answer
+    waited ~40 ms for a delayed ACK; rdmem binds its own."""
+    import socket
+
+    from rdmem.cli.serve import _listen
+
+    sock = _listen("127.0.0.1", 0)
+    try:
+        assert (sock.family, sock.type, sock.proto) == (socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    finally:
+        sock.close()

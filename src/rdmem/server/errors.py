@@ -18,7 +18,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ..store import DuplicateIdError, StoreError, UnknownIdError
 
-__all__ = ["ApiError", "install_error_handlers", "error_body", "document_errors"]
+__all__ = ["ApiError", "error_body", "install_error_handlers"]
 
 log = logging.getLogger("rdmem.server")
 

@@ -17,7 +17,7 @@ from typing import Annotated
 
 from fastapi import Path
 
-from ..embed import Embedder
+from ..embed import BatchingEmbedder, CachedEmbedder, Embedder, MiniLMEmbedder
 from ..manager import MemoryManager
 from ..store import SessionInfo, Store, check_tenant
 from .errors import ApiError
@@ -55,7 +55,9 @@ class SessionPool:
     def __init__(self, store: Store, settings: ServerSettings, embedder: Embedder | None = None) -> None:
         self.store = store
         self.settings = settings
-        self.embedder = embedder
+        # One model for every session of this process, its calls batched across request threads.
+        self.embedder: Embedder = BatchingEmbedder(embedder) if embedder is not None else \
+            CachedEmbedder(BatchingEmbedder(MiniLMEmbedder()))
         self._managers: OrderedDict[tuple[str, str, int], MemoryManager] = OrderedDict()
         self._lock = threading.Lock()
 
