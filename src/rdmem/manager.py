@@ -317,14 +317,16 @@ class MemoryManager:
             store = self._session().store
             return [{"id": su.id, **su.message} for su in store.load(self.session, offset=offset, limit=limit)]
 
-    def context(self, query: str | None = None, *, budget: int | None = None) -> Compaction:
+    def context(self, query: str | None = None, *, budget: int | None = None, warn: bool = True) -> Compaction:
         """What the model should see now, within ``budget`` (default: the manager's).
 
         Without a query: the working set, compacted if it does not fit. With a
         query: the working set plus the archived units that best match the
         query (lexical + dense), all competing in one budgeted selection. The
         newest user message is always in it (cut, with a visible marker,
-        if it alone does not fit).
+        if it alone does not fit). Its ``warnings`` are also raised as
+        ``RuntimeWarning`` unless ``warn=False`` (a server, whose threads
+        cannot share ``warnings.catch_warnings``).
         """
         budget = self.budget if budget is None else check_budget(budget)
         if query is not None and not isinstance(query, str):
@@ -339,7 +341,7 @@ class MemoryManager:
                 extra = {view.by_id[i].index for i, _ in hits if i in view.by_id and view.tier[i] == "archive"}
                 cands = sorted(cands + [view.units[j] for j in extra], key=lambda u: u.index)
                 cands = view.whole_groups(cands)
-            return self._compact(cands, budget, self._active_policy, query)
+            return self._compact(cands, budget, self._active_policy, query, warn=warn)
 
     def messages(self, query: str | None = None) -> list[dict[str, Any]]:
         """The messages for the next model call (``context(query).messages``)."""

@@ -30,8 +30,9 @@ class UnitDecision:
     breakdown: Mapping[str, float]
     reason: str = ""
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
+    def to_dict(self, *, breakdown: bool = True) -> dict[str, Any]:
+        """As JSON; ``breakdown=False`` leaves out the score's terms (most of the size)."""
+        out = {
             "id": self.id,
             "role": self.role,
             "decision": self.decision,
@@ -39,9 +40,12 @@ class UnitDecision:
             "tokens": self.tokens,
             "sent_tokens": self.sent_tokens,
             "score": round(self.score, 6),
-            "breakdown": {k: round(v, 6) for k, v in self.breakdown.items()},
+            "breakdown": {k: round(v, 6) for k, v in self.breakdown.items()} if breakdown else None,
             "reason": self.reason,
         }
+        if not breakdown:
+            del out["breakdown"]
+        return out
 
 
 class Breakdown(Mapping[str, float]):

@@ -36,7 +36,10 @@ def test_add_then_context_then_search(api):
     ctx = api.post("/v1/sessions/trip/context", json={"budget": 250, "query": "Which food must I avoid?"}).json()
     assert ctx["tokens"] <= 250 and history_problems(ctx["messages"]) == [] and ctx["policy"] == "rd"
     assert any("peanuts" in m["content"] for m in ctx["messages"]) and ctx["messages"][-1]["content"] == "One more."
-    assert {"id", "decision", "tokens", "score"} <= set(ctx["report"][0])
+    assert {"id", "decision", "tokens", "score"} <= set(ctx["report"][0]) and "breakdown" not in ctx["report"][0]
+    full = api.post("/v1/sessions/trip/context", json={"budget": 250, "query": "Which food must I avoid?",
+                                                       "breakdown": True}).json()
+    assert full["messages"] == ctx["messages"] and "query.bm25" in full["report"][0]["breakdown"]
     hits = api.post("/v1/sessions/trip/search", json={"query": "allergic peanuts", "k": 3}).json()["results"]
     assert hits[0]["id"] == "m0" and hits[0]["message"]["content"] == PEANUTS["content"]
     assert hits[0]["tier"] in ("working", "archive")
@@ -90,6 +93,9 @@ def test_mem0_subset(api):
                                       "top_k": 1}).json()["results"]
     assert len(found) == 1 and found[0]["memory"] == "I play tennis on Sundays." and found[0]["score"] > 0
     assert api.post("/search", json={"query": "chess", "user_id": "alice"}).json()["results"][0]["user_id"] == "alice"
+    other = api.post("/search", json={"query": "x", "filters": {"user_id": "alice", "category": "sport"}})
+    assert other.status_code == 422 and other.json()["error"]["message"] == \
+        "filters.category: Extra inputs are not permitted"
     assert api.delete(f"/memories/{first['id']}").json() == {"message": "Memory deleted successfully"}
     assert api.get(f"/memories/{first['id']}").status_code == 404
     assert api.delete("/memories", params={"user_id": "alice"}).json() == {"message": "All relevant memories deleted"}

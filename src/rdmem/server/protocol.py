@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 __all__ = [
     "ChatMessage", "AddRequest", "AddResponse", "ContextRequest", "ContextResponse", "SearchRequest", "SearchHit",
     "SearchResponse", "FeedbackRequest", "OkResponse", "ExplainRequest", "ExplainResponse", "SessionSummary",
-    "SessionList", "SessionDetail", "MessagePage", "ErrorBody", "ErrorResponse", "Mem0Add", "Mem0Search",
+    "SessionList", "SessionDetail", "MessagePage", "ErrorBody", "ErrorResponse", "Mem0Add", "Mem0Filters", "Mem0Search",
     "Mem0Item", "Mem0Results", "ToolCall", "FunctionCall", "TextPart", "PlainMessage", "AssistantMessage",
     "ToolMessage", "message_dict",
 ]
@@ -109,6 +109,8 @@ class ContextRequest(_Strict):
     policy: str | None = Field(None, description="a policy name (see GET /v1/policies)")
     mode: Literal["qa", "task", "roleplay", "creative"] | None = Field(
         None, description="rd's task mode (instead of policy): rd, rd-task, rd-roleplay, rd-creative")
+    breakdown: bool = Field(False, strict=True, description="each report entry's score broken down by term, as explain gives "
+                            "(several times the size of the answer)")
 
 
 class ContextResponse(BaseModel):
@@ -203,13 +205,22 @@ class Mem0Add(BaseModel):
     metadata: dict[str, Any] | None = None
 
 
+class Mem0Filters(_Strict):
+    """The scope to search (mem0's metadata filters and logical operators are not supported: a request
+    with them is refused, rather than answered as if they were not there)."""
+
+    user_id: str | None = None
+    agent_id: str | None = None
+    run_id: str | None = None
+
+
 class Mem0Search(BaseModel):
     model_config = ConfigDict(extra="ignore")
     query: str = Field(min_length=1)
     user_id: str | None = None
     agent_id: str | None = None
     run_id: str | None = None
-    filters: dict[str, Any] | None = None
+    filters: Mem0Filters | None = None
     top_k: int | None = Field(None, ge=1)
     limit: int | None = Field(None, ge=1, description="older mem0 clients' name for top_k")
 

@@ -153,7 +153,8 @@ def delete_memory(memory_id: str, tenant: Tenant, request: Request) -> dict[str,
 @router.post("/search", response_model=Mem0Results, operation_id="mem0_search", response_model_exclude_none=True)
 def search_memories(body: Mem0Search, tenant: Tenant, request: Request) -> Mem0Results:
     """The memories of the scope that best match the query, best first, each with its ``score``."""
-    scope = _scope({**(body.filters or {}), **{k: v for k, v in body.model_dump().items() if k in _SCOPE and v}})
+    filters = body.filters.model_dump(exclude_none=True) if body.filters else {}
+    scope = _scope({**filters, **{k: v for k, v in body.model_dump().items() if k in _SCOPE and v}})
     k = body.top_k or body.limit or 20
     if k > request.app.state.rdmem.settings.max_page:
         raise ApiError(400, f"top_k must be at most {request.app.state.rdmem.settings.max_page}, got {k}")

@@ -8,10 +8,10 @@ pool, so compaction (CPU-bound) never blocks the event loop.
 
 from __future__ import annotations
 
-import warnings
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request, Response
+from pydantic import BaseModel
 
 from ..policies import POLICIES, get_policy
 from .auth import Tenant
@@ -75,6 +75,12 @@ def check_messages(messages: list[dict[str, Any]], settings: Any) -> None:
                            f"{settings.max_message_chars}")
 
 
+def _send(answer: BaseModel) -> Response:
+    """``answer`` as JSON, serialized once (returned as a model, FastAPI would validate it a second time
+    against the route's ``response_model``, which still documents it)."""
+    return Response(answer.model_dump_json(), media_type="application/json")
+
+
 def _existing(request: Request, tenant: str, session: str) -> None:
     if not _state(request).pool.exists(tenant, session):
         raise ApiError(404, f"no session {session!r}")
@@ -114,14 +120,12 @@ def context(session: SessionName, body: ContextRequest, tenant: Tenant, request:
     mem = state.pool.manager(tenant, session, policy=policy)
     if budget > state.settings.max_budget:
         raise ApiError(400, f"budget must be at most {state.settings.max_budget} tokens, got {budget}")
-    with warnings.catch_warnings():  # they are in the answer's warnings
-        warnings.simplefilter("ignore", RuntimeWarning)
-        ctx = mem.context(body.query, budget=budget)
+    ctx = mem.context(body.query, budget=budget, warn=False)  # the warnings are in the answer
     if ctx.archived_ids or ctx.summarized_ids or ctx.compressed_ids:
         state.metrics.count("rdmem_compactions_total")
-    return ContextResponse(messages=ctx.messages, tokens=ctx.tokens, kept_ids=ctx.kept_ids,
-                           report=[d.to_dict() for d in ctx.report], warnings=ctx.warnings, policy=ctx.policy,
-                           budget=budget)
+    return _send(ContextResponse(messages=ctx.messages, tokens=ctx.tokens, kept_ids=ctx.kept_ids,
+                                 report=[d.to_dict(breakdown=body.breakdown) for d in ctx.report],
+                                 warnings=ctx.warnings, policy=ctx.policy, budget=budget))
 
 
 @router.post("/sessions/{session}/search", response_model=SearchResponse, operation_id="search")
@@ -152,10 +156,8 @@ def explain(session: SessionName, body: ExplainRequest, tenant: Tenant, request:
     budget = body.budget or state.settings.budget
     if budget > state.settings.max_budget:
         raise ApiError(400, f"budget must be at most {state.settings.max_budget} tokens, got {budget}")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        ctx = mem.context(body.query, budget=budget)
-    return ExplainResponse(text=ctx.explain(), report=[d.to_dict() for d in ctx.report], warnings=ctx.warnings)
+    ctx = mem.context(body.query, budget=budget, warn=False)
+    return _send(ExplainResponse(text=ctx.explain(), report=[d.to_dict() for d in ctx.report], warnings=ctx.warnings))
 
 
 _Offset = Annotated[int, Query(ge=0, le=10**9)]

@@ -19,7 +19,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import warnings
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -91,9 +90,7 @@ def _prepare(state: Any, tenant: str, session: str, body: dict[str, Any],
     if budget <= 0 or before <= budget:
         return messages, before, before, False
     query = next((content_text(m.chat.get("content")) for m in reversed(parsed) if m.chat["role"] == "user"), None)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        ctx = mem.context(query or None, budget=budget)
+    ctx = mem.context(query or None, budget=budget, warn=False)
     state.metrics.count("rdmem_compactions_total")
     state.metrics.count("rdmem_tokens_in_total", before)
     state.metrics.count("rdmem_tokens_out_total", ctx.tokens)
