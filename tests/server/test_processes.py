@@ -128,15 +128,21 @@ def test_load_with_two_workers_loses_nothing(rdmem_serve, tmp_path, backend, req
             assert stored == written  # every acknowledged message, once, in the order it was acknowledged
 
 
-def test_the_workers_socket_is_one_asyncio_sets_tcp_nodelay_on():
-    """uvicorn's --workers socket has protocol 0, so asyncio leaves Nagle's algorithm on and every answer
-    waited ~40 ms for a delayed ACK; rdmem binds its own."""
+def test_the_workers_sockets_are_tcp_sockets_on_one_port():
+    """uvicorn's --workers socket has protocol 0, so asyncio left Nagle's algorithm on and every answer
+    waited ~40 ms for a delayed ACK; and one socket shared by all workers let one take every connection
+    opened at once. rdmem's workers have a socket each, on one port."""
     import socket
 
-    from rdmem.cli.serve import _listen
+    from rdmem.server._workers import listen
 
-    sock = _listen("127.0.0.1", 0)
+    first = listen("127.0.0.1", 0, reuse_port=True)
+    second = listen("127.0.0.1", first.getsockname()[1], reuse_port=True)
     try:
-        assert (sock.family, sock.type, sock.proto) == (socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+        for sock in (first, second):
+            assert (sock.family, sock.type, sock.proto) == (socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+        with pytest.raises(OSError):  # anything else on the port is refused
+            listen("127.0.0.1", first.getsockname()[1])
     finally:
-        sock.close()
+        first.close()
+        second.close()

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import ipaddress
 import os
-import socket
 import sys
 from datetime import datetime, timezone
 from typing import Any
@@ -61,49 +60,22 @@ def _cmd_serve(args: argparse.Namespace) -> int:
               f"OPENAI_BASE_URL={where}/v1", file=sys.stderr)
     print(f"rdmem serve: listening on {where} (docs at {where}/docs)", file=sys.stderr, flush=True)
     os.environ[SETTINGS_ENV] = settings.to_env()
-    config = uvicorn.Config("rdmem.server.app:app_from_env", factory=True, host=args.host, port=args.port,
-                            workers=args.workers, log_level=args.log_level, access_log=args.log_level == "debug")
+    config = {"app": "rdmem.server.app:app_from_env", "factory": True, "host": args.host, "port": args.port,
+              "log_level": args.log_level, "access_log": args.log_level == "debug"}
     try:  # Ctrl-C stops the server gracefully (uvicorn then raises the signal again): a normal end
         if args.workers == 1:
-            server = uvicorn.Server(config)
+            server = uvicorn.Server(uvicorn.Config(**config))
             server.run()
             return 0 if server.started else 1  # uvicorn logged why (a port in use, say)
-        from uvicorn.supervisors import Multiprocess
+        from ..server._workers import run_workers, share_cores
 
-        _share_cores(args.workers)
-        Multiprocess(config, sockets=[_listen(args.host, args.port)]).run()
+        share_cores(args.workers)
+        run_workers(config, args.host, args.port, args.workers)
     except KeyboardInterrupt:
         pass
-    return 0
-
-
-_BLAS_THREADS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
-
-
-def _share_cores(workers: int) -> None:
-    """Each worker's numpy gets its share of the cores (unless the user set it): with every worker's BLAS
-    using all of them, N workers' matrix products oversubscribe the cores N times, and OpenBLAS's
-    spinning threads then slow everything (measured, 2 workers on 2 cores, 16 clients: 7 instead of 45
-    requests/s). The workers are new interpreters, so the variables reach them before numpy loads."""
-    threads = str(max(1, (os.cpu_count() or 1) // workers))
-    for name in _BLAS_THREADS:
-        os.environ.setdefault(name, threads)
-
-
-def _listen(host: str, port: int) -> socket.socket:
-    """The socket the workers share. uvicorn's own (``--workers``) is made without ``IPPROTO_TCP``, so asyncio
-    leaves Nagle's algorithm on for its connections and every answer waits ~40 ms for a delayed ACK; this
-    one is a TCP socket as asyncio recognises it (measured: 44 ms -> 0.7 ms a request on loopback)."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((host, port))
     except OSError as exc:
-        sock.close()
-        raise CLIError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
-    sock.set_inheritable(True)
-    return sock
+        raise CLIError(f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}") from None
+    return 0
 
 
 def _when(t: float | None) -> str:
