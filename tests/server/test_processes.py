@@ -141,7 +141,9 @@ def test_the_workers_sockets_are_tcp_sockets_on_one_port():
     try:
         for sock in (first, second):
             assert (sock.family, sock.type, sock.proto) == (socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-        with pytest.raises(OSError):  # anything else on the port is refused
+        first.listen()
+        second.listen()  # as the workers do
+        with pytest.raises(OSError):  # the port is taken: another server is refused
             listen("127.0.0.1", first.getsockname()[1])
     finally:
         first.close()
