@@ -148,3 +148,10 @@ def test_the_workers_sockets_are_tcp_sockets_on_one_port():
     finally:
         first.close()
         second.close()
+
+
+def test_a_port_in_use_is_one_line(rdmem_serve, tmp_path):
+    first = rdmem_serve("--store", f"sqlite:///{tmp_path / 'a.db'}")
+    done = rdmem("serve", "--port", str(first.port), "--workers", "2", "--store", f"sqlite:///{tmp_path / 'b.db'}")
+    assert done.returncode == 2 and f"cannot listen on 127.0.0.1:{first.port}" in done.stderr
+    assert "Traceback" not in done.stderr
