@@ -14,6 +14,7 @@ from .contract import Composed, LearnsOnline, Plan, Policy, Problem, scores_of
 from .embed import CachedEmbedder, Embedder, MiniLMEmbedder, SentenceTransformerEmbedder, get_embedder
 from .history import is_valid_history, validate_history
 from .learn.online import Feedback
+from .aio import AsyncMemoryManager
 from .manager import MemoryManager
 from .policies import (
     POLICIES, TASK_MODES, LadderPolicy, RDPolicy, ScoredPolicy, SummaryBuffer, TaskMode, get_policy, register_policy,
@@ -29,7 +30,7 @@ __all__ = [
     # fitting a history to a budget
     "compact", "Compaction", "UnitDecision", "check_budget",
     # memory that lives in a store
-    "MemoryManager", "open_store", "Store", "StoreError", "DuplicateIdError", "UnknownIdError", "VersionConflict",
+    "MemoryManager", "AsyncMemoryManager", "open_store", "Store", "StoreError", "DuplicateIdError", "UnknownIdError", "VersionConflict",
     # policies
     "POLICIES", "get_policy", "register_policy", "RDPolicy", "LadderPolicy", "ScoredPolicy", "SummaryBuffer",
     "TaskMode", "TASK_MODES", "LearnedValue", "Feedback",

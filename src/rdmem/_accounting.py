@@ -11,7 +11,7 @@ compaction quadratic in the history).
 from __future__ import annotations
 
 import bisect
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -181,18 +181,18 @@ class RenderCost:
         return tokens + sum(map(self.marker, gap_sizes(everything, self.layout.hidden, self.layout.open_))) <= avail
 
     def repair(self, chosen: set[int], ratio: np.ndarray, partners: Mapping[int, tuple[int, ...]],
-               summary: str | None, avail: int, keep: int | None = None) -> None:
+               summary: str | None, avail: int, keep: Collection[int] = ()) -> None:
         """Drop blocks from ``chosen`` (in place), least value per token first, until the render fits
-        ``avail``: markers and summaries can push a plan over. Block ``keep`` is never dropped."""
+        ``avail``: markers and summaries can push a plan over. The blocks in ``keep`` are never dropped."""
         if not chosen or self.total(chosen, summary) <= avail:
             return
         # ratio does not change while dropping, so "drop the worst, recount" walks one sorted order.
         kept, used = self.kept_mask(chosen), int(self.costs[list(chosen)].sum())
         for worst in sorted(chosen, key=lambda b: (ratio[b], -b)):
-            if worst not in chosen or worst == keep:
+            if worst not in chosen or worst in keep:
                 continue
             for b in partners.get(worst, (worst,)):
-                if b in chosen and b != keep:
+                if b in chosen and b not in keep:
                     chosen.discard(b)
                     kept[self.layout.blocks[b]] = False
                     used -= int(self.costs[b])

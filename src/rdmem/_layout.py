@@ -109,6 +109,14 @@ class Layout:
     def forced_gaps(self) -> np.ndarray:
         return _forced_gaps(self.hidden, self.open_, self.blocks)
 
+    def turn_in_progress(self, newest: int | None) -> list[int]:
+        """The blocks after the newest user message, newest first, when the history ends with tool results:
+        an agent in the middle of a turn (its calls and their results), about to read the last ones.
+        A history that ends with the assistant's answer has no turn in progress."""
+        if newest is None or not self.blocks or self.units[int(self.blocks[-1][-1])].role != "tool":
+            return []
+        return list(range(len(self.blocks) - 1, newest, -1))
+
     def newest_user_block(self) -> int | None:
         """The block of the newest user message among the candidates (the one the model answers next)."""
         for b in range(len(self.blocks) - 1, -1, -1):

@@ -9,6 +9,7 @@ start over from the whole session.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
@@ -151,3 +152,20 @@ class SessionView:
         have = {u.id for u in cands}
         extra = [m for g in {u.group for u in cands} for m in self.members.get(g, ()) if m.id not in have]
         return sorted(cands + extra, key=lambda u: u.index) if extra else cands
+
+    def originals(self, ids: Iterable[str]) -> dict[str, dict[str, Any]]:
+        """The stored messages ``ids`` (every field given, with the ``id``), by id, for those the view has;
+        one store read per run of nearby positions."""
+        wanted = {i for i in ids if i in self.by_id}
+        runs: list[list[int]] = []
+        for p in sorted(self.by_id[i].index for i in wanted):
+            if runs and p - runs[-1][1] <= 16:
+                runs[-1][1] = p
+            else:
+                runs.append([p, p])
+        out = {su.id: {"id": su.id, **su.message}
+               for start, end in runs for su in self.store.load(self.session, offset=start, limit=end - start + 1)
+               if su.id in wanted}
+        if len(out) < len(wanted):  # the session changed under the positions: read it whole
+            out = {su.id: {"id": su.id, **su.message} for su in self.store.load(self.session) if su.id in wanted}
+        return out

@@ -125,19 +125,25 @@ def _settle(
     plan: Plan, problem: Problem, layout: Layout, cost: RenderCost, head: Head, budget: int,
     summarizer: Summarizer | None, newest: int | None,
 ) -> _Settled:
-    """Bring a plan to the exact budget: keep the newest user message, make the summary, repair
-    overflows, fill, and never send nothing."""
+    """Bring a plan to the exact budget: keep the newest user message (and the turn in progress), make the
+    summary, repair overflows, fill, and never send nothing."""
     tok, avail = problem.tokenizer, head.avail
     out = _Settled(chosen=set(plan.chosen), contents=dict(plan.contents))
-    if newest is not None and newest not in out.chosen:
-        if cost.total({newest}) > avail:
+    keep: set[int] = set()
+    if newest is not None:
+        if newest not in out.chosen and cost.total({newest}) > avail:
             _cut_newest(out, problem, layout, cost, newest, avail, budget)
             if out.chosen:
                 return out
         else:
-            # Whatever the policy chose, the message the model is about to answer goes out, verbatim.
-            out.chosen.add(newest)
-            mine = {int(i) for i in problem.blocks[newest]}
+            # Whatever the policy chose, the message the model is about to answer goes out, verbatim,
+            # with the turn in progress (the tool calls and results since) as far as it fits beside it.
+            keep = {newest}
+            for b in layout.turn_in_progress(newest):
+                if cost.total(keep | {b}) <= avail:
+                    keep.add(b)
+            out.chosen |= keep
+            mine = {int(i) for b in keep for i in problem.blocks[b]}
             plan.summarize = [i for i in plan.summarize if i not in mine]
     out.summary = _summarize(plan, problem, summarizer, out.notes)
     if out.summary:
@@ -151,7 +157,7 @@ def _settle(
     values = problem.block_values(plan.scores) if len(plan.scores) else np.zeros(len(problem.blocks))
     ratio = values / np.maximum(cost.costs, 1)
     partners = {b: tuple(group) for group in plan.together if len(group) > 1 for b in group}
-    cost.repair(out.chosen, ratio, partners, out.summary, avail, keep=newest)
+    cost.repair(out.chosen, ratio, partners, out.summary, avail, keep=keep)
     if out.summary and cost.total(out.chosen, out.summary) > avail:
         room = avail - cost.total(out.chosen) - tok.message_tokens(summary_message("", len(out.summarized)))
         out.summary = tok.truncate(out.summary, room) if room > 0 else None
@@ -246,7 +252,8 @@ def _result(
     kept_ids = [u.id for p, u in enumerate(units) if p in contents and contents[p] is None and p not in truncated]
     report = Report(lambda: _decisions(units, layout, explained if isinstance(explained, Plan) else explained.get(),
                                        contents, truncated, summarized, tok))
-    return Compaction(messages, n_tokens, kept_ids, report, budget, policy.name, settled.summary, notes)
+    return Compaction(messages, n_tokens, kept_ids, report, budget, policy.name, settled.summary, notes,
+                      [units[p].id if p is not None else None for p in sources])
 
 
 def _decisions(

@@ -18,15 +18,16 @@ units) or plain message dicts, as their names say.
 
 from __future__ import annotations
 
+import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from functools import lru_cache
 from typing import Any, Protocol
 
 import numpy as np
 
 __all__ = [
-    "ToolGroups", "group_units", "sendable_blocks", "pending_call", "validate_history", "is_valid_history",
+    "ToolGroups", "group_units", "sendable_blocks", "pending_call", "resend_key", "resent_overlap", "validate_history", "is_valid_history",
     "split_prefix", "speaker_of", "is_transcript_line",
 ]
 
@@ -112,6 +113,39 @@ def pending_call(units: Sequence[_Unit]) -> list[int]:
         answered = {w.message.get("tool_call_id") for w in units[pos + 1:]}
         return list(range(pos, len(units))) if calls - answered else []
     return []
+
+
+def resent_overlap(stored_tail: Sequence[Hashable], given: Sequence[Hashable]) -> int:
+    """How many messages at the start of ``given`` repeat the end of ``stored_tail`` (a client that resends
+    its history: the whole of it, or a sliding window): the longest prefix of ``given`` that is a suffix
+    of ``stored_tail``, in linear time (Knuth-Morris-Pratt's failure function over both).
+
+    >>> resent_overlap(["a", "b", "c"], ["b", "c", "d"]), resent_overlap(["a"], ["x"]), resent_overlap([], ["x"])
+    (2, 0, 0)
+    """
+    if not stored_tail or not given:
+        return 0
+    seq: list[Hashable] = [*given, _NEVER, *stored_tail]
+    fail = [0] * len(seq)
+    for i in range(1, len(seq)):
+        k = fail[i - 1]
+        while k and seq[i] != seq[k]:
+            k = fail[k - 1]
+        if seq[i] == seq[k]:
+            k += 1
+        fail[i] = k
+    return fail[-1]
+
+
+_NEVER = object()  # equals nothing but itself: the separator of resent_overlap
+
+
+def resend_key(message: Mapping[str, Any]) -> str:
+    """What identifies a resent message: the fields sent to the model, as canonical JSON (a framework's own
+    extra fields, ids or timestamps may change between two sends of one message)."""
+    from .messages import chat_fields  # messages imports this module
+
+    return json.dumps(chat_fields(message), sort_keys=True, ensure_ascii=False, default=str)
 
 
 def validate_history(messages: Sequence[Mapping[str, Any]]) -> list[str]:

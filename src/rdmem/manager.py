@@ -4,20 +4,20 @@ from __future__ import annotations
 
 import threading
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+from ._learning import OnlineLearning
 from ._session import SessionView, new_unit
 from .compaction import Compaction, compact_units
 from .contract import Composed, Policy
 from .embed import Embedder, get_embedder
-from .history import pending_call
-from .learn.online import STATE_KEY as FEEDBACK_KEY
+from .history import pending_call, resend_key, resent_overlap
 from .learn.online import Feedback
 from .messages import Message, parse_message, parse_messages
 from .policies import RDPolicy, get_policy
 from .scoring import embed_text
-from .store import Store, UnknownIdError, VersionConflict, open_store
+from .store import Store, VersionConflict, open_store
 from .summarize import Summarizer
 from .tokens import Tokenizer, check_budget, get_tokenizer
 from .units import MemoryUnit, make_unit
@@ -42,7 +42,7 @@ def default_low(policy: Policy) -> float:
     return 0.95 if isinstance(base, RDPolicy) else 0.8
 
 
-class MemoryManager:
+class MemoryManager(OnlineLearning):
     """Working memory under a token budget, with everything else archived, never lost.
 
     Messages stream in with :meth:`add`. When the working set passes
@@ -248,6 +248,33 @@ class MemoryManager:
             self._sync()
             return written.deleted
 
+    def unseen(self, messages: Sequence[Mapping[str, Any]]) -> list[int]:
+        """Positions of ``messages`` this session does not have yet, for a client that resends its history
+        each time (a proxy, a framework's model call): the longest run at their start that equals the end
+        of what is stored is old (compared on the fields sent to the model); the rest is new.
+
+        >>> mem = MemoryManager(budget=100, policy="window")
+        >>> mem.extend([{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}])
+        ['m0', 'm1']
+        >>> mem.unseen([{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"},
+        ...             {"role": "user", "content": "c"}])
+        [2]
+        """
+        with self._lock:
+            view = self._sync()
+            total = len(view.units)
+            tail = view.store.load(self.session, offset=max(0, total - len(messages))) if total and messages else []
+            return list(range(resent_overlap([resend_key(su.message) for su in tail],
+                                             [resend_key(m) for m in messages]), len(messages)))
+
+    def clear(self) -> None:
+        """Delete the whole session for good (every message, its feedback and settings); the manager stays
+        usable, on an empty session."""
+        with self._lock:
+            view = self._session()
+            view.store.delete_session(self.session)
+            self._sync()
+
     def _compact_working(self, *, fresh: bool = False) -> None:
         """Compact the working set if it passed the high watermark; the store takes the result only if the
         session did not change meanwhile (else it is computed again on the new state). ``fresh``: the view
@@ -317,6 +344,20 @@ class MemoryManager:
             store = self._session().store
             return [{"id": su.id, **su.message} for su in store.load(self.session, offset=offset, limit=limit)]
 
+    def originals(self, ids: Iterable[str]) -> dict[str, dict[str, Any]]:
+        """The messages ``ids`` as they were given (every field, with the ``id``), by id, for those the
+        session has: what an adapter needs to hand its framework back its own objects for a context's
+        ``sources``.
+
+        >>> mem = MemoryManager(budget=100, policy="window")
+        >>> mem.extend([{"role": "user", "content": "a", "lang": "en"}, {"role": "user", "content": "b"}])
+        ['m0', 'm1']
+        >>> mem.originals(["m0", "nope"])
+        {'m0': {'id': 'm0', 'role': 'user', 'content': 'a', 'lang': 'en'}}
+        """
+        with self._lock:
+            return self._sync().originals(ids)
+
     def context(self, query: str | None = None, *, budget: int | None = None, warn: bool = True) -> Compaction:
         """What the model should see now, within ``budget`` (default: the manager's).
 
@@ -364,61 +405,6 @@ class MemoryManager:
             doc_freq=(view.df, len(view.units)),
             warn=warn,
         )
-
-    # -- online feedback -----------------------------------------------------------------
-    def feedback(self, ids: Sequence[str], reward: float, *, learning_rate: float = 0.5, max_shift: float = 2.0) -> None:
-        """Tell the value model whether the units ``ids`` turned out to be needed (online learning).
-
-        ``reward`` in [0, 1]: 1 means "these were needed" (an answer used them),
-        0 means "not needed". Each call takes one stochastic-gradient step on
-        the logistic loss of the prior value model, every weight's shift
-        clipped to ``[-max_shift, max_shift]`` (see :class:`rdmem.learn.Feedback`).
-        The shift applies to this session only, is saved in the session's
-        state in the store (other managers of the session, and a reopened one,
-        use it), and :meth:`reset_feedback` reverts it exactly. Needs a policy
-        with a learned value model (``rd``).
-        """
-        if not 0.0 <= float(reward) <= 1.0:
-            raise ValueError(f"reward must be in [0, 1], got {reward!r}")
-        if not learning_rate > 0:
-            raise ValueError(f"learning_rate must be > 0, got {learning_rate!r}")
-        with self._lock:
-            view = self._sync()
-            feedback = self._learner()
-            unknown = [i for i in ids if i not in view.by_id]
-            if unknown:
-                raise UnknownIdError(f"unknown ids in feedback: {unknown[:5]}")
-            if not ids:
-                return
-            from .scoring import ScoringContext
-
-            units = [view.by_id[i] for i in ids]
-            ctx = ScoringContext(units, embedder=self._embedder, doc_freq=(view.df, len(view.units)))
-            feedback.step(units, ctx, reward, learning_rate=learning_rate, max_shift=max_shift)
-            self._save_feedback(view, feedback)
-
-    def reset_feedback(self) -> None:
-        """Undo all :meth:`feedback` for this session (back to the shipped or given model), in the store too."""
-        with self._lock:
-            view = self._sync()
-            feedback = self._learner()
-            feedback.reset()
-            self._save_feedback(view, feedback)
-
-    def _learner(self) -> Feedback:
-        if self._feedback is None:
-            raise ValueError(f"feedback needs a policy with a learned value model (rd); {self.policy.name!r} has none")
-        return self._feedback
-
-    def _save_feedback(self, view: SessionView, feedback: Feedback) -> None:
-        written = feedback.save(view.store, self.session)
-        if view.written(written.prev, written.version):
-            view.state[FEEDBACK_KEY] = feedback.values()
-
-    def _restore_feedback(self, view: SessionView) -> None:
-        """The session's saved feedback shift, when its policy learns (a reading of the session's state)."""
-        if self._feedback is not None:
-            self._feedback.restore(view.state, view.store, self.session, has_units=bool(view.units))
 
     @property
     def _active_policy(self) -> Policy:

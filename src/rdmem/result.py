@@ -118,7 +118,11 @@ class Compaction:
     ``messages`` are ready for the model (OpenAI chat format, no extra keys);
     ``tokens`` is their size with the same tokenizer; ``kept_ids`` are the ids
     of input messages present verbatim; ``report`` has one
-    :class:`UnitDecision` per input message, in input order.
+    :class:`UnitDecision` per input message, in input order. ``sources`` says
+    where each of ``messages`` comes from: the id of the input message it
+    renders (verbatim if that id is in ``kept_ids``, else cut or compressed),
+    or ``None`` for an elision marker or the summary; adapters use it to give
+    a framework back its own message objects.
     """
 
     messages: list[dict[str, Any]]
@@ -129,6 +133,7 @@ class Compaction:
     policy: str
     summary: str | None = None
     warnings: list[str] = field(default_factory=list)
+    sources: list[str | None] = field(default_factory=list)
 
     def ids(self, decision: Decision) -> list[str]:
         """Ids of the input messages that got ``decision``."""

@@ -1,47 +1,12 @@
-"""What the proxy needs to know of a conversation: which messages of a request are new, and what the model
-said in a streamed reply."""
+"""What the proxy reads of a streamed reply: the assistant's message, put back together."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
 from typing import Any
 
-from ..manager import MemoryManager
-from ..messages import chat_fields
 
-__all__ = ["new_messages", "ReplyCollector"]
-
-
-def _key(message: dict[str, Any]) -> str:
-    return json.dumps(chat_fields(message), sort_keys=True, ensure_ascii=False)
-
-
-def new_messages(mem: MemoryManager, chats: Sequence[dict[str, Any]]) -> list[int]:
-    """Positions of the request's messages the session does not have yet.
-
-    A client resends its history: the longest run at the start of the request
-    that equals the end of what is stored is old (the whole history, or a
-    client's sliding window of it); the rest is new. Linear: the overlap is
-    the longest prefix of the request that is a suffix of the stored tail
-    (Knuth-Morris-Pratt's failure function over both).
-    """
-    if not chats:
-        return []
-    total = len(mem)
-    tail = [_key(m) for m in mem.history(offset=max(0, total - len(chats)))] if total else []
-    request = [_key(m) for m in chats]
-    seq = request + [None] + tail  # None never equals a key
-    fail = [0] * len(seq)
-    for i in range(1, len(seq)):
-        k = fail[i - 1]
-        while k and seq[i] != seq[k]:
-            k = fail[k - 1]
-        if seq[i] == seq[k]:
-            k += 1
-        fail[i] = k
-    overlap = fail[-1] if tail else 0
-    return list(range(overlap, len(chats)))
+__all__ = ["ReplyCollector"]
 
 
 class ReplyCollector:

@@ -28,7 +28,7 @@ from starlette.concurrency import run_in_threadpool
 
 from ..messages import chat_fields, parse_messages
 from ..tokens import content_text
-from ._replies import ReplyCollector, new_messages
+from ._replies import ReplyCollector
 from .auth import RDMEM_KEY_HEADER, ProxyTenant
 from .errors import error_body
 
@@ -82,7 +82,7 @@ def _prepare(state: Any, tenant: str, session: str, body: dict[str, Any],
     messages = body["messages"]
     parsed = parse_messages(messages)  # a bad message fails here (open: the request goes on as it was)
     mem = state.pool.manager(tenant, session, budget=max(budget, 1))
-    new = new_messages(mem, [m.chat for m in parsed])
+    new = mem.unseen([m.chat for m in parsed])
     if new:
         mem.extend([{**parsed[i].chat, **parsed[i].extra} for i in new])
         state.metrics.count("rdmem_messages_stored_total", len(new))

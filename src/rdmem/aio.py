@@ -1,0 +1,104 @@
+"""``MemoryManager`` for asyncio code: the same session and store, every call awaited.
+
+Framework hooks are coroutines, and a manager's calls block: on the store, on
+the embedding model, on a compaction. :class:`AsyncMemoryManager` runs each
+call of a :class:`~rdmem.MemoryManager` in a worker thread
+(``asyncio.to_thread``), so the event loop keeps serving other tasks
+meanwhile. It is safe for any number of coroutines to share one: a manager
+serialises its own calls (each runs under its lock, on the session as the
+store has it at that moment), and several managers of one session, in this
+process or others, meet in the store, which orders their writes.
+
+>>> import asyncio
+>>> async def main():
+...     mem = AsyncMemoryManager(budget=100, policy="window")
+...     await asyncio.gather(*(mem.add(role="user", content=f"note {i}") for i in range(3)))
+...     return sorted(await mem.working_ids())
+>>> asyncio.run(main())
+['m0', 'm1', 'm2']
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from .manager import MemoryManager
+from .result import Compaction
+
+__all__ = ["AsyncMemoryManager"]
+
+
+class AsyncMemoryManager:
+    """The awaitable face of a :class:`~rdmem.MemoryManager` (built from the same keywords, or wrapping one).
+
+    >>> AsyncMemoryManager(MemoryManager(budget=100)).sync.budget
+    100
+    """
+
+    def __init__(self, manager: MemoryManager | None = None, /, **settings: Any) -> None:
+        if manager is not None and settings:
+            raise TypeError("give a MemoryManager or its settings (budget=..., store=...), not both")
+        if manager is not None and not isinstance(manager, MemoryManager):
+            raise TypeError(f"expected a MemoryManager, got {type(manager).__name__}")
+        self.sync = manager if manager is not None else MemoryManager(**settings)
+
+    @property
+    def session(self) -> str:
+        return self.sync.session
+
+    @property
+    def budget(self) -> int:
+        return self.sync.budget
+
+    async def add(self, message: Mapping[str, Any] | None = None, /, **fields: Any) -> str:
+        return await asyncio.to_thread(self.sync.add, message, **fields)
+
+    async def extend(self, messages: Sequence[Mapping[str, Any]]) -> list[str]:
+        return await asyncio.to_thread(self.sync.extend, messages)
+
+    async def delete(self, ids: Sequence[str]) -> list[str]:
+        return await asyncio.to_thread(self.sync.delete, ids)
+
+    async def context(self, query: str | None = None, *, budget: int | None = None, warn: bool = True) -> Compaction:
+        return await asyncio.to_thread(self.sync.context, query, budget=budget, warn=warn)
+
+    async def messages(self, query: str | None = None) -> list[dict[str, Any]]:
+        return await asyncio.to_thread(self.sync.messages, query)
+
+    async def search(self, query: str, *, k: int = 10, tier: str | None = None) -> list[dict[str, Any]]:
+        return await asyncio.to_thread(self.sync.search, query, k=k, tier=tier)
+
+    async def history(self, *, offset: int = 0, limit: int | None = None) -> list[dict[str, Any]]:
+        return await asyncio.to_thread(self.sync.history, offset=offset, limit=limit)
+
+    async def originals(self, ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+        return await asyncio.to_thread(self.sync.originals, ids)
+
+    async def unseen(self, messages: Sequence[Mapping[str, Any]]) -> list[int]:
+        return await asyncio.to_thread(self.sync.unseen, messages)
+
+    async def working_ids(self) -> list[str]:
+        return await asyncio.to_thread(self.sync.working_ids)
+
+    async def archived_ids(self) -> list[str]:
+        return await asyncio.to_thread(self.sync.archived_ids)
+
+    async def stats(self) -> dict[str, Any]:
+        return await asyncio.to_thread(self.sync.stats)
+
+    async def feedback(self, ids: Sequence[str], reward: float, **kwargs: Any) -> None:
+        await asyncio.to_thread(self.sync.feedback, ids, reward, **kwargs)
+
+    async def clear(self) -> None:
+        await asyncio.to_thread(self.sync.clear)
+
+    async def close(self) -> None:
+        await asyncio.to_thread(self.sync.close)
+
+    async def __aenter__(self) -> AsyncMemoryManager:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
