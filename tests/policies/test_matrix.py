@@ -202,3 +202,36 @@ def test_invariants_with_the_real_model(policy, agent_history, minilm, cl100k):
     """The same invariants with the real MiniLM, at a tight budget and with a query."""
     result = run(agent_history, 120, policy, minilm, query="Which hotel did we pick and what about the peanut allergy?")
     check_compaction(result, agent_history, 120, cl100k)
+
+
+@pytest.mark.parametrize("policy", POLICY_NAMES)
+def test_the_turn_in_progress_travels_with_the_newest_user_message(policy, embedder, cl100k):
+    """An agent in the middle of a turn (the question, then its tool calls and their results) is about to read
+    the last results: whatever the policy prefers, the model sees the question and the calls made since."""
+    history = [{"id": f"t{i}", "role": "user" if i % 2 == 0 else "assistant",
+                "content": f"Earlier turn {i}: a long digression about harbours, ferries and timetables, again."}
+               for i in range(30)]
+    history += [
+        {"id": "q", "role": "user", "content": "Book the cheapest ferry to Naxos."},
+        {"id": "c1", "role": "assistant", "content": None, "tool_calls": [
+            {"id": "k1", "type": "function", "function": {"name": "ferries", "arguments": "{\"to\": \"Naxos\"}"}}]},
+        {"id": "r1", "role": "tool", "tool_call_id": "k1", "content": "Blue Star 08:00 39 EUR; SeaJets 10:30 79 EUR"},
+        {"id": "c2", "role": "assistant", "content": None, "tool_calls": [
+            {"id": "k2", "type": "function", "function": {"name": "book", "arguments": "{\"ferry\": \"Blue Star\"}"}}]},
+        {"id": "r2", "role": "tool", "tool_call_id": "k2", "content": "Booked: Blue Star 08:00, ref NX42"},
+    ]
+    # A query about the digression: a policy left to itself prefers the older turns.
+    result = run(history, 160, policy, embedder, query="harbours and timetables")
+    check_compaction(result, history, 160, cl100k)
+    assert {"q", "c1", "r1", "c2", "r2"} <= set(result.kept_ids), result.kept_ids
+    # Room for only part of the turn: the newest calls and results first.
+    tight = run(history, 90, policy, embedder, query="harbours and timetables")
+    check_compaction(tight, history, 90, cl100k)
+    assert {"q", "c2", "r2"} <= set(tight.kept_ids), tight.kept_ids
+    # Where each output message comes from: an input id, or None for a marker or the summary.
+    assert len(result.sources) == len(result.messages)
+    for msg, src in zip(result.messages, result.sources):
+        if src in result.kept_ids:
+            assert msg == clean(next(m for m in history if m["id"] == src))
+        elif src is None:
+            assert msg["role"] in ("user", "system")
