@@ -153,6 +153,17 @@ class SessionView:
         extra = [m for g in {u.group for u in cands} for m in self.members.get(g, ()) if m.id not in have]
         return sorted(cands + extra, key=lambda u: u.index) if extra else cands
 
+    def with_turn_in_progress(self, cands: list[MemoryUnit]) -> list[MemoryUnit]:
+        """``cands`` and, when the session ends with tool results, its newest user message and every unit
+        after it, whatever their tier: working-set compaction aims below a context's budget and may have
+        archived the question an agent is in the middle of answering (``compaction._settle`` keeps it)."""
+        if not self.units or self.units[-1].role != "tool":
+            return cands
+        start = next((u.index for u in reversed(self.units) if u.role == "user"), None)
+        have = {u.id for u in cands}
+        missing = [u for u in self.units[start:] if u.id not in have] if start is not None else []
+        return self.whole_groups(sorted(cands + missing, key=lambda u: u.index)) if missing else cands
+
     def originals(self, ids: Iterable[str]) -> dict[str, dict[str, Any]]:
         """The stored messages ``ids`` (every field given, with the ``id``), by id, for those the view has;
         one store read per run of nearby positions."""

@@ -382,6 +382,7 @@ class MemoryManager(OnlineLearning):
                 extra = {view.by_id[i].index for i, _ in hits if i in view.by_id and view.tier[i] == "archive"}
                 cands = sorted(cands + [view.units[j] for j in extra], key=lambda u: u.index)
                 cands = view.whole_groups(cands)
+            cands = view.with_turn_in_progress(cands)
             return self._compact(cands, budget, self._active_policy, query, warn=warn)
 
     def messages(self, query: str | None = None) -> list[dict[str, Any]]:
