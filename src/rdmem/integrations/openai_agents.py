@@ -12,48 +12,66 @@ carries the SDK items it was made from), and answers ``get_items()`` with
 what fits the budget: rdmem's context, the stored items where a message is
 sent verbatim. ``call_model_input_filter`` does the same before *every*
 model call of a run (a tool loop grows the input between two of them), with
-the newest user message as the query, so archived facts come back when the
-question needs them. ``get_items(limit)`` returns the newest ``limit`` items
-as stored, as ``SQLiteSession`` does; :meth:`RdmemSession.all_items` all of
-them.
+the newest user message as the query and the budget less the instructions,
+so archived facts come back when the question needs them.
+``get_items(limit)`` returns the newest ``limit`` items as stored, as
+``SQLiteSession`` does (the runner reads the tail that way);
+:meth:`RdmemSession.all_items` returns all of them.
 
 Items become chat messages this way: a user, system, developer or assistant
 message is one message (its text parts joined; other parts named, as
-``[input_image]``); consecutive ``function_call`` items are one assistant
-message with their tool calls, and each ``function_call_output`` a tool
-message; a ``reasoning`` item travels with the item after it; any other item
-(a hosted tool's call or output) is a message that names its type. Needs
-``pip install 'rdmem[openai-agents]'``.
+``[input_image]``); consecutive ``function_call`` (or ``custom_tool_call``)
+items are one assistant message with their tool calls, and each output a
+tool message; a ``reasoning`` item travels with the item after it; any other
+item (a hosted tool's call or output) is a message that names its type.
+Needs ``pip install 'rdmem[openai-agents]'``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import copy
 import json
+import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..aio import AsyncMemoryManager
+from ..history import resend_key
 from ..manager import MemoryManager
 from ..messages import chat_fields
 from ..reconstruct import MARKER
 from ..result import Compaction
 from ..tokens import content_text
 
-__all__ = ["ITEMS_KEY", "RdmemSession", "items_to_messages", "context_items"]
+__all__ = ["ITEMS_KEY", "RdmemSession", "items_to_messages", "message_items", "context_items"]
 
 #: The field of a stored message that holds the SDK items it was made from.
 ITEMS_KEY = "agents_items"
 _ROLES = ("user", "assistant", "system", "developer")
+_CALLS = {"function_call": "arguments", "custom_tool_call": "input"}  # call type -> field of its arguments
+_OUTPUTS = ("function_call_output", "custom_tool_call_output")
+
+
+def _sdk() -> Any:
+    """The Agents SDK's session settings and model input types, imported on first use."""
+    try:
+        from agents.memory import session_settings
+        from agents.run_config import ModelInputData
+    except ImportError as e:  # pragma: no cover - the extra is installed wherever tests run
+        raise ImportError("rdmem.integrations.openai_agents needs the OpenAI Agents SDK: "
+                          "pip install 'rdmem[openai-agents]'") from e
+    return session_settings, ModelInputData
 
 
 def _plain(item: Any) -> dict[str, Any]:
+    """A deep copy of an item as a JSON-able dict (the caller's item is never shared with the store)."""
     if isinstance(item, Mapping):
-        return dict(item)
+        return copy.deepcopy(dict(item))
     dump = getattr(item, "model_dump", None)
     if dump is not None:
-        return dump(exclude_unset=True)
-    raise TypeError(f"an Agents SDK item is a dict or a pydantic model, got {type(item).__name__}")
+        return dump(exclude_unset=True, mode="json")
+    raise TypeError(f"items must be dicts or pydantic models (Agents SDK items), got {type(item).__name__}")
 
 
 def _text(content: Any) -> str:
@@ -81,61 +99,90 @@ def _output(output: Any) -> str:
     return json.dumps(output, ensure_ascii=False, default=str)
 
 
+def _message(item: dict[str, Any]) -> dict[str, Any]:
+    """The chat message of one item that is not a tool call."""
+    kind = item.get("type")
+    if kind in _OUTPUTS:
+        return {"role": "tool", "tool_call_id": item["call_id"], "content": _output(item.get("output"))}
+    if kind in (None, "message") and item.get("role") in _ROLES:
+        return {"role": item["role"], "content": _text(item.get("content"))}
+    # A hosted tool's call or its output: kept whole in the store, and named for the model.
+    output = str(kind).endswith("_output")
+    detail = item.get("output") if output else item.get("action")
+    return {"role": "user" if output else "assistant", "content": f"[{kind}]" + (f" {_output(detail)}" if detail else "")}
+
+
 def items_to_messages(items: Sequence[Any]) -> list[dict[str, Any]]:
-    """Chat messages for SDK items, each with the items it stands for under :data:`ITEMS_KEY`."""
+    """Chat messages for SDK items, each with the items it stands for under :data:`ITEMS_KEY` (in order:
+    flattening those lists gives the items back).
+
+    >>> msgs = items_to_messages([{"role": "user", "content": "Weather in Lisbon?"},
+    ...     {"type": "function_call", "call_id": "c1", "name": "weather", "arguments": "{}"},
+    ...     {"type": "function_call_output", "call_id": "c1", "output": "22 C"}])
+    >>> [(m["role"], m["content"]) for m in msgs]
+    [('user', 'Weather in Lisbon?'), ('assistant', None), ('tool', '22 C')]
+    >>> msgs[1]["tool_calls"][0]["function"]
+    {'name': 'weather', 'arguments': '{}'}
+    """
+    if isinstance(items, (str, bytes, Mapping)):
+        raise TypeError(f"items must be a list of Agents SDK items, got {type(items).__name__}")
     out: list[dict[str, Any]] = []
     pending: list[dict[str, Any]] = []  # reasoning items, waiting for the item they precede
-    calls_open = False  # the last message is an assistant tool call that more function_call items extend
+    calls_open = False  # the last message is an assistant tool call that more calls extend
     for raw in items:
         item = _plain(raw)
         kind = item.get("type")
         if kind == "reasoning":
             pending.append(item)
             continue
-        if kind == "function_call":
+        if kind in _CALLS:
             call = {"id": item["call_id"], "type": "function",
-                    "function": {"name": item["name"], "arguments": item.get("arguments") or "{}"}}
-            if calls_open and not pending:
+                    "function": {"name": item["name"], "arguments": item.get(_CALLS[kind]) or "{}"}}
+            if calls_open:  # one turn's calls (reasoning between them included) are one message
                 out[-1]["tool_calls"].append(call)
-                out[-1][ITEMS_KEY].append(item)
+                out[-1][ITEMS_KEY] += [*pending, item]
+                pending = []
                 continue
             msg: dict[str, Any] = {"role": "assistant", "content": None, "tool_calls": [call]}
-        elif kind == "function_call_output":
-            msg = {"role": "tool", "tool_call_id": item["call_id"], "content": _output(item.get("output"))}
-        elif kind in (None, "message") and item.get("role") in _ROLES:
-            msg = {"role": item["role"], "content": _text(item.get("content"))}
-        else:  # a hosted tool's call or its output: kept, and named for the model
-            detail = item.get("output") if str(kind).endswith("_output") else item.get("action")
-            text = f"[{kind}]" + (f" {_output(detail)}" if detail else "")
-            msg = {"role": "user" if str(kind).endswith("_output") else "assistant", "content": text}
+        else:
+            msg = _message(item)
         msg[ITEMS_KEY] = [*pending, item]
         pending = []
-        calls_open = kind == "function_call"
+        calls_open = kind in _CALLS
         out.append(msg)
     if pending:
         out.append({"role": "assistant", "content": "", ITEMS_KEY: pending})
     return out
 
 
+def message_items(message: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """SDK input items for one chat message: the items it was made from if it has them, else new ones
+    (a message written to the session by another front door, or rendered by rdmem: a marker, the summary,
+    a cut or compressed message)."""
+    stored = message.get(ITEMS_KEY)
+    if stored:
+        return [dict(i) for i in stored]
+    if message["role"] == "tool":
+        return [{"type": "function_call_output", "call_id": message["tool_call_id"],
+                 "output": content_text(message.get("content"))}]
+    calls = [{"type": "function_call", "call_id": c["id"], "name": c["function"]["name"],
+              "arguments": c["function"]["arguments"]} for c in message.get("tool_calls") or ()]
+    text = content_text(message.get("content"))
+    role = message["role"] if message["role"] in _ROLES else "user"
+    return ([{"role": role, "content": text}] if text or not calls else []) + calls
+
+
 def context_items(ctx: Compaction, stored: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """SDK input items for a context: a message sent verbatim gives back its stored items; a marker, the
-    summary, or a cut or compressed message becomes an input message (a tool result stays an output of its
-    call)."""
+    """SDK input items for a context: a message sent verbatim gives back its stored items (``stored``: the
+    context's sources as :meth:`~rdmem.MemoryManager.originals` gives them); any other message its own."""
     kept = set(ctx.kept_ids)
     out: list[dict[str, Any]] = []
     for msg, src in zip(ctx.messages, ctx.sources, strict=True):
-        items = stored.get(src, {}).get(ITEMS_KEY) if src in kept else None
-        if items:
-            out.extend(dict(i) for i in items)
-        elif msg["role"] == "tool":
-            out.append({"type": "function_call_output", "call_id": msg["tool_call_id"],
-                        "output": content_text(msg.get("content"))})
-        elif msg.get("tool_calls"):
-            out.extend({"type": "function_call", "call_id": c["id"], "name": c["function"]["name"],
-                        "arguments": c["function"]["arguments"]} for c in msg["tool_calls"])
-        else:
-            role = msg["role"] if msg["role"] in _ROLES else "user"
-            out.append({"role": role, "content": content_text(msg.get("content"))})
+        original = stored.get(src) if src in kept else None
+        if original is not None and original.get(ITEMS_KEY):
+            out += message_items(original)
+        else:  # rendered by rdmem: its stored items would not be what the budget was counted on
+            out += message_items(chat_fields(msg))
     return out
 
 
@@ -151,27 +198,113 @@ def _last_user_text(messages: Sequence[Mapping[str, Any]]) -> str | None:
 class RdmemSession:
     """An Agents SDK session (the ``Session`` protocol) whose items live in an rdmem session.
 
-    ``store``, ``budget`` (tokens of what the model is given), ``policy`` and
-    any other :class:`~rdmem.MemoryManager` keyword configure the session; or
-    pass a ``manager``. Safe to share between coroutines (each call runs in a
-    worker thread, one at a time per session).
+    ``store`` (``None``: in memory; ``"sqlite:///path.db"``; a PostgreSQL URL),
+    ``budget`` (tokens of what the model is given; default 4000), ``policy``
+    (default ``"rd"``) and any other :class:`~rdmem.MemoryManager` keyword
+    configure it; or pass a ``manager`` of the session ``session_id``
+    instead. ``session_settings`` are the SDK's (``limit``: the runner then
+    reads the newest items as stored, uncompacted). Safe to share between
+    coroutines; several processes meet in the store.
     """
 
-    session_settings: Any = None
-
-    def __init__(self, session_id: str, *, store: Any = None, budget: int = 4000, policy: str = "rd",
-                 manager: MemoryManager | None = None, session_settings: Any = None, **settings: Any) -> None:
+    def __init__(self, session_id: str, *, store: Any = None, budget: int | None = None,
+                 policy: str | None = None, manager: MemoryManager | None = None,
+                 session_settings: Any = None, **settings: Any) -> None:
+        if not isinstance(session_id, str) or not session_id:
+            raise ValueError(f"session_id must be a non-empty string, got {session_id!r}")
+        sdk_settings, _ = _sdk()
         if manager is None:
-            manager = MemoryManager(budget=budget, policy=policy, store=store, session=session_id, **settings)
+            manager = MemoryManager(budget=4000 if budget is None else budget, policy=policy or "rd",
+                                    store=store, session=session_id, **settings)
+        elif store is not None or budget is not None or policy is not None or settings:
+            raise TypeError("give RdmemSession a manager or its settings (store=, budget=, policy=...), not both")
+        elif not isinstance(manager, MemoryManager):
+            raise TypeError(f"manager must be a MemoryManager, got {type(manager).__name__}")
         elif manager.session != session_id:
-            raise ValueError(f"the manager's session is {manager.session!r}, not {session_id!r}")
+            raise ValueError(f"manager is of session {manager.session!r}, not session_id={session_id!r}")
         self.session_id = session_id
+        self.session_settings = sdk_settings.coerce_session_settings(session_settings) \
+            if session_settings is not None else sdk_settings.SessionSettings()
         self.memory = AsyncMemoryManager(manager)
-        self.session_settings = session_settings
+        self._writes = threading.Lock()  # a pop (read the last message, delete it) is not split by a write
+        self._mirrored: list[str] = []  # messages the filter stored that the runner has yet to add
 
     @property
     def budget(self) -> int:
         return self.memory.budget
+
+    # -- the Session protocol ---------------------------------------------------------------
+    async def get_items(self, limit: int | None = None) -> list[dict[str, Any]]:
+        """What the model should see (no limit, in the call or the session settings): the session's context
+        within the budget, its newest user message as the query. With a ``limit``: the newest ``limit``
+        items as stored, oldest first (all of them for a negative one, as ``SQLiteSession``)."""
+        sdk_settings, _ = _sdk()
+        limit = sdk_settings.resolve_session_limit(limit, self.session_settings)
+        if limit is None:
+            return await self._context_items(_last_user_text(await self._tail(64)))
+        if limit < 0:
+            return await self.all_items()
+        items = [i for m in await self._tail(limit) for i in message_items(m)]
+        return items[-limit:] if limit else []
+
+    async def add_items(self, items: list[Any]) -> None:
+        """Store items at the end of the session (one atomic write; compacts the working set if needed)."""
+        messages = items_to_messages(items)
+        if messages:
+            await asyncio.to_thread(self._locked, self._add, messages)
+
+    async def pop_item(self) -> dict[str, Any] | None:
+        """Remove the newest item and return it (``None`` on an empty session); a message made of several
+        items keeps the others."""
+        return await asyncio.to_thread(self._locked, self._pop)
+
+    async def clear_session(self) -> None:
+        """Delete every item of the session, for good."""
+        await asyncio.to_thread(self._locked, self._clear)
+
+    # -- beyond the protocol ------------------------------------------------------------------
+    async def all_items(self) -> list[dict[str, Any]]:
+        """Every item of the session, as stored, in order."""
+        return [i for m in await self.memory.history() for i in message_items(m)]
+
+    async def call_model_input_filter(self, data: Any) -> Any:
+        """For ``RunConfig(call_model_input_filter=...)``: the input of this model call replaced by the
+        session's context for its newest user message, within the budget less the instructions.
+
+        The input's items the session does not have yet are stored first, so the context holds them: the
+        new question of a streamed run (whose runner stores it after the call, and is then not stored
+        twice), every item of a run without this session (a resent history is recognised).
+        """
+        _, model_input = _sdk()
+        model_data = data.model_data
+        messages = items_to_messages(list(model_data.input))
+        await self._store_unseen(messages)
+        reserve = 0
+        if model_data.instructions:
+            reserve = self.memory.sync.tokenizer.message_tokens({"role": "system", "content": model_data.instructions})
+        items = await self._context_items(_last_user_text(messages), max(1, self.budget - reserve))
+        return model_input(input=items, instructions=model_data.instructions)
+
+    # -- helpers --------------------------------------------------------------------------------
+    def _locked(self, fn: Any, *args: Any) -> Any:
+        with self._writes:
+            return fn(*args)
+
+    def _clear(self) -> None:
+        self.memory.sync.clear()
+        self._mirrored = []
+
+    def _pop(self) -> dict[str, Any] | None:
+        mem = self.memory.sync
+        total = len(mem)
+        if not total:
+            return None
+        last = mem.history(offset=total - 1)[-1]
+        items = message_items(last)
+        mem.delete([last["id"]])
+        if len(items) > 1:
+            mem.extend(items_to_messages(items[:-1]))
+        return items[-1]
 
     async def _tail(self, n: int) -> list[dict[str, Any]]:
         """The newest ``n`` stored messages."""
@@ -182,56 +315,36 @@ class RdmemSession:
         ctx = await self.memory.context(query, budget=budget, warn=False)
         return context_items(ctx, await self.memory.originals([s for s in ctx.sources if s is not None]))
 
-    async def all_items(self) -> list[dict[str, Any]]:
-        """Every item of the session, as stored, in order."""
-        return [dict(i) for m in await self.memory.history() for i in m.get(ITEMS_KEY, ())]
+    async def _store_unseen(self, messages: list[dict[str, Any]]) -> None:
+        """Store the messages at the end of a model call's input that the session does not have: none when
+        the runner stored them first, the new question when it stores it after the call (a streamed run),
+        what follows the resent history in a run without this session."""
+        if not messages:
+            return
+        tail = await self._tail(1)
+        last = resend_key(tail[-1]) if tail else None
+        keys = [resend_key(m) for m in messages]
+        # After the session's newest message: the newest one, as rdmem sends the newest messages verbatim.
+        start = next((p for p in range(len(keys), 0, -1) if keys[p - 1] == last), None)
+        if start is None:  # the newest message was cut: what follows the context's last marker
+            start = max((i + 1 for i, m in enumerate(messages)
+                         if m["role"] in ("user", "system") and MARKER.match(content_text(m.get("content")) or "")),
+                        default=0)
+            start += (await self.memory.unseen([chat_fields(m) for m in messages[start:]]) or [len(messages) - start])[0]
+        if start < len(messages):
+            await asyncio.to_thread(self._locked, self._mirror, messages[start:], keys[start:])
 
-    async def get_items(self, limit: int | None = None) -> list[dict[str, Any]]:
-        """What the model should see (``limit=None``): the session's context within the budget, its newest
-        user message as the query; or the newest ``limit`` items as stored, oldest first."""
-        if limit is None:
-            limit = getattr(self.session_settings, "limit", None)
-        if limit is not None:
-            items = [dict(i) for m in await self._tail(limit) for i in m.get(ITEMS_KEY, ())]
-            return items[-limit:] if limit > 0 else []
-        return await self._context_items(_last_user_text(await self._tail(64)))
+    def _mirror(self, messages: list[dict[str, Any]], keys: list[str]) -> None:
+        self.memory.sync.extend(messages)
+        self._mirrored += keys
 
-    async def add_items(self, items: list[Any]) -> None:
-        if items:
-            await self.memory.extend(items_to_messages(items))
-
-    async def pop_item(self) -> dict[str, Any] | None:
-        """Remove the newest item and return it (a message made of several items keeps the others)."""
-        stored = await self._tail(1)
-        if not stored:
-            return None
-        last = stored[-1]
-        items = [dict(i) for i in last.get(ITEMS_KEY, ())]
-        await self.memory.delete([last["id"]])
-        if len(items) > 1:
-            await self.memory.extend(items_to_messages(items[:-1]))
-        return items[-1] if items else None
-
-    async def clear_session(self) -> None:
-        await self.memory.clear()
-
-    async def call_model_input_filter(self, data: Any) -> Any:
-        """For ``RunConfig(call_model_input_filter=...)``: the input of this model call replaced by the
-        session's context for its newest user message, within the budget less the instructions. Items of
-        the input the session does not have yet (a run without this session) are stored first."""
-        from agents.run import ModelInputData
-
-        model_data = data.model_data
-        messages = items_to_messages(list(model_data.input))
-        # What follows the last marker of a context this session gave is contiguous in the session.
-        start = max((i + 1 for i, m in enumerate(messages)
-                     if m["role"] in ("user", "system") and MARKER.match(content_text(m.get("content")) or "")),
-                    default=0)
-        fresh = await self.memory.unseen([chat_fields(m) for m in messages[start:]])
-        if fresh:
-            await self.memory.extend([messages[start + i] for i in fresh])
-        tok = self.memory.sync.tokenizer
-        reserve = tok.message_tokens({"role": "system", "content": model_data.instructions}) \
-            if model_data.instructions else 0
-        items = await self._context_items(_last_user_text(messages), max(1, self.budget - reserve))
-        return ModelInputData(input=items, instructions=model_data.instructions)
+    def _add(self, messages: list[dict[str, Any]]) -> None:
+        """Store messages, less those the filter already stored for the runner (it adds them after the
+        call in a streamed run): the first ones, in order."""
+        keys = [resend_key(m) for m in messages]
+        k = 0
+        while k < min(len(keys), len(self._mirrored)) and keys[k] == self._mirrored[k]:
+            k += 1
+        self._mirrored = self._mirrored[k:] if k else []  # the runner adds in order: anything else is stale
+        if messages[k:]:
+            self.memory.sync.extend(messages[k:])

@@ -1,0 +1,465 @@
+"""The OpenAI Agents SDK adapter, driven by the real SDK (``Runner``, ``ScriptedModel``, ``SQLiteSession``)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+pytest.importorskip("agents")
+
+from agents import Agent, RunConfig, Runner, SQLiteSession, function_tool  # noqa: E402
+from agents.memory import Session  # noqa: E402
+from agents.testing import ScriptedModel, assistant_message, function_call  # noqa: E402
+
+from rdmem import MemoryManager  # noqa: E402
+from rdmem.integrations.openai_agents import ITEMS_KEY, RdmemSession, items_to_messages  # noqa: E402
+
+from .._checks import history_problems  # noqa: E402
+from ._scenario import BUDGET, DIRECTIVE, FOOD_QUESTION, check_seen, conversation, tokens  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[2]
+INSTRUCTIONS = "You are a travel assistant in Lisbon. Answer briefly; cite prices in EUR."
+SECOND_QUESTION = "Tomorrow I want lunch near Baixa: which food should I avoid, and where can I eat?"
+
+
+# -- the test's own conversions (not rdmem's) ------------------------------------------------------
+def _text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    return "\n".join(p.get("text", "") for p in content or () if p.get("type") in ("input_text", "output_text"))
+
+
+def to_chat(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """OpenAI chat dicts for what a model was given (Responses input items): consecutive function calls are
+    one assistant message; reasoning is not text the chat API is sent."""
+    out: list[dict[str, Any]] = []
+    for it in items:
+        kind = it.get("type")
+        if kind == "reasoning":
+            continue
+        if kind == "function_call":
+            call = {"id": it["call_id"], "type": "function",
+                    "function": {"name": it["name"], "arguments": it["arguments"]}}
+            if out and out[-1]["role"] == "assistant" and out[-1].get("tool_calls"):
+                out[-1]["tool_calls"].append(call)
+            else:
+                out.append({"role": "assistant", "content": None, "tool_calls": [call]})
+        elif kind == "function_call_output":
+            out.append({"role": "tool", "tool_call_id": it["call_id"], "content": it["output"]})
+        elif kind in (None, "message"):
+            out.append({"role": it["role"], "content": _text(it["content"])})
+        else:
+            raise AssertionError(f"unexpected item in the scenario: {it}")
+    return out
+
+
+def to_items(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Responses input items for OpenAI chat dicts (the scenario's conversation)."""
+    out: list[dict[str, Any]] = []
+    for m in messages:
+        if m["role"] == "tool":
+            out.append({"type": "function_call_output", "call_id": m["tool_call_id"], "output": m["content"]})
+            continue
+        if m.get("content"):
+            out.append({"role": m["role"], "content": m["content"]})
+        out += [{"type": "function_call", "call_id": c["id"], "name": c["function"]["name"],
+                 "arguments": c["function"]["arguments"]} for c in m.get("tool_calls") or ()]
+    return out
+
+
+def flat(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [i for m in messages for i in m[ITEMS_KEY]]
+
+
+def run(coro: Any) -> Any:
+    return asyncio.run(coro)
+
+
+def window_session(name: str = "s", **kw: Any) -> RdmemSession:
+    return RdmemSession(name, policy="window", budget=kw.pop("budget", 100_000), **kw)
+
+
+# -- items <-> chat messages ------------------------------------------------------------------------
+def _output_message(text: str, n: int) -> dict[str, Any]:
+    return {"id": f"msg_{n}", "type": "message", "role": "assistant", "status": "completed",
+            "content": [{"type": "output_text", "text": text, "annotations": [], "logprobs": []}]}
+
+
+def _reasoning(text: str, n: int) -> dict[str, Any]:
+    return {"type": "reasoning", "id": f"rs_{n}", "summary": [{"type": "summary_text", "text": text}]}
+
+
+WORDS = st.text(alphabet="abcdefghij klmnop,.?!", min_size=1, max_size=30)
+
+
+@st.composite
+def turns(draw: Any) -> list[dict[str, Any]]:
+    """Well-formed item sequences: messages of every role and shape, reasoning, turns of 1-3 tool calls
+    (reasoning between calls too) answered by their outputs."""
+    items: list[dict[str, Any]] = []
+    for n in range(draw(st.integers(0, 8))):
+        kind = draw(st.sampled_from(["easy", "parts", "output", "calls", "reasoning"]))
+        if kind == "easy":
+            items.append({"role": draw(st.sampled_from(["user", "assistant", "system", "developer"])),
+                          "content": draw(WORDS)})
+        elif kind == "parts":
+            items.append({"type": "message", "role": "user",
+                          "content": [{"type": "input_text", "text": draw(WORDS)}]})
+        elif kind == "output":
+            items.append(_output_message(draw(WORDS), n))
+        elif kind == "reasoning":
+            items.append(_reasoning(draw(WORDS), n))
+        else:
+            ids = [f"call_{n}_{k}" for k in range(draw(st.integers(1, 3)))]
+            for k, cid in enumerate(ids):
+                if draw(st.booleans()):
+                    items.append(_reasoning(draw(WORDS), n * 10 + k))
+                items.append({"type": "function_call", "call_id": cid, "name": "lookup", "id": f"fc_{cid}",
+                              "arguments": json.dumps({"q": draw(WORDS)})})
+            items += [{"type": "function_call_output", "call_id": cid, "output": draw(WORDS)} for cid in ids]
+    return items
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(turns())
+def test_items_round_trip(items):
+    before = json.loads(json.dumps(items))
+    messages = items_to_messages(items)
+    assert items == before, "the caller's items were changed"
+    assert flat(messages) == items
+    assert {m["role"] for m in messages} <= {"user", "assistant", "system", "developer", "tool"}
+    # Tool calls and their outputs become a valid chat exchange (system messages aside, which the chat API
+    # wants first: the generator puts them anywhere).
+    chat = [{k: v for k, v in m.items() if k != ITEMS_KEY} for m in messages if m["role"] not in ("system", "developer")]
+    assert history_problems(chat) == []
+
+    async def through_session():
+        session = window_session()
+        await session.add_items(items)
+        return await session.all_items(), await session.get_items(), await session.get_items(limit=3)
+
+    stored, context, tail = run(through_session())
+    assert stored == items
+    # The context is a valid chat history: the same items, system and developer messages first.
+    first = [m for m in messages if m["role"] in ("system", "developer")]
+    assert context == flat(first + [m for m in messages if m not in first])
+    assert tail == items[-3:]
+
+
+def test_several_calls_in_one_turn_are_one_assistant_message():
+    items = [{"role": "user", "content": "Weather and sunset in Lisbon?"}, _reasoning("two lookups", 0),
+             {"type": "function_call", "call_id": "a", "name": "weather", "arguments": "{}"},
+             {"type": "function_call", "call_id": "b", "name": "sunset", "arguments": "{}"},
+             {"type": "function_call_output", "call_id": "a", "output": "22 C"},
+             {"type": "function_call_output", "call_id": "b", "output": [{"type": "input_text", "text": "20:41"}]},
+             _output_message("Mild, sunset 20:41.", 1)]
+    messages = items_to_messages(items)
+    assert [m["role"] for m in messages] == ["user", "assistant", "tool", "tool", "assistant"]
+    assert [c["id"] for c in messages[1]["tool_calls"]] == ["a", "b"]
+    assert messages[1][ITEMS_KEY] == items[1:4]  # the reasoning travels with the calls
+    assert messages[3]["content"] == "20:41"
+    assert messages[4]["content"] == "Mild, sunset 20:41."
+    assert flat(messages) == items
+
+
+def test_pydantic_items_and_bad_input():
+    item = function_call("lookup", {"q": "tram"}, call_id="c1")
+    (msg,) = items_to_messages([item])
+    assert msg[ITEMS_KEY] == [{"id": "c1", "call_id": "c1", "type": "function_call", "name": "lookup",
+                               "arguments": '{"q":"tram"}'}]
+    with pytest.raises(TypeError, match="items must be a list of Agents SDK items, got str"):
+        items_to_messages("hello")
+    with pytest.raises(TypeError, match="items must be dicts or pydantic models"):
+        items_to_messages([42])
+
+
+def test_constructor_errors():
+    with pytest.raises(ValueError, match="session_id must be a non-empty string, got ''"):
+        RdmemSession("")
+    mem = MemoryManager(budget=100, policy="window", session="a")
+    with pytest.raises(ValueError, match="manager is of session 'a', not session_id='b'"):
+        RdmemSession("b", manager=mem)
+    with pytest.raises(TypeError, match="a manager or its settings"):
+        RdmemSession("a", manager=mem, budget=50)
+    session = RdmemSession("a", manager=mem)
+    assert isinstance(session, Session)  # the SDK's runtime-checkable protocol
+    assert session.budget == 100 and session.session_settings.limit is None
+
+
+# -- the Session protocol, against the SDK's own SQLiteSession ---------------------------------------
+SCRIPT: list[tuple] = [
+    ("get", None), ("pop",), ("get", 2),
+    ("add", [{"role": "user", "content": "Hi, two nights in Lisbon?"}]),
+    ("add", [_output_message("Sure: which dates?", 1)]),
+    ("add", [{"role": "user", "content": "Weather and sunset?"}, _reasoning("two tools", 2),
+             {"type": "function_call", "call_id": "a", "name": "weather", "arguments": "{}"},
+             {"type": "function_call", "call_id": "b", "name": "sunset", "arguments": "{}"}]),
+    ("add", [{"type": "function_call_output", "call_id": "a", "output": "22 C"},
+             {"type": "function_call_output", "call_id": "b", "output": "20:41"}]),
+    ("add", [_output_message("Mild; sunset 20:41.", 3)]),
+    ("get", None), ("get", 1), ("get", 3), ("get", 0), ("get", -1), ("get", 100),
+    ("pop",), ("get", None), ("pop",), ("get", 2), ("pop",), ("pop",), ("get", 4), ("pop",), ("get", None),
+    ("add", [{"role": "user", "content": "Remember that I'm allergic to peanuts."}]), ("get", 3),
+    ("clear",), ("get", None), ("get", 5), ("pop",),
+    ("add", [{"role": "user", "content": "Again."}]), ("get", None),
+]
+
+
+async def _apply(session: Any, op: tuple) -> Any:
+    if op[0] == "add":
+        return await session.add_items(json.loads(json.dumps(op[1])))
+    if op[0] == "get":
+        return await session.get_items() if op[1] is None else await session.get_items(limit=op[1])
+    if op[0] == "pop":
+        return await session.pop_item()
+    return await session.clear_session()
+
+
+def test_session_protocol_matches_sqlite_session(tmp_path):
+    async def both():
+        ours, theirs = RdmemSession("p", store=f"sqlite:///{tmp_path / 'p.db'}", policy="window", budget=10_000), \
+            SQLiteSession("p")
+        for op in SCRIPT:
+            mine, sdk = await _apply(ours, op), await _apply(theirs, op)
+            assert mine == sdk, f"{op}: {mine} != {sdk}"
+        assert await ours.all_items() == await theirs.get_items() == [{"role": "user", "content": "Again."}]
+
+    run(both())
+
+
+OPS = st.one_of(
+    st.tuples(st.just("add"), turns().filter(bool)),
+    st.tuples(st.just("get"), st.integers(-1, 12)),
+    st.tuples(st.just("pop")),
+    st.tuples(st.just("clear")),
+)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(OPS, max_size=10))
+def test_session_operations_like_sqlite_session(ops):
+    """Any sequence of writes, tail reads and pops: the same answers, the same items, as ``SQLiteSession``."""
+    async def both():
+        ours, theirs = window_session("q"), SQLiteSession("q")
+        for op in ops:
+            assert await _apply(ours, op) == await _apply(theirs, op), op
+        assert await ours.all_items() == await theirs.get_items()
+
+    run(both())
+
+
+def test_session_settings_limit_reads_the_tail():
+    async def go():
+        session = window_session(session_settings={"limit": 2})
+        await session.add_items([{"role": "user", "content": str(i)} for i in range(5)])
+        return await session.get_items(), await session.get_items(limit=4)
+
+    short, longer = run(go())
+    assert [i["content"] for i in short] == ["3", "4"]
+    assert [i["content"] for i in longer] == ["1", "2", "3", "4"]
+
+
+def test_get_items_fits_the_budget():
+    async def go():
+        session = window_session(budget=120)
+        await session.add_items([{"role": "user", "content": f"Message number {i} about the tram."} for i in range(40)])
+        return await session.get_items(), await session.all_items()
+
+    context, stored = run(go())
+    assert len(stored) == 40
+    assert tokens(to_chat(context)) <= 120
+    assert context[0]["content"].endswith("messages omitted]")  # rdmem's marker, as an input message
+    assert context[-1] == stored[-1]
+
+
+def test_get_items_stays_a_valid_history_after_a_pop():
+    """A pop can leave a tool call without its output: the tail is returned as stored (as SQLiteSession
+    does), the context without the unanswered call."""
+    async def go():
+        session = window_session()
+        await session.add_items([{"role": "user", "content": "Weather?"},
+                                 {"type": "function_call", "call_id": "a", "name": "weather", "arguments": "{}"},
+                                 {"type": "function_call_output", "call_id": "a", "output": "22 C"},
+                                 {"role": "user", "content": "And tomorrow?"}])
+        await session.pop_item()
+        popped = await session.pop_item()
+        return popped, await session.get_items(limit=5), await session.get_items()
+
+    popped, tail, context = run(go())
+    assert popped["type"] == "function_call_output"
+    assert [i.get("type") for i in tail] == [None, "function_call"]
+    assert history_problems(to_chat(context)) == []
+    assert context[0] == {"role": "user", "content": "Weather?"}
+    assert all(i.get("type") != "function_call" for i in context)
+
+
+def _two_step_model(answer: str) -> ScriptedModel:
+    return ScriptedModel([[function_call("find_restaurants", {"area": "Alfama"}, call_id="call_1")],
+                          [assistant_message(answer)]])
+
+
+def test_streamed_run_stores_each_item_once():
+    async def go():
+        session = window_session(budget=300)
+        await session.add_items([{"role": "user", "content": f"Note {i} about the ferry."} for i in range(30)])
+        model = _two_step_model("Tasca do Chico.")
+        agent = Agent(name="guide", instructions=INSTRUCTIONS, model=model, tools=[find_restaurants])
+        result = Runner.run_streamed(agent, "Where to eat?", session=session, run_config=_run_config(session))
+        async for _ in result.stream_events():
+            pass
+        return model.calls, await session.all_items()
+
+    calls, stored = run(go())
+    assert len(calls) == 2 and all(call.streamed for call in calls)
+    for call in calls:
+        check_seen(to_chat(call.input), 300 - tokens([{"role": "system", "content": INSTRUCTIONS}]), food=False)
+    assert len(stored) == 30 + 4
+
+
+def test_filter_without_the_session_stores_what_it_has_not_seen():
+    """A run that keeps its own history (``result.to_input_list()``) with only the filter: each item is
+    stored once, the resent history recognised."""
+    async def go():
+        session = window_session(budget=300)
+        agent = Agent(name="guide", instructions=INSTRUCTIONS, model=_two_step_model("Tasca do Chico."),
+                      tools=[find_restaurants])
+        first = await Runner.run(agent, "Where to eat?", run_config=_run_config(session))
+        agent.model = ScriptedModel([[assistant_message("At eight.")]])
+        history = first.to_input_list() + [{"role": "user", "content": "When does it open?"}]
+        await Runner.run(agent, history, run_config=_run_config(session))
+        return await session.all_items()
+
+    stored = run(go())
+    assert [_text(i["content"]) if "content" in i else i["type"] for i in stored] == \
+        ["Where to eat?", "function_call", "function_call_output", "Tasca do Chico.", "When does it open?"]
+
+
+def test_concurrent_writers_lose_nothing(tmp_path):
+    """Two coroutines (and a second session object on the same file) adding at once: every item is there,
+    each batch whole and in order."""
+    db = f"sqlite:///{tmp_path / 'c.db'}"
+
+    async def go():
+        one, other = window_session("c", store=db), window_session("c", store=db)
+
+        async def writer(session: RdmemSession, who: str) -> None:
+            for i in range(12):
+                await session.add_items([{"role": "user", "content": f"{who} {i} question"},
+                                         _output_message(f"{who} {i} answer", i)])
+
+        await asyncio.gather(writer(one, "a"), writer(one, "b"), writer(other, "c"))
+        return await one.all_items()
+
+    items = run(go())
+    texts = [_text(i["content"]) for i in items]
+    assert sorted(texts) == sorted(f"{w} {i} {k}" for w in "abc" for i in range(12) for k in ("question", "answer"))
+    for n in range(0, len(texts), 2):  # each add_items stays one contiguous batch
+        assert texts[n].endswith("question") and texts[n + 1] == texts[n].replace("question", "answer")
+    for w in "abc":  # and one writer's batches keep their order
+        mine = [t for t in texts if t.startswith(w)]
+        assert mine == [f"{w} {i} {k}" for i in range(12) for k in ("question", "answer")]
+
+
+# -- the shared scenario ----------------------------------------------------------------------------
+@function_tool
+def find_restaurants(area: str) -> str:
+    """Restaurants open tonight in an area of Lisbon."""
+    return f"Open tonight in {area}: Tasca do Chico (grilled fish), Thai Garden (satay with peanut sauce)."
+
+
+def _instructions_budget() -> int:
+    return BUDGET - tokens([{"role": "system", "content": INSTRUCTIONS}])
+
+
+def _run_config(session: RdmemSession) -> RunConfig:
+    return RunConfig(call_model_input_filter=session.call_model_input_filter, tracing_disabled=True)
+
+
+SECOND_RUN = textwrap.dedent("""
+    import asyncio, json, sys
+    from agents import Agent, RunConfig, Runner
+    from agents.testing import ScriptedModel, assistant_message
+    from rdmem.integrations.openai_agents import RdmemSession
+
+    async def main(db, budget, question, instructions):
+        session = RdmemSession("trip", store="sqlite:///" + db, policy="rd", budget=budget)
+        before = len(await session.all_items())
+        model = ScriptedModel([[assistant_message("Avoid satay; Pastelaria Baixa is peanut-free.")]])
+        agent = Agent(name="guide", instructions=instructions, model=model)
+        config = RunConfig(call_model_input_filter=session.call_model_input_filter, tracing_disabled=True)
+        result = await Runner.run(agent, question, session=session, run_config=config)
+        print(json.dumps({"before": before, "calls": [c.input for c in model.calls], "answer": result.final_output}))
+
+    asyncio.run(main(sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]))
+""")
+
+
+def test_scenario_every_model_call_fits_and_a_new_process_continues(tmp_path, minilm):
+    db = tmp_path / "trip.db"
+    history = to_items(conversation())
+    assert tokens(conversation()) > 3 * BUDGET  # compaction is needed, or the test proves nothing
+
+    async def first_run():
+        session = RdmemSession("trip", store=f"sqlite:///{db}", policy="rd", budget=BUDGET, embedder=minilm)
+        await session.add_items(history)
+        model = ScriptedModel([[function_call("find_restaurants", {"area": "Alfama"}, call_id="call_food")],
+                               [assistant_message("Tasca do Chico: grilled fish, no peanuts. Skip Thai Garden.")]])
+        agent = Agent(name="guide", instructions=INSTRUCTIONS, model=model, tools=[find_restaurants])
+        result = await Runner.run(agent, FOOD_QUESTION, session=session, run_config=_run_config(session))
+        return model.calls, result.final_output, await session.all_items()
+
+    calls, answer, stored = run(first_run())
+    assert answer.startswith("Tasca do Chico")
+    assert len(calls) == 2  # the tool call, then the answer: the filter ran before each
+    for call in calls:
+        assert call.system_instructions == INSTRUCTIONS
+        check_seen(to_chat(call.input), _instructions_budget(), food=True)
+        assert len(call.input) < len(history) / 2
+    assert to_chat(calls[0].input)[-1] == {"role": "user", "content": FOOD_QUESTION}
+    last = to_chat(calls[1].input)
+    assert last[-2]["tool_calls"][0]["id"] == "call_food" and "Thai Garden" in last[-1]["content"]
+    # The runner stored the run's items once each (the filter wrote none twice).
+    assert stored[:len(history)] == history
+    assert [i.get("type", "message") for i in stored[len(history):]] == \
+        ["message", "function_call", "function_call_output", "message"]
+
+    # A new process continues the conversation from the same SQLite file.
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    proc = subprocess.run([sys.executable, "-c", SECOND_RUN, str(db), str(BUDGET), SECOND_QUESTION, INSTRUCTIONS],
+                          capture_output=True, text=True, cwd=REPO, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["before"] == len(stored)
+    (seen,) = [to_chat(c) for c in out["calls"]]
+    check_seen(seen, _instructions_budget(), food=True)
+    assert seen[-1] == {"role": "user", "content": SECOND_QUESTION}
+
+    async def after():
+        return await RdmemSession("trip", store=f"sqlite:///{db}", policy="window", budget=BUDGET).all_items()
+
+    final = run(after())
+    assert final[:len(stored)] == stored and final[0]["content"] == DIRECTIVE
+    assert [_text(i["content"]) for i in final[len(stored):]] == [SECOND_QUESTION, out["answer"]]
+
+
+# -- the example ------------------------------------------------------------------------------------
+@pytest.mark.slow  # the example's rd policy loads MiniLM in its own process
+def test_example_runs():
+    proc = subprocess.run([sys.executable, str(REPO / "examples" / "openai_agents_session.py")],
+                          capture_output=True, text=True, cwd=REPO, env={**os.environ, "HF_HUB_OFFLINE": "1"},
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    calls = [line for line in lines if line.startswith("model call")]
+    assert len(calls) == 2 and all("peanut directive: yes" in line for line in calls), proc.stdout
+    assert any("Tasca do Chico" in line for line in lines), proc.stdout
