@@ -6,17 +6,19 @@
     agent = create_agent(model, tools, system_prompt="...",
                          middleware=[RdmemMiddleware(budget=4000, store="sqlite:///memory.db")])
 
-    from langgraph.prebuilt import create_react_agent
+    from langgraph.prebuilt import create_react_agent  # deprecated by LangGraph 1.0 for create_agent
     from rdmem.integrations.langchain import rdmem_pre_model_hook
 
-    agent = create_react_agent(model, tools, pre_model_hook=rdmem_pre_model_hook(budget=4000))
+    hook = rdmem_pre_model_hook(budget=4000, system_prompt="...", store="sqlite:///memory.db")
+    agent = create_react_agent(model, tools, pre_model_hook=hook, post_model_hook=hook.post_model_hook)
 
 Before each model call the agent's messages are mirrored into an rdmem
 session (each message once, the LangChain message kept whole with it), and
-the model is given rdmem's context for the newest human message within the
-budget (less the system prompt): the agent's own messages where they are
-sent verbatim, tool calls with their results. The graph's state is left
-whole. The session is the run's ``thread_id`` (``"default"`` without one)
+the model is given rdmem's context for the newest human message: the agent's
+own messages where they are sent verbatim, tool calls with their results, and
+the system prompt, all within ``budget`` tokens. The model's reply is stored
+as soon as it is in the state (``after_model``, ``post_model_hook``). The
+graph's state is left whole. The session is the run's ``thread_id`` (``"default"`` without one)
 unless ``session=`` names one; with a persistent ``store`` a new process
 continues a thread's memory even when its checkpointer forgot it. Needs
 ``pip install 'rdmem[langchain]'``.
@@ -24,71 +26,130 @@ continues a thread's memory even when its checkpointer forgot it. Needs
 
 from __future__ import annotations
 
+import asyncio
+import json
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 from ..manager import MemoryManager
 from ..messages import chat_fields
 from ..result import Compaction
-from ..tokens import content_text
+from ..store import Store, open_store
+from ..tokens import check_budget, content_text
+
+try:
+    from langchain_core.messages import (
+        BaseMessage,
+        HumanMessage,
+        SystemMessage,
+        convert_to_messages,
+        convert_to_openai_messages,
+        message_to_dict,
+        messages_from_dict,
+    )
+except ImportError as exc:  # pragma: no cover - the extra is installed wherever this module is tested
+    raise ImportError("rdmem.integrations.langchain needs LangChain: pip install 'rdmem[langchain]'") from exc
 
 try:
     from langchain.agents.middleware import AgentMiddleware
-except ImportError:  # LangGraph alone: the hook works without the middleware
+except ImportError:  # pragma: no cover - LangGraph alone: the hook works without the middleware
     AgentMiddleware = object  # type: ignore[assignment,misc]
 
-__all__ = ["LC_KEY", "RdmemMiddleware", "RdmemContext", "rdmem_pre_model_hook", "to_openai", "from_context"]
+__all__ = ["LC_KEY", "RdmemMiddleware", "RdmemContext", "rdmem_pre_model_hook", "to_openai", "from_openai",
+           "from_context"]
 
 #: The field of a stored message that holds the LangChain message it was made from (``message_to_dict``).
 LC_KEY = "lc_message"
+#: Managers kept per middleware or hook (one per thread seen lately); the store they share stays open.
+_POOL = 64
 
 
-def to_openai(messages: Sequence[Any]) -> list[dict[str, Any]]:
-    """OpenAI chat dicts for LangChain messages, each with the LangChain message under :data:`LC_KEY`."""
-    from langchain_core.messages import convert_to_openai_messages, message_to_dict
+def _check_messages(messages: object, name: str = "messages") -> list[BaseMessage]:
+    if isinstance(messages, (str, bytes, Mapping)) or not isinstance(messages, Sequence):
+        raise TypeError(f"{name} must be a sequence of LangChain messages, got {type(messages).__name__}")
+    for i, m in enumerate(messages):
+        if not isinstance(m, BaseMessage):
+            raise TypeError(f"{name}[{i}] must be a LangChain message, got {type(m).__name__}")
+    return list(messages)
 
+
+def to_openai(messages: Sequence[BaseMessage]) -> list[dict[str, Any]]:
+    """OpenAI chat dicts for LangChain messages, each with the LangChain message under :data:`LC_KEY`.
+
+    An AI message's tool calls become ``tool_calls`` (content ``None`` when it has no text), a tool
+    message answers its ``tool_call_id``; a legacy ``FunctionMessage`` becomes a named user message.
+    The stored LangChain message is made JSON (provider metadata that is not becomes its ``str``), so
+    any store can keep it.
+
+    >>> from langchain_core.messages import AIMessage
+    >>> to_openai([AIMessage("", tool_calls=[{"id": "c1", "name": "f", "args": {}}])])[0]["tool_calls"]
+    [{'type': 'function', 'id': 'c1', 'function': {'name': 'f', 'arguments': '{}'}}]
+    """
     out = []
-    for m in messages:
+    for m in _check_messages(messages):
         chat = convert_to_openai_messages([m])[0]
         if chat.get("role") == "assistant" and chat.get("tool_calls") and not chat.get("content"):
             chat["content"] = None
-        out.append({**chat, LC_KEY: message_to_dict(m)})
+        if chat.get("role") == "function":  # the chat API has no such role any more; only counted and ranked
+            chat["role"] = "user"
+        stored = json.loads(json.dumps(message_to_dict(m), default=str, ensure_ascii=False))
+        out.append({**chat, LC_KEY: stored})
     return out
 
 
-def from_context(ctx: Compaction, originals: Mapping[str, Mapping[str, Any]]) -> list[Any]:
-    """LangChain messages for a context: the stored ones where a message is sent verbatim, new ones (a
-    marker, the summary, a cut or compressed message) from their chat form."""
-    from langchain_core.messages import convert_to_messages, messages_from_dict
+def from_openai(messages: Sequence[Mapping[str, Any]]) -> list[BaseMessage]:
+    """LangChain messages for OpenAI chat dicts: the LangChain message under :data:`LC_KEY` where there
+    is one (as it was given), else one made from the chat fields (a marker, a summary, a cut message)."""
+    out: list[BaseMessage] = []
+    for m in messages:
+        stored = m.get(LC_KEY)
+        out.extend(messages_from_dict([stored]) if stored else convert_to_messages([chat_fields(m)]))
+    return out
 
+
+def from_context(ctx: Compaction, originals: Mapping[str, Mapping[str, Any]]) -> list[BaseMessage]:
+    """LangChain messages for a context: the stored ones (``originals``, by id) where a message is sent
+    verbatim, new ones from the chat form where rdmem changed or made it."""
     kept = set(ctx.kept_ids)
-    out = []
-    for msg, src in zip(ctx.messages, ctx.sources, strict=True):
-        stored = originals.get(src, {}).get(LC_KEY) if src in kept else None
-        out.extend(messages_from_dict([stored]) if stored else convert_to_messages([msg]))
-    return out
+    return from_openai([
+        originals[src] if src in kept and src in originals else chat_fields(msg)
+        for msg, src in zip(ctx.messages, ctx.sources, strict=True)
+    ])
 
 
 class RdmemContext:
-    """What the middleware and the hook share: the sessions' managers and the rule that fits a call."""
+    """What the middleware and the hook share: one store, a manager per session, and the rule that fits a
+    call. ``settings`` are :class:`~rdmem.MemoryManager`'s (``policy``, ``embedder``, ...)."""
 
-    def __init__(self, budget: int, *, store: Any = None, policy: str = "rd", session: str | None = None,
-                 **settings: Any) -> None:
-        self.budget = budget
+    def __init__(self, budget: int, *, store: Any = None, session: str | None = None, **settings: Any) -> None:
+        if session is not None and (not isinstance(session, str) or not session):
+            raise ValueError(f"session must be a non-empty string or None, got {session!r}")
+        self.budget = check_budget(budget)
         self.session = session
-        self._settings = {"budget": budget, "policy": policy, "store": store, **settings}
-        self._managers: dict[str, MemoryManager] = {}
+        self._settings = {"budget": self.budget, **settings}
+        MemoryManager(**self._settings)  # bad settings fail here, not at the first model call
+        self._store_spec = store
+        self._store: Store | None = None
+        self._managers: OrderedDict[str, MemoryManager] = OrderedDict()
         self._lock = threading.Lock()
-        MemoryManager(**{**self._settings, "store": None})  # bad settings fail here, not at the first call
 
     def manager(self, session: str) -> MemoryManager:
+        """The manager of ``session``, over the one store of this context (opened on first use)."""
         with self._lock:
-            if session not in self._managers:
-                self._managers[session] = MemoryManager(**self._settings, session=session)
-            return self._managers[session]
+            if self._store is None:
+                self._store = open_store(self._store_spec)
+            mem = self._managers.get(session)
+            if mem is None:
+                mem = self._managers[session] = MemoryManager(**self._settings, store=self._store, session=session)
+            self._managers.move_to_end(session)
+            while len(self._managers) > _POOL:
+                self._managers.popitem(last=False)
+            return mem
 
-    def _session(self) -> str:
+    def current_session(self) -> str:
+        """``session=``, else the running graph's ``thread_id``, else ``"default"``."""
         if self.session:
             return self.session
         try:
@@ -99,51 +160,92 @@ class RdmemContext:
             thread = None
         return str(thread) if thread else "default"
 
-    def fit(self, messages: Sequence[Any], system: Any = None) -> list[Any]:
-        """The messages the model should see, for the agent's ``messages`` (and its system message)."""
-        mem = self.manager(self._session())
+    def remember(self, messages: Sequence[BaseMessage]) -> MemoryManager:
+        """Store those of the agent's ``messages`` the current session does not have yet (the agent resends
+        its whole state each time: :meth:`~rdmem.MemoryManager.unseen`); its manager."""
+        mem = self.manager(self.current_session())
         chats = to_openai(messages)
-        fresh = mem.unseen([chat_fields(m) for m in chats])
+        fresh = mem.unseen(chats)
         if fresh:
             mem.extend([chats[i] for i in fresh])
+        return mem
+
+    def fit(self, messages: Sequence[BaseMessage], system: SystemMessage | None = None) -> list[BaseMessage]:
+        """The messages the model should see for the agent's ``messages``, such that they and ``system``
+        (sent first by the caller) fit the budget. New messages are stored first."""
+        mem = self.remember(messages)
         reserve = mem.tokenizer.message_tokens({"role": "system", "content": content_text(system.content)}) \
             if system is not None else 0
-        query = next((content_text(m.get("content")) for m in reversed(chats) if m["role"] == "user"), None)
-        ctx = mem.context(query or None, budget=max(1, self.budget - reserve), warn=False)
-        return from_context(ctx, mem.originals([s for s in ctx.sources if s is not None]))
+        if reserve >= self.budget:
+            raise ValueError(f"the system prompt alone is {reserve} tokens, budget={self.budget} leaves the "
+                             f"conversation nothing: raise the budget or shorten the prompt")
+        query = next((content_text(m.content) for m in reversed(messages) if isinstance(m, HumanMessage)), None)
+        ctx = mem.context(query or None, budget=self.budget - reserve, warn=False)
+        return from_context(ctx, mem.originals(s for s in ctx.sources if s is not None))
 
 
 class RdmemMiddleware(AgentMiddleware):  # type: ignore[misc,valid-type]
-    """A LangChain v1 agent middleware: every model call gets what fits ``budget`` tokens (the system
-    prompt included); the agent's state keeps every message. Settings as for :class:`~rdmem.MemoryManager`
-    (``store``, ``policy``, ...); ``session`` fixes the rdmem session (default: the run's thread)."""
+    """A LangChain v1 agent middleware: every model call gets what fits ``budget`` tokens, the system
+    prompt included; the agent's state keeps every message. Settings as for :class:`~rdmem.MemoryManager`
+    (``store``, ``policy``, ``embedder``, ...); ``session`` fixes the rdmem session (default: the run's
+    ``thread_id``).
+
+    >>> RdmemMiddleware(budget=0)
+    Traceback (most recent call last):
+    ...
+    ValueError: budget must be > 0 tokens, got 0
+    """
 
     def __init__(self, budget: int = 4000, **settings: Any) -> None:
-        if AgentMiddleware is object:
+        if AgentMiddleware is object:  # pragma: no cover
             raise ImportError("RdmemMiddleware needs LangChain v1: pip install 'rdmem[langchain]'")
         super().__init__()
         self.rdmem = RdmemContext(budget, **settings)
 
-    def _request(self, request: Any) -> Any:
-        return request.override(messages=self.rdmem.fit(request.messages, getattr(request, "system_message", None)))
+    def _fitted(self, request: Any) -> Any:
+        return request.override(messages=self.rdmem.fit(request.messages, request.system_message))
+
+    def after_model(self, state: Any, runtime: Any) -> None:
+        """Store the model's reply now: the run may end with it, and the next process should know it."""
+        self.rdmem.remember(state["messages"])
+
+    async def aafter_model(self, state: Any, runtime: Any) -> None:
+        await asyncio.to_thread(self.rdmem.remember, state["messages"])
 
     def wrap_model_call(self, request: Any, handler: Callable[[Any], Any]) -> Any:
-        return handler(self._request(request))
+        return handler(self._fitted(request))
 
-    async def awrap_model_call(self, request: Any, handler: Callable[[Any], Any]) -> Any:
-        import asyncio
+    async def awrap_model_call(self, request: Any, handler: Callable[[Any], Awaitable[Any]]) -> Any:
+        # The store and the embedder block: off the event loop (the run's config travels with the context).
+        return await handler(await asyncio.to_thread(self._fitted, request))
 
-        return await handler(await asyncio.to_thread(self._request, request))
 
-
-def rdmem_pre_model_hook(budget: int = 4000, **settings: Any) -> Callable[[Mapping[str, Any]], dict[str, Any]]:
-    """A LangGraph ``pre_model_hook`` (``create_react_agent(..., pre_model_hook=...)``): returns
+def rdmem_pre_model_hook(budget: int = 4000, *, system_prompt: str | SystemMessage | None = None,
+                         **settings: Any) -> Callable[[Any], dict[str, Any]]:
+    """A LangGraph ``pre_model_hook`` for ``create_react_agent(..., pre_model_hook=...)``: returns
     ``{"llm_input_messages": ...}``, what fits ``budget`` tokens, and leaves the state's messages whole.
-    The agent's prompt is not in the state: keep its tokens out of ``budget``."""
+
+    LangGraph adds ``create_react_agent``'s ``prompt`` after the hook, where it cannot be counted: give
+    the prompt here as ``system_prompt`` instead; it is sent first and counted in ``budget``.
+    (LangGraph 1.0 deprecates ``create_react_agent`` for ``langchain.agents.create_agent``: there, use
+    :class:`RdmemMiddleware`.) Settings as for :class:`RdmemMiddleware`. The hook's
+    ``post_model_hook`` (for ``create_react_agent(..., post_model_hook=...)``) stores the model's reply
+    as soon as it is made, so a run that ends with it leaves it in the session.
+    """
+    if system_prompt is not None and not isinstance(system_prompt, (str, SystemMessage)):
+        raise TypeError(f"system_prompt must be a string, a SystemMessage or None, got {type(system_prompt).__name__}")
+    system = SystemMessage(system_prompt) if isinstance(system_prompt, str) else system_prompt
     rdmem = RdmemContext(budget, **settings)
 
-    def hook(state: Mapping[str, Any]) -> dict[str, Any]:
-        return {"llm_input_messages": rdmem.fit(list(state["messages"]))}
+    def hook(state: Any) -> dict[str, Any]:
+        messages = state["messages"] if isinstance(state, Mapping) else state.messages
+        fitted = rdmem.fit(messages, system)
+        return {"llm_input_messages": [system, *fitted] if system is not None else fitted}
+
+    def post_model_hook(state: Any) -> dict[str, Any]:
+        rdmem.remember(state["messages"] if isinstance(state, Mapping) else state.messages)
+        return {}
 
     hook.rdmem = rdmem  # type: ignore[attr-defined]
+    hook.post_model_hook = post_model_hook  # type: ignore[attr-defined]
     return hook

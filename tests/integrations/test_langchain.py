@@ -1,0 +1,316 @@
+"""LangChain v1 ``create_agent`` with :class:`RdmemMiddleware` and LangGraph ``create_react_agent`` with
+:func:`rdmem_pre_model_hook`, driven by LangChain's own fake chat model through the shared scenario.
+
+What a model saw is converted to OpenAI chat dicts here, by :func:`as_chat` (not by rdmem, nor by
+LangChain), and checked by ``_scenario.check_seen``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from langchain.agents import create_agent
+from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+from langchain_core.messages import (AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage,
+                                     convert_to_messages, messages_from_dict)
+from langchain_core.tools import tool
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.prebuilt import create_react_agent
+from langgraph.warnings import LangGraphDeprecatedSinceV10
+from pydantic import Field
+
+from rdmem import MemoryManager
+from rdmem.integrations.langchain import (LC_KEY, RdmemContext, RdmemMiddleware, from_openai, rdmem_pre_model_hook,
+                                          to_openai)
+
+from .._checks import history_problems
+from ._scenario import BUDGET, DIRECTIVE, FOOD_QUESTION, check_seen, conversation, tokens
+
+REPO = Path(__file__).resolve().parents[2]
+SYSTEM = "You are a travel assistant for Lisbon. Answer briefly."
+ANSWER = "Try the grilled fish at Taberna da Rua; their kitchen uses no peanuts."
+
+
+# -- the test's own converter and fake model --------------------------------------------------------
+def as_chat(messages: list[BaseMessage]) -> list[dict[str, Any]]:
+    """OpenAI chat dicts for LangChain messages, written here from the chat API's rules."""
+    roles = {"system": "system", "human": "user", "ai": "assistant", "tool": "tool"}
+    out = []
+    for m in messages:
+        msg: dict[str, Any] = {"role": roles[m.type], "content": m.content}
+        if m.name:
+            msg["name"] = m.name
+        if isinstance(m, AIMessage) and m.tool_calls:
+            msg["tool_calls"] = [{"id": c["id"], "type": "function", "function": {
+                "name": c["name"], "arguments": json.dumps(c["args"], ensure_ascii=False)}} for c in m.tool_calls]
+            msg["content"] = m.content or None
+        if isinstance(m, ToolMessage):
+            msg["tool_call_id"] = m.tool_call_id
+        out.append(msg)
+    return out
+
+
+class RecordingModel(GenericFakeChatModel):
+    """LangChain's scripted fake, with tools (it ignores them) and a record of every list it was sent."""
+
+    seen: list[list[BaseMessage]] = Field(default_factory=list)
+
+    def bind_tools(self, tools: Any, **kwargs: Any) -> RecordingModel:
+        return self
+
+    def _generate(self, messages: list[BaseMessage], *args: Any, **kwargs: Any) -> Any:
+        self.seen.append(list(messages))
+        return super()._generate(messages, *args, **kwargs)
+
+
+@tool
+def lookup(q: str) -> str:
+    """Opening hours and prices of a place in Lisbon."""
+    return f"{q}: open 12-23, mains about 15 EUR."
+
+
+def tool_then_answer() -> RecordingModel:
+    return RecordingModel(messages=iter([
+        AIMessage("", tool_calls=[{"id": "call_food", "name": "lookup", "args": {"q": "restaurants in Alfama"}}]),
+        AIMessage(ANSWER)]))
+
+
+def scenario() -> list[BaseMessage]:
+    return convert_to_messages(conversation()) + [HumanMessage(FOOD_QUESTION)]
+
+
+def check_run(model: RecordingModel, given: list[BaseMessage], final: list[BaseMessage]) -> None:
+    """Both model calls fit, with the system prompt, are valid and hold the directive; the state is whole."""
+    assert tokens(as_chat(given)) > 3 * BUDGET  # the scenario does need compaction
+    assert len(model.seen) == 2
+    for seen in model.seen:
+        assert isinstance(seen[0], SystemMessage) and seen[0].content == SYSTEM
+        check_seen(as_chat(seen), BUDGET, food=True)
+    assert model.seen[0][-1].content == FOOD_QUESTION
+    assert [m.type for m in model.seen[1][-2:]] == ["ai", "tool"]  # the turn in progress, paired
+    assert len(final) == len(given) + 3
+    assert as_chat(final[:len(given)]) == as_chat(given)
+    assert final[-2].content == "restaurants in Alfama: open 12-23, mains about 15 EUR." and final[-1].content == ANSWER
+
+
+# -- (a) conversion -----------------------------------------------------------------------------------
+def strip(chats: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [{k: v for k, v in m.items() if k != LC_KEY} for m in chats]
+
+
+_text = st.text(st.characters(codec="utf-8", categories=("L", "N", "P", "Zs")), min_size=1, max_size=30)
+_args = st.dictionaries(st.sampled_from(["q", "city", "n"]), st.one_of(_text, st.integers(-99, 99)), max_size=2)
+
+
+@st.composite
+def lc_conversations(draw: st.DrawFn) -> list[BaseMessage]:
+    """Turns of: a human message, zero to two steps of tool calls (each answered), an AI answer."""
+    out: list[BaseMessage] = []
+    calls = 0
+    for turn in range(draw(st.integers(1, 6))):
+        out.append(HumanMessage(draw(_text), id=f"h{turn}"))
+        for _ in range(draw(st.integers(0, 2))):
+            batch = [{"id": f"call_{calls + j}", "name": draw(st.sampled_from(["lookup", "weather"])),
+                      "args": draw(_args)} for j in range(draw(st.integers(1, 3)))]
+            calls += len(batch)
+            out.append(AIMessage(draw(st.sampled_from(["", "Let me check."])), tool_calls=batch, id=f"c{calls}"))
+            out += [ToolMessage(draw(_text), tool_call_id=c["id"], name=c["name"], id=f"t{c['id']}") for c in batch]
+        out.append(AIMessage(draw(_text), id=f"a{turn}"))
+    return out
+
+
+@settings(max_examples=60, deadline=None)
+@given(lc_conversations())
+def test_conversion_round_trip_keeps_tool_calls_paired(messages):
+    chats = to_openai(messages)
+    assert strip(chats) == as_chat(messages)  # the adapter's chat form is the chat API's
+    assert history_problems(strip(chats)) == []
+    assert from_openai(chats) == messages  # with the stored message: back as it was given
+    back = from_openai(strip(chats))  # from the chat fields alone: the same calls, the same pairs
+    assert as_chat(back) == strip(chats)
+    assert [type(m) for m in back] == [type(m) for m in messages]
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(lc_conversations(), _text, st.integers(0, 3), st.integers(40, 400))
+def test_every_call_of_a_turn_is_fitted_valid_and_verbatim_ones_are_the_agents_own(before, question, steps, budget):
+    """As an agent calls it: once with the new question, then after each round of tool results."""
+    context, turn = RdmemContext(budget, policy="window"), [HumanMessage(question, id="q")]
+    for step in range(steps + 1):
+        if step:
+            call = {"id": f"q{step}", "name": "lookup", "args": {"step": step}}
+            turn += [AIMessage("", tool_calls=[call], id=f"qa{step}"),
+                     ToolMessage(f"result {step}", tool_call_id=f"q{step}", id=f"qt{step}")]
+        messages = before + turn
+        fitted = context.fit(messages)
+        assert tokens(as_chat(fitted)) <= budget
+        assert history_problems(as_chat(fitted)) == []
+        by_id = {m.id: m for m in messages}  # every message an agent holds has an id, as in a graph's state
+        assert [m for m in fitted if m.id in by_id] == [by_id[m.id] for m in fitted if m.id in by_id]
+        assert all(m.id in by_id or "omitted]" in m.content or "truncated" in m.content for m in fitted)
+        assert turn[0] in fitted or any("truncated" in m.content for m in fitted)  # the question being answered
+    assert len(context.manager("default")) == len(messages)  # each message stored once
+
+
+def test_odd_messages_convert_and_are_stored_whole():
+    odd = [HumanMessage([{"type": "text", "text": "look"}, {"type": "image_url", "image_url": {"url": "data:,x"}}]),
+           AIMessage("sure", response_metadata={"created": object()}),
+           AIMessage([{"type": "text", "text": "calling"}], tool_calls=[{"id": "t1", "name": "f", "args": {"a": 1}}]),
+           ToolMessage("done", tool_call_id="t1")]
+    chats = to_openai(odd)
+    assert [m["role"] for m in chats] == ["user", "assistant", "assistant", "tool"]
+    assert chats[2]["content"] == "calling" and chats[2]["tool_calls"][0]["id"] == "t1"
+    json.dumps(chats)  # provider metadata that is not JSON is stored as text
+    mem = MemoryManager(budget=1000, policy="window")
+    mem.extend(chats)
+    assert [messages_from_dict([h[LC_KEY]])[0].content for h in mem.history()] == [m.content for m in odd]
+
+
+def test_bad_input_says_what_is_wrong():
+    with pytest.raises(ValueError, match="budget must be > 0 tokens, got 0"):
+        RdmemMiddleware(budget=0)
+    with pytest.raises(ValueError, match="unknown policy 'nope'; choose one of"):
+        RdmemMiddleware(budget=100, policy="nope")
+    with pytest.raises(ValueError, match="session must be a non-empty string or None, got ''"):
+        rdmem_pre_model_hook(100, session="")
+    with pytest.raises(TypeError, match="system_prompt must be a string, a SystemMessage or None, got int"):
+        rdmem_pre_model_hook(100, system_prompt=3)
+    with pytest.raises(TypeError, match=r"messages\[0\] must be a LangChain message, got dict"):
+        to_openai([{"role": "user", "content": "hi"}])
+    with pytest.raises(ValueError, match="the system prompt alone is .* tokens, budget=20 leaves"):
+        RdmemContext(20, policy="window").fit([HumanMessage("hi")], SystemMessage("word " * 40))
+
+
+# -- (b) create_agent + middleware, (d) async ------------------------------------------------------------
+def test_create_agent_every_model_call_fits_and_the_state_stays_whole(tmp_path, minilm):
+    model, given = tool_then_answer(), scenario()
+    middleware = RdmemMiddleware(budget=BUDGET, store=f"sqlite:///{tmp_path}/m.db", embedder=minilm)
+    agent = create_agent(model, tools=[lookup], system_prompt=SYSTEM, middleware=[middleware])
+    final = agent.invoke({"messages": given}, {"configurable": {"thread_id": "trip"}})["messages"]
+    check_run(model, given, final)
+    stored = MemoryManager(budget=BUDGET, policy="window", store=f"sqlite:///{tmp_path}/m.db", session="trip")
+    assert [h["content"] for h in stored.history()] == [m["content"] for m in as_chat(final)]  # the reply too
+
+
+def test_ainvoke_goes_through_awrap_model_call(tmp_path, hashing_embedder):
+    calls = []
+
+    class Spy(RdmemMiddleware):
+        def wrap_model_call(self, request, handler):
+            calls.append("sync")
+            return super().wrap_model_call(request, handler)
+
+        async def awrap_model_call(self, request, handler):
+            calls.append("async")
+            return await super().awrap_model_call(request, handler)
+
+    model, given = tool_then_answer(), scenario()
+    spy = Spy(budget=BUDGET, store=f"sqlite:///{tmp_path}/m.db", embedder=hashing_embedder)
+    agent = create_agent(model, tools=[lookup], system_prompt=SYSTEM, middleware=[spy])
+    final = asyncio.run(agent.ainvoke({"messages": given}, {"configurable": {"thread_id": "trip"}}))["messages"]
+    assert calls == ["async", "async"]
+    check_run(model, given, final)
+    assert len(spy.rdmem.manager("trip")) == len(final)  # the run's thread, seen from a worker thread
+    assert len(spy.rdmem.manager("default")) == 0
+
+
+def test_threads_are_sessions_and_a_resent_state_is_stored_once():
+    model = RecordingModel(messages=iter(["one", "two", "three"]))
+    middleware = RdmemMiddleware(budget=BUDGET, policy="window")
+    agent = create_agent(model, tools=[lookup], middleware=[middleware], checkpointer=InMemorySaver())
+    agent.invoke({"messages": [HumanMessage("hello from a")]}, {"configurable": {"thread_id": "a"}})
+    agent.invoke({"messages": [HumanMessage("hello from b")]}, {"configurable": {"thread_id": "b"}})
+    final = agent.invoke({"messages": [HumanMessage("again from a")]}, {"configurable": {"thread_id": "a"}})
+    assert [m["content"] for m in middleware.rdmem.manager("a").history()] == \
+        ["hello from a", "one", "again from a", "three"] == [m.content for m in final["messages"]]
+    assert [m["content"] for m in middleware.rdmem.manager("b").history()] == ["hello from b", "two"]
+    assert [m.content for m in model.seen[2]] == ["hello from a", "one", "again from a"]
+
+
+# -- (c) LangGraph create_react_agent + pre_model_hook -------------------------------------------------
+@pytest.mark.parametrize("call", ["invoke", "ainvoke"])
+def test_create_react_agent_pre_model_hook_fits_every_call(tmp_path, minilm, call):
+    model, given = tool_then_answer(), scenario()
+    hook = rdmem_pre_model_hook(BUDGET, system_prompt=SYSTEM, store=f"sqlite:///{tmp_path}/m.db", embedder=minilm)
+    with warnings.catch_warnings():  # deprecated by LangGraph 1.0 for langchain's create_agent, still working
+        warnings.simplefilter("ignore", LangGraphDeprecatedSinceV10)
+        agent = create_react_agent(model, [lookup], pre_model_hook=hook, post_model_hook=hook.post_model_hook)
+    run = agent.invoke if call == "invoke" else lambda *a: asyncio.run(agent.ainvoke(*a))
+    final = run({"messages": given}, {"configurable": {"thread_id": "trip"}})["messages"]
+    check_run(model, given, final)
+    assert len(hook.rdmem.manager("trip")) == len(final)  # the reply is stored by the post-model hook
+
+
+# -- (e) a new process continues the thread -----------------------------------------------------------
+SECOND_RUN = """
+import json, sys
+from langchain.agents import create_agent
+from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+from langchain_core.messages import AIMessage, HumanMessage, messages_to_dict
+from rdmem.integrations.langchain import RdmemMiddleware
+
+seen = []
+class Model(GenericFakeChatModel):
+    def bind_tools(self, tools, **kwargs):
+        return self
+    def _generate(self, messages, *args, **kwargs):
+        seen.append(messages_to_dict(messages))
+        return super()._generate(messages, *args, **kwargs)
+
+store, budget, system, question = sys.argv[1:5]
+agent = create_agent(Model(messages=iter([AIMessage("Pastel de nata from Manteigaria is peanut-free.")])),
+                     system_prompt=system, middleware=[RdmemMiddleware(budget=int(budget), store=store)])
+state = agent.invoke({"messages": [HumanMessage(question)]}, {"configurable": {"thread_id": "trip"}})
+print(json.dumps({"seen": seen, "state": messages_to_dict(state["messages"])}))
+"""
+
+
+@pytest.mark.slow  # the new process loads the default embedding model
+def test_a_new_process_continues_the_thread_from_the_sqlite_file(tmp_path, minilm):
+    store = f"sqlite:///{tmp_path}/m.db"
+    first, given = tool_then_answer(), scenario()
+    agent = create_agent(first, tools=[lookup], system_prompt=SYSTEM,
+                         middleware=[RdmemMiddleware(budget=BUDGET, store=store, embedder=minilm)])
+    agent.invoke({"messages": given}, {"configurable": {"thread_id": "trip"}})
+
+    question = "And for dessert tonight, is there a pastry I can eat safely?"
+    script = tmp_path / "second.py"
+    script.write_text(SECOND_RUN)
+    done = subprocess.run([sys.executable, str(script), store, str(BUDGET), SYSTEM, question], capture_output=True,
+                          text=True, timeout=300, env={**os.environ, "HF_HUB_OFFLINE": "1"}, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    state = messages_from_dict(out["state"])
+    assert [m.content for m in state] == [question, "Pastel de nata from Manteigaria is peanut-free."]
+    (seen,) = [messages_from_dict(s) for s in out["seen"]]
+    check_seen(as_chat(seen), BUDGET, food=True)
+    assert seen[-1].content == question
+    assert ANSWER in [m.content for m in seen]  # the first process's last reply: the thread goes on
+    assert any(m.content == DIRECTIVE for m in seen)
+    stored = MemoryManager(budget=BUDGET, policy="window", store=store, session="trip")
+    assert len(stored) == len(given) + 3 + 2
+
+
+# -- (f) the examples ---------------------------------------------------------------------------------
+@pytest.mark.slow  # they load the default embedding model
+@pytest.mark.parametrize("name", ["langchain_middleware.py", "langgraph_pre_model_hook.py"])
+def test_example_runs(name):
+    done = subprocess.run([sys.executable, str(REPO / "examples" / name)], capture_output=True, text=True,
+                          timeout=300, env={**os.environ, "HF_HUB_OFFLINE": "1"}, cwd=REPO)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.strip().splitlines()
+    calls = [line for line in lines if line.startswith("model call:")]
+    assert len(calls) == 2 and all(line.endswith("peanut directive seen: True") for line in calls)
+    assert all(int(line.split()[2]) < 40 for line in calls)  # of 122 messages and more
+    assert lines[-1] == "state: 125 messages; answer: Sunny, 24 C: sardines, no peanuts."
+    assert "Warning" not in done.stderr
