@@ -1,4 +1,4 @@
-"""Command line: ``rdmem compact|explain|policies|sessions|serve|keys|eval|train``.
+"""Command line: ``rdmem compact|explain|policies|sessions|serve|keys|mcp|eval|train``.
 
 Thin: parse arguments, call the library, format. Bad input exits with code 2
 and one line on stderr naming the problem; warnings go to stderr. Each
@@ -15,6 +15,7 @@ from typing import NoReturn
 
 from . import compact as _compact_cmd
 from . import eval as _eval_cmd
+from . import mcp as _mcp_cmd
 from . import serve as _serve_cmd
 from . import sessions as _sessions_cmd
 from . import train as _train_cmd
@@ -23,7 +24,7 @@ from ._common import CLIError, read_messages
 __all__ = ["main", "build_parser", "CLIError", "read_messages"]
 
 #: Every subcommand module, in the order ``rdmem --help`` lists them.
-COMMANDS = (_compact_cmd, _sessions_cmd, _serve_cmd, _eval_cmd, _train_cmd)
+COMMANDS = (_compact_cmd, _sessions_cmd, _serve_cmd, _mcp_cmd, _eval_cmd, _train_cmd)
 
 
 class _Parser(argparse.ArgumentParser):

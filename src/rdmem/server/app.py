@@ -7,23 +7,25 @@ worker process (the settings travel in :data:`~.settings.SETTINGS_ENV`).
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from fastapi import FastAPI
+from fastapi import FastAPI, Request
+from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import PlainTextResponse
 
 from .. import __version__
 from ..embed import Embedder
 from ..store import Store, open_store
 from ._openapi import install_openapi
-from .auth import Tenant
-from .errors import install_error_handlers
+from .auth import RDMEM_KEY_HEADER, Tenant, tenant_of
+from .errors import ApiError, install_error_handlers
 from .metrics import BodyLimitMiddleware, Metrics, MetricsMiddleware
-from .sessions import SessionPool
+from .sessions import SessionPool, store_session, tenant_sessions
 from .settings import ServerSettings
 
 __all__ = ["ServerState", "app_from_env", "create_app"]
@@ -51,6 +53,7 @@ def create_app(settings: ServerSettings | None = None, *, store: Store | None = 
     """
     settings = settings or ServerSettings()
     metrics = Metrics()
+    mcp = _mcp_endpoint(settings)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -62,7 +65,10 @@ def create_app(settings: ServerSettings | None = None, *, store: Store | None = 
             state.http = httpx.AsyncClient(base_url=settings.upstream.rstrip("/"), timeout=settings.upstream_timeout)
         app.state.rdmem = state
         try:
-            yield
+            async with AsyncExitStack() as stack:
+                if mcp is not None:
+                    await stack.enter_async_context(mcp.run())
+                yield
         finally:
             if state.http is not None:
                 await state.http.aclose()
@@ -86,6 +92,8 @@ def create_app(settings: ServerSettings | None = None, *, store: Store | None = 
         from .routes_proxy import router as proxy_router
 
         app.include_router(proxy_router)
+    if mcp is not None:
+        app.add_route("/mcp", mcp, methods=["GET", "POST", "DELETE"], include_in_schema=False)
 
     @app.get("/healthz", tags=["service"])
     def healthz() -> dict[str, Any]:
@@ -106,6 +114,48 @@ def create_app(settings: ServerSettings | None = None, *, store: Store | None = 
     app.add_middleware(MetricsMiddleware, metrics=metrics)
     app.add_middleware(BodyLimitMiddleware, limit=settings.max_body_bytes)
     return app
+
+
+class _TenantSessions:
+    """What an MCP call may reach: its tenant's sessions, named as the REST routes name them."""
+
+    def __init__(self, pool: SessionPool, tenant: str) -> None:
+        self.pool, self.tenant = pool, tenant
+
+    def manager(self, session: str) -> Any:
+        try:
+            return self.pool.manager(self.tenant, session)
+        except ApiError as exc:  # a name that is not one: the tool says why
+            raise ValueError(exc.message) from None
+
+    def sessions(self) -> list[Any]:
+        return tenant_sessions(self.pool.store, self.tenant)
+
+    def delete_session(self, session: str) -> bool:
+        if not self.pool.exists(self.tenant, session):
+            return False
+        self.pool.store.delete_session(store_session(self.tenant, session))
+        self.pool.forget(self.tenant, session)
+        return True
+
+
+async def _mcp_tenant(request: Request) -> str:
+    """The MCP caller's tenant: the same keys and rules as every route (a 401 without a valid key)."""
+    scheme, _, credentials = request.headers.get("authorization", "").partition(" ")
+    secret = request.headers.get(RDMEM_KEY_HEADER) or (credentials.strip() if scheme.lower() == "bearer" else None)
+    return await run_in_threadpool(tenant_of, request, secret)
+
+
+def _mcp_endpoint(settings: ServerSettings) -> Any:
+    """``/mcp``: the MCP server (``rdmem.integrations.mcp``), if the SDK is installed (``rdmem[mcp]``)."""
+    if importlib.util.find_spec("mcp") is None:
+        return None
+    from ..integrations.mcp import CALLER, HTTPEndpoint, create_mcp_server
+
+    server = create_mcp_server(
+        budget=settings.budget, policy=settings.policy, max_budget=settings.max_budget,
+        sessions_for=lambda request: _TenantSessions(request.app.state.rdmem.pool, request.scope[CALLER]))
+    return HTTPEndpoint(server, _mcp_tenant)
 
 
 def app_from_env() -> FastAPI:

@@ -1,0 +1,46 @@
+"""``rdmem mcp``: rdmem's MCP server over stdio, for an MCP client (Claude Desktop, an agent SDK) to start."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Any
+
+from ._common import CLIError, positive_int
+
+__all__ = ["register"]
+
+
+def _cmd_mcp(args: argparse.Namespace) -> int:
+    try:
+        from ..integrations.mcp import create_mcp_server
+    except ImportError as exc:
+        raise CLIError(f"rdmem mcp needs the MCP SDK: pip install 'rdmem[mcp]' ({exc})") from None
+    from ..store import open_store
+
+    url = args.store
+    if url is None:
+        from .serve import _default_store  # the same file rdmem serve uses, so both see one memory
+
+        url = _default_store()
+    with open_store(url) as store:  # opened before the client talks to us: a bad store is one line on stderr
+        server = create_mcp_server(store=store, session=args.session, budget=args.budget, policy=args.policy)
+        # stdout carries the protocol: everything said to a person goes to stderr.
+        print(f"rdmem mcp: store {url}, session {args.session!r}, budget {args.budget}, policy {args.policy}",
+              file=sys.stderr, flush=True)
+        server.run("stdio")
+    return 0
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("mcp", help="run the MCP server over stdio (tools: remember, recall, context, forget, explain)",
+                       description="rdmem mcp [--store URL] [--session NAME] [--budget N] [--policy P]: an MCP "
+                       "server on stdin/stdout, for an MCP client to start")
+    p.add_argument("--store", default=os.environ.get("RDMEM_STORE"),
+                   help="store URL (default $RDMEM_STORE, else the file rdmem serve uses)")
+    p.add_argument("--session", default="default", help="the session of calls that name none (default 'default')")
+    p.add_argument("--budget", type=positive_int, default=4000, help="tokens: a session's working set and the "
+                   "context tool's default (default 4000)")
+    p.add_argument("--policy", default="rd", help="the policy (default rd)")
+    p.set_defaults(func=_cmd_mcp)

@@ -1,0 +1,295 @@
+"""The MCP server, driven by the official SDK's client: in-process, over a real stdio subprocess, and mounted
+at /mcp in ``rdmem serve`` (streamable HTTP) with the service's API keys."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("mcp", reason="the MCP tests need the MCP SDK: pip install 'rdmem[mcp]'")
+
+from mcp import Client, StdioServerParameters  # noqa: E402
+
+from rdmem.cli import main as rdmem_main  # noqa: E402
+from rdmem.integrations.mcp import SESSIONS_URI, create_mcp_server  # noqa: E402
+
+from ._scenario import BUDGET, DIRECTIVE, FOOD_QUESTION, check_seen, conversation, tokens  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[2]
+TOOLS = {"remember", "recall", "context", "forget", "explain"}
+
+
+async def ok(client: Client, tool: str, **args: Any) -> dict[str, Any]:
+    """A tool's structured result (its text content says the same, for clients that read only text)."""
+    result = await client.call_tool(tool, args)
+    assert not result.is_error, result.content
+    assert json.loads(result.content[0].text) == result.structured_content
+    return result.structured_content
+
+
+async def error(client: Client, tool: str, **args: Any) -> str:
+    result = await client.call_tool(tool, args)
+    assert result.is_error, result.structured_content
+    return result.content[0].text
+
+
+async def sessions(client: Client) -> dict[str, int]:
+    listing = json.loads((await client.read_resource(SESSIONS_URI)).contents[0].text)
+    return {s["session"]: s["units"] for s in listing["sessions"]}
+
+
+def run(coro: Any) -> Any:
+    return asyncio.run(coro)
+
+
+# -- in-process --------------------------------------------------------------------------------------------
+def test_tools_have_annotations_and_output_schemas():
+    async def go():
+        async with Client(create_mcp_server(policy="window")) as client:
+            return (await client.list_tools()).tools, (await client.list_resources()).resources
+
+    tools, resources = run(go())
+    by_name = {t.name: t for t in tools}
+    assert set(by_name) == TOOLS
+    for name in ("recall", "context", "explain"):
+        assert by_name[name].annotations.read_only_hint is True, name
+        assert by_name[name].annotations.destructive_hint is False, name
+    assert by_name["remember"].annotations.read_only_hint is False
+    assert by_name["remember"].annotations.destructive_hint is False
+    assert by_name["forget"].annotations.destructive_hint is True
+    outputs = {n: set(t.output_schema["properties"]) for n, t in by_name.items()}
+    assert outputs["remember"] == {"session", "ids"}
+    assert {"messages", "tokens", "budget", "kept_ids", "sources"} <= outputs["context"]
+    assert outputs["recall"] == {"session", "query", "results"}
+    assert outputs["forget"] == {"session", "deleted", "session_deleted"}
+    assert {"text", "decisions"} <= outputs["explain"]
+    assert by_name["context"].input_schema["properties"]["budget"]["anyOf"][0]["minimum"] == 1
+    assert [str(r.uri) for r in resources] == [SESSIONS_URI]
+
+
+def test_every_tool_answers_with_its_model():
+    async def go():
+        async with Client(create_mcp_server(policy="window", budget=500, session="trip")) as client:
+            first = await ok(client, "remember", content="Remember that I'm allergic to peanuts.")
+            assert first == {"session": "trip", "ids": ["m0"]}
+            more = await ok(client, "remember", messages=[
+                {"role": "assistant", "content": None, "tool_calls": [
+                    {"id": "c1", "function": {"name": "weather", "arguments": "{}"}}]},
+                {"role": "tool", "tool_call_id": "c1", "content": "Sunny, 22 C in Lisbon."},
+                {"role": "assistant", "content": "It will be sunny.", "id": "a-sun"}])
+            assert more["ids"] == ["m1", "m2", "a-sun"]
+            hits = (await ok(client, "recall", query="Lisbon sunny weather"))["results"]
+            assert hits and hits[0]["id"] in {"m2", "a-sun"} and hits[0]["tier"] == "working"
+            ctx = await ok(client, "context")
+            assert [m["role"] for m in ctx["messages"]] == ["user", "assistant", "tool", "assistant"]
+            assert ctx["messages"][1]["tool_calls"][0]["type"] == "function"  # filled in as the chat API wants
+            assert ctx["tokens"] == tokens(ctx["messages"]) and ctx["budget"] == 500 and ctx["policy"] == "window"
+            assert ctx["sources"] == ["m0", "m1", "m2", "a-sun"]
+            why = await ok(client, "explain", budget=25)
+            assert why["text"].startswith("policy=window budget=25")
+            assert [d["id"] for d in why["decisions"]] == ["m0", "m1", "m2", "a-sun"]
+            assert {d["decision"] for d in why["decisions"]} >= {"kept", "archived"}
+            gone = await ok(client, "forget", ids=["m0"])
+            assert gone == {"session": "trip", "deleted": ["m0"], "session_deleted": False}
+            assert "peanuts" not in json.dumps((await ok(client, "context"))["messages"])
+            assert all(h["id"] != "m0" for h in (await ok(client, "recall", query="peanuts allergic"))["results"])
+            await ok(client, "remember", content="Another trip", session="paris")
+            assert await sessions(client) == {"trip": 3, "paris": 1}
+            wiped = await ok(client, "forget", whole_session=True, session="paris")
+            assert wiped["session_deleted"] is True
+            assert await sessions(client) == {"trip": 3}
+
+    run(go())
+
+
+def test_bad_input_is_a_tool_error_that_names_the_problem():
+    async def go():
+        async with Client(create_mcp_server(policy="window", max_budget=10_000)) as client:
+            await ok(client, "remember", content="hello")
+            assert "budget" in (text := await error(client, "context", budget=0)) and "greater than or equal to 1" in text
+            assert "budget must be at most 10000 tokens, got 20000" in await error(client, "context", budget=20_000)
+            assert "has no message 'nope'; nothing was deleted" in await error(client, "forget", ids=["m0", "nope"])
+            assert "no session 'elsewhere'" in await error(client, "forget", whole_session=True, session="elsewhere")
+            assert "give ids" in await error(client, "forget")
+            assert "give content (one message) or messages" in await error(client, "remember")
+            assert "tool_call_id" in await error(client, "remember", messages=[{"role": "tool", "content": "x"}])
+            assert "already has" in await error(client, "remember", messages=[{"role": "user", "content": "x",
+                                                                              "id": "m0"}])
+            assert "query" in await error(client, "recall", query="")
+            # Nothing of it broke the server or the session.
+            assert [m["content"] for m in (await ok(client, "context"))["messages"]] == ["hello"]
+
+    run(go())
+
+
+def test_the_scenario_fits_holds_the_directive_and_recall_finds_it(minilm):
+    """300 turns with tool calls, then a food question: what context gives fits, is valid, keeps the directive."""
+    async def go():
+        async with Client(create_mcp_server(budget=BUDGET, embedder=minilm, session="scenario")) as client:
+            ids = (await ok(client, "remember", messages=conversation()))["ids"]
+            assert len(ids) == len(conversation())
+            await ok(client, "remember", content=FOOD_QUESTION)
+            ctx = await ok(client, "context", query=FOOD_QUESTION, budget=BUDGET)
+            check_seen(ctx["messages"], BUDGET, food=True)
+            assert ctx["messages"][-1] == {"role": "user", "content": FOOD_QUESTION}
+            assert len(ctx["kept_ids"]) < len(ids) / 2  # it did compact
+            plain = await ok(client, "context", budget=BUDGET)  # no query: recent turns, still valid
+            check_seen(plain["messages"], BUDGET, food=False)
+            hits = (await ok(client, "recall", query="peanut allergy", k=3))["results"]
+            assert hits[0]["content"] == DIRECTIVE and hits[0]["id"] == ids[0]
+
+    run(go())
+
+
+def test_the_command_line_refuses_a_bad_policy_in_one_line(capsys):
+    assert rdmem_main(["mcp", "--store", "memory://", "--policy", "nope"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("rdmem: error:") and "nope" in err[0]
+
+
+# -- over stdio, in new processes --------------------------------------------------------------------------
+def rdmem_mcp(store: str, *args: str) -> StdioServerParameters:
+    """``rdmem mcp`` as an MCP client starts it (``python -m rdmem`` is the ``rdmem`` command)."""
+    return StdioServerParameters(command=sys.executable, args=["-m", "rdmem", "mcp", "--store", store,
+                                                               "--session", "s", *args],
+                                 env={"HF_HUB_OFFLINE": "1"}, cwd=str(REPO))
+
+
+def test_a_second_process_sees_what_the_first_remembered(tmp_path):
+    store = f"sqlite:///{tmp_path / 'm.db'}"
+
+    async def first():
+        async with Client(rdmem_mcp(store, "--policy", "window", "--budget", "300")) as client:
+            ids = (await ok(client, "remember", messages=conversation(40)))["ids"]
+            ctx = await ok(client, "context")
+            check_seen(ctx["messages"], 300, food=False)
+            return ids
+
+    async def second(ids):
+        async with Client(rdmem_mcp(store, "--policy", "window", "--budget", "300")) as client:
+            assert await sessions(client) == {"s": len(ids)}
+            await ok(client, "remember", content="And what about tomorrow?")
+            ctx = await ok(client, "context")
+            hits = (await ok(client, "recall", query="peanuts allergic"))["results"]
+            return ctx, hits
+
+    ids = run(first())
+    ctx, hits = run(second(ids))
+    check_seen(ctx["messages"], 300, food=False)
+    assert ctx["messages"][-2]["content"] == conversation(40)[-1]["content"]  # the first process's last turn
+    assert ctx["messages"][-1]["content"] == "And what about tomorrow?"
+    assert hits[0]["id"] == ids[0] and hits[0]["tier"] == "archive"
+
+
+@pytest.mark.slow  # each process loads the model
+def test_the_scenario_continues_in_a_new_process(tmp_path):
+    store = f"sqlite:///{tmp_path / 'm.db'}"
+
+    async def remember():
+        async with Client(rdmem_mcp(store, "--budget", str(BUDGET))) as client:
+            await ok(client, "remember", messages=conversation())
+
+    async def ask():
+        async with Client(rdmem_mcp(store, "--budget", str(BUDGET))) as client:
+            await ok(client, "remember", content=FOOD_QUESTION)
+            return await ok(client, "context", query=FOOD_QUESTION, budget=BUDGET)
+
+    run(remember())
+    ctx = run(ask())
+    check_seen(ctx["messages"], BUDGET, food=True)
+    assert ctx["messages"][-1]["content"] == FOOD_QUESTION
+
+
+# -- mounted at /mcp in rdmem serve ------------------------------------------------------------------------
+@pytest.fixture
+def keyed_server(tmp_path, hashing_embedder):
+    from rdmem.server import ServerSettings, create_app
+    from rdmem.store import open_store
+
+    from ..server.conftest import LiveServer
+
+    url = f"sqlite:///{tmp_path / 'keyed.db'}"
+    with open_store(url) as store:
+        (_, acme), (_, globex) = store.create_key("acme"), store.create_key("globex")
+    live = LiveServer(create_app(ServerSettings(store=url, policy="window"), embedder=hashing_embedder))
+    yield live, acme, globex, url
+    live.stop()
+
+
+async def over_http(live: Any, secret: str, steps: Any) -> Any:
+    import httpx2
+    from mcp.client.streamable_http import streamable_http_client
+
+    async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {secret}"}, timeout=60) as http:
+        async with Client(streamable_http_client(f"{live.url}/mcp", http_client=http)) as client:
+            return await steps(client)
+
+
+@pytest.mark.slow  # starts a server
+def test_mounted_each_tenant_reaches_only_its_own_sessions(keyed_server):
+    import httpx
+
+    from rdmem.store import open_store
+
+    live, acme, globex, url = keyed_server
+
+    async def acme_writes(client):
+        assert {t.name for t in (await client.list_tools()).tools} == TOOLS
+        ids = (await ok(client, "remember", content="Acme's secret plan: launch on 3 May.", session="plans"))["ids"]
+        hits = (await ok(client, "recall", query="secret plan launch", session="plans"))["results"]
+        return ids, hits, await sessions(client)
+
+    async def globex_looks(client):
+        hits = (await ok(client, "recall", query="secret plan launch", session="plans"))["results"]
+        ctx = await ok(client, "context", session="plans")
+        refused = await error(client, "forget", ids=["m0"], session="plans")
+        wiped = await error(client, "forget", whole_session=True, session="plans")
+        return hits, ctx, refused, wiped, await sessions(client)
+
+    ids, hits, listed = run(over_http(live, acme, acme_writes))
+    assert [h["content"] for h in hits] == ["Acme's secret plan: launch on 3 May."] and listed == {"plans": 1}
+    hits, ctx, refused, wiped, listed = run(over_http(live, globex, globex_looks))
+    assert hits == [] and ctx["messages"] == [] and listed == {}
+    assert "has no message 'm0'" in refused and "no session 'plans'" in wiped
+    # MCP and the REST routes name a tenant's sessions alike; acme's memory is untouched.
+    r = httpx.get(f"{live.url}/v1/sessions/plans/messages", headers={"Authorization": f"Bearer {acme}"})
+    assert [m["id"] for m in r.json()["messages"]] == ids
+    with open_store(url) as store:
+        assert [s.session for s in store.sessions()] == ["t/acme/plans"]
+
+
+@pytest.mark.slow  # starts a server
+def test_mounted_without_a_valid_key_is_401(keyed_server):
+    import httpx
+
+    live, *_ = keyed_server
+    body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
+    headers = {"Accept": "application/json, text/event-stream"}
+    for auth in ({}, {"Authorization": "Bearer rdmem_" + "x" * 43}, {"Authorization": "Basic abc"}):
+        r = httpx.post(f"{live.url}/mcp", json=body, headers={**headers, **auth})
+        assert r.status_code == 401, (auth, r.text)
+        assert r.json()["error"]["code"] == "unauthorized" and r.headers["www-authenticate"] == "Bearer"
+
+
+# -- the example -------------------------------------------------------------------------------------------
+@pytest.mark.slow  # its server processes load the model
+def test_the_example_runs():
+    done = subprocess.run([sys.executable, str(REPO / "examples" / "mcp_client.py")], capture_output=True,
+                          text=True, timeout=600, cwd=REPO, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    assert "tools: remember, recall, context, forget, explain" in out
+    fit = next(line for line in out.splitlines() if line.startswith("context:"))
+    used, budget = int(fit.split()[3]), int(fit.split("budget ")[1].rstrip(")"))
+    assert used <= budget == 300
+    assert "user: Remember that I'm allergic to peanuts." in out
+    assert "recall 'peanut allergy': m0 Remember that I'm allergic to peanuts." in out
+    assert "newest: Thanks! And a dessert without nuts?" in out
+    assert '"session":"alice","units":65' in out
