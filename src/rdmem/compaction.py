@@ -140,7 +140,7 @@ def _settle(
             # with the turn in progress (the tool calls and results since) as far as it fits beside it.
             keep = {newest}
             for b in layout.turn_in_progress(newest):
-                if cost.total(keep | {b}) <= avail:
+                if cost.total(keep | {b}) <= avail or _cut_turn_block(out, problem, layout, cost, keep, b, avail):
                     keep.add(b)
             out.chosen |= keep
             mine = {int(i) for b in keep for i in problem.blocks[b]}
@@ -163,7 +163,8 @@ def _settle(
         out.summary = tok.truncate(out.summary, room) if room > 0 else None
         if out.summary is None or cost.total(out.chosen, out.summary) > avail:
             out.summary, out.summarized = None, []
-    if plan.fill:
+    # A cut in the turn in progress freed room the plan counted as taken: fill it, whatever the policy.
+    if plan.fill or out.truncated:
         cost.fill(out.chosen, values, ratio, partners, out.summary, avail)
     if not out.chosen and not out.summary and problem.blocks and avail > 0:
         _fallback(out, problem, layout, cost, values, avail, budget)
@@ -198,6 +199,35 @@ def _cut_newest(out: _Settled, problem: Problem, layout: Layout, cost: RenderCos
     shown = tok.message_tokens({**u.message, "content": cut[0]})
     out.notes.append(f"the newest user message {u.id!r} ({u.tokens} tokens) does not fit the {avail} tokens left "
                      f"of a budget of {budget}: it was cut to {shown} tokens, and older messages were left out")
+
+
+def _cut_turn_block(out: _Settled, problem: Problem, layout: Layout, cost: RenderCost, keep: set[int], b: int,
+                    avail: int) -> bool:
+    """A block of the turn in progress (a tool call and its results) too large for what is left beside
+    ``keep``: cut its results (the visible truncation note) so that the model reads what its call returned
+    instead of calling it again, in at most half of the budget (the rest stays for the conversation: the
+    directives, what the question refers to); ``False`` if even cut it does not fit."""
+    tok = problem.tokenizer
+    block = [int(i) for i in problem.blocks[b]]
+    # What the others and the markers leave, and no more than half of what there is.
+    room = min(avail - (cost.total(keep | {b}) - int(cost.costs[b])), avail // 2)
+    cut = truncate_block([problem.units[i] for i in block], room, tok) if room > 0 else None
+    if cut is None or all(c is None for c in cut.values()):
+        return False
+    new_cost = 0
+    for k, i in enumerate(block):
+        u = problem.units[i]
+        if cut[k] is not None:
+            out.contents[i] = cut[k]  # type: ignore[assignment]
+            out.truncated.add(layout.cand_pos[i])
+            shown = tok.message_tokens({**u.message, "content": cut[k]})
+            out.notes.append(f"the {u.role} message {u.id!r} of the turn in progress ({u.tokens} tokens) was cut to "
+                             f"{shown} tokens to fit beside the newest user message")
+            new_cost += shown
+        else:
+            new_cost += u.tokens
+    cost.costs[b] = new_cost
+    return True
 
 
 def _fallback(out: _Settled, problem: Problem, layout: Layout, cost: RenderCost, values: np.ndarray, avail: int,

@@ -235,3 +235,27 @@ def test_the_turn_in_progress_travels_with_the_newest_user_message(policy, embed
             assert msg == clean(next(m for m in history if m["id"] == src))
         elif src is None:
             assert msg["role"] in ("user", "system")
+
+
+@pytest.mark.parametrize("policy", POLICY_NAMES)
+def test_a_tool_result_too_large_for_the_budget_is_cut_not_dropped(policy, embedder, cl100k):
+    """An agent that fetched a long page reads a cut of it (with the truncation note), in at most half of the
+    budget, instead of a marker that makes it call the tool again; older turns keep the rest."""
+    page = " ".join(f"Paragraph {i}: the harbour of Naxos has ferries, cafes and a castle." for i in range(300))
+    history = [{"id": f"t{i}", "role": "user", "content": f"Earlier {i}: remember the ferry leaves at {i}:15."}
+               for i in range(20)]
+    history += [
+        {"id": "q", "role": "user", "content": "Summarise the page about Naxos."},
+        {"id": "c", "role": "assistant", "content": None, "tool_calls": [
+            {"id": "f1", "type": "function", "function": {"name": "fetch", "arguments": "{\"url\": \"naxos\"}"}}]},
+        {"id": "page", "role": "tool", "tool_call_id": "f1", "content": page},
+    ]
+    budget = 2000
+    with pytest.warns(RuntimeWarning, match="the tool message 'page' of the turn in progress .* was cut to"):
+        result = compact(history, budget=budget, policy=policy, embedder=embedder)
+    check_compaction(result, history, budget, cl100k)
+    sent = result.messages[-1]
+    assert sent["role"] == "tool" and sent["content"].startswith(page[:60]) and TRUNCATED in sent["content"]
+    assert cl100k.message_tokens(sent) <= budget // 2
+    assert result.report[-1].decision == "truncated" and {"q", "c"} <= set(result.kept_ids)
+    assert any((m.get("content") or "").startswith("Earlier") for m in result.messages), "older turns left out"
