@@ -162,6 +162,7 @@ def rdmem_mcp(store: str, *args: str) -> StdioServerParameters:
                                  env={"HF_HUB_OFFLINE": "1"}, cwd=str(REPO))
 
 
+@pytest.mark.slow  # starts two server processes
 def test_a_second_process_sees_what_the_first_remembered(tmp_path):
     store = f"sqlite:///{tmp_path / 'm.db'}"
 
