@@ -129,6 +129,21 @@ def test_bad_input_is_a_tool_error_that_names_the_problem():
     run(go())
 
 
+class _NoModel:
+    """An embedder as a user without the embeddings extra has it: loading the model fails."""
+
+    def embed(self, texts):
+        raise ImportError("the default embedder needs sentence-transformers: pip install 'rdmem[embeddings]'")
+
+
+def test_a_missing_embedding_model_is_a_tool_error_that_says_what_to_install():
+    async def go():
+        async with Client(create_mcp_server(embedder=_NoModel())) as client:  # rd, the default policy
+            assert "pip install 'rdmem[embeddings]'" in await error(client, "remember", content="hello")
+
+    run(go())
+
+
 def test_the_scenario_fits_holds_the_directive_and_recall_finds_it(minilm):
     """300 turns with tool calls, then a food question: what context gives fits, is valid, keeps the directive."""
     async def go():

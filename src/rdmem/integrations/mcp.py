@@ -198,10 +198,11 @@ class StoreSessions:
 
 @contextmanager
 def _user_errors() -> Iterator[None]:
-    """Bad input becomes a tool error the model can read (the SDK hides any other exception's text)."""
+    """Bad input, and a missing optional dependency (the default policy's embedding model), become a tool
+    error the model and its user can read (the SDK hides any other exception's text)."""
     try:
         yield
-    except (ValueError, TypeError, LookupError, StoreError) as exc:
+    except (ValueError, TypeError, LookupError, StoreError, ImportError) as exc:
         text = str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc)  # KeyError quotes its text
         raise ToolError(text) from exc
 
