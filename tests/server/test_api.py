@@ -169,3 +169,19 @@ def test_health_metrics_and_docs(api):
     spec = api.get("/openapi.json").json()
     assert "/v1/sessions/{session}/context" in spec["paths"] and "/memories" in spec["paths"]
     assert api.get("/docs").status_code == 200
+
+
+class _NoModel:
+    """An embedder as a server without the embeddings extra has it: loading the model fails."""
+
+    def embed(self, texts):
+        raise ImportError("the default embedder needs sentence-transformers: pip install 'rdmem[embeddings]'")
+
+
+def test_a_missing_embedding_model_is_a_json_error_that_says_what_to_install(serve, tmp_path):
+    live = serve(create_app(ServerSettings(store=f"sqlite:///{tmp_path / 'm.db'}"), embedder=_NoModel()))
+    r = httpx.post(f"{live.url}/v1/sessions/alice/messages", json={"messages": [PEANUTS]}, timeout=30)
+    assert r.status_code == 501
+    assert r.json()["error"] == {"code": "missing_dependency",
+                                 "message": "the default embedder needs sentence-transformers: "
+                                            "pip install 'rdmem[embeddings]'"}

@@ -93,3 +93,21 @@ def print_warnings(warnings: list[str]) -> None:
     """A result's warnings (a cut message, a failed summarizer), one line each on stderr."""
     for w in warnings:
         print(f"rdmem: warning: {w}", file=sys.stderr)
+
+
+def require_embeddings(policy: str | None, command: str) -> None:
+    """A command that will embed needs the model: say so in one line at start, not on the first request.
+    ``policy``: only if that policy embeds (``None``: always, as the service embeds every message for search)."""
+    import importlib.util
+
+    from .._minilm import packaged_model_dir
+    from ..policies import get_policy
+
+    try:
+        needs = True if policy is None else get_policy(policy).needs_embeddings
+    except ValueError as exc:
+        raise CLIError(str(exc)) from None
+    if needs and packaged_model_dir() is None and importlib.util.find_spec("sentence_transformers") is None:
+        why = "it embeds every message for search and recall" if policy is None else f"policy {policy!r} embeds"
+        raise CLIError(f"{command} needs the embedding model ({why}): pip install 'rdmem[embeddings]'"
+                       + ("" if policy is None else " (or --policy window)"))

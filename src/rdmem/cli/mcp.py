@@ -7,7 +7,7 @@ import os
 import sys
 from typing import Any
 
-from ._common import CLIError, positive_int
+from ._common import CLIError, positive_int, require_embeddings
 
 __all__ = ["register"]
 
@@ -19,6 +19,7 @@ def _cmd_mcp(args: argparse.Namespace) -> int:
         raise CLIError(f"rdmem mcp needs the MCP SDK: pip install 'rdmem[mcp]' ({exc})") from None
     from ..store import open_store
 
+    require_embeddings(args.policy, "rdmem mcp")
     url = args.store
     if url is None:
         from .serve import _default_store  # the same file rdmem serve uses, so both see one memory

@@ -9,7 +9,7 @@ import sys
 from datetime import datetime, timezone
 from typing import Any
 
-from ._common import CLIError, positive_int
+from ._common import CLIError, positive_int, require_embeddings
 
 __all__ = ["register"]
 
@@ -44,6 +44,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         max_body_bytes=args.max_body_bytes, max_messages=args.max_messages, max_message_chars=args.max_message_chars,
         max_budget=args.max_budget,
     )
+    require_embeddings(None, "rdmem serve")
     url = settings.store_url()
     with open_store(url) as store:  # opened once here: a bad store is one line, before any worker starts
         keyed = store.has_keys()

@@ -121,6 +121,12 @@ def install_error_handlers(app: FastAPI) -> None:
         log.error("store error on %s %s: %s", request.method, request.url.path, exc)
         return _json(503, "store_unavailable", "the store is unavailable; see the server's log")
 
+    @app.exception_handler(ImportError)
+    async def missing_dependency(request: Request, exc: ImportError) -> JSONResponse:
+        # An optional part the request needs is not installed (the embedding model of a policy): say which.
+        log.error("missing dependency on %s %s: %s", request.method, request.url.path, exc)
+        return _json(501, "missing_dependency", str(exc))
+
     @app.exception_handler(ValueError)
     async def bad_value(request: Request, exc: ValueError) -> JSONResponse:
         return _json(400, "invalid_request", str(exc))
