@@ -109,3 +109,21 @@ def test_memory_manager_streams_keep_every_invariant(policy, messages, budget, q
     assert ctx.tokens == TOKENIZER.messages_tokens(ctx.messages) <= budget
     assert not history_problems(ctx.messages)
     assert set(ctx.kept_ids) <= set(ids)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.sampled_from("abcde"), max_size=12), st.lists(st.sampled_from("abcdef"), max_size=12),
+       st.integers(0, 4))
+def test_a_resend_lines_up_with_what_is_stored(stored, new, dropped):
+    """A client resends (a window of) what is stored, less the last ``dropped``, then new messages: the
+    alignment finds at least that run, ending ``dropped`` before the end when nothing shorter explains it."""
+    from rdmem.history import resend_alignment
+
+    kept = stored[: len(stored) - dropped] if dropped <= len(stored) else []
+    m, d = resend_alignment(stored, kept + new)
+    assert 0 <= m <= len(kept + new) and 0 <= d <= len(stored)
+    assert (kept + new)[:m] == stored[len(stored) - d - m: len(stored) - d]  # what it says is stored, is
+    if kept and dropped == 0:
+        assert m >= len(kept)  # the usual resend: the whole of it is found
+    if kept and not new and len(set(stored)) == len(stored):
+        assert (m, d) == (len(kept), len(stored) - len(kept))  # a regenerate, on distinct messages

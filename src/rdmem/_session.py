@@ -9,13 +9,13 @@ start over from the whole session.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from .features import Features, content_words
-from .history import ToolGroups
+from .history import ToolGroups, resend_alignment, resend_key
 from .messages import chat_fields
 from .store import Changes, NewUnit, Store, StoredUnit
 from .tokens import Tokenizer
@@ -180,3 +180,14 @@ class SessionView:
         if len(out) < len(wanted):  # the session changed under the positions: read it whole
             out = {su.id: {"id": su.id, **su.message} for su in self.store.load(self.session) if su.id in wanted}
         return out
+
+    def resent(self, messages: Sequence[Mapping[str, Any]], slack: int = 8) -> tuple[list[int], list[str]]:
+        """For a client that resends its history: the positions of ``messages`` the session does not have,
+        and the ids of the stored messages it dropped (:func:`~rdmem.history.resend_alignment`), compared
+        on the fields sent to the model, against the newest ``len(messages) + slack`` stored messages."""
+        total = len(self.units)
+        if not total or not messages:
+            return list(range(len(messages))), []
+        tail = self.store.load(self.session, offset=max(0, total - len(messages) - slack))
+        m, d = resend_alignment([resend_key(su.message) for su in tail], [resend_key(x) for x in messages])
+        return list(range(m, len(messages))), [su.id for su in tail[len(tail) - d:]] if d else []

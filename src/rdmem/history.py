@@ -27,7 +27,7 @@ from typing import Any, Protocol
 import numpy as np
 
 __all__ = [
-    "ToolGroups", "group_units", "sendable_blocks", "pending_call", "resend_key", "resent_overlap", "validate_history", "is_valid_history",
+    "ToolGroups", "group_units", "sendable_blocks", "pending_call", "resend_key", "resent_overlap", "resend_alignment", "validate_history", "is_valid_history",
     "split_prefix", "speaker_of", "is_transcript_line",
 ]
 
@@ -138,6 +138,36 @@ def resent_overlap(stored_tail: Sequence[Hashable], given: Sequence[Hashable]) -
 
 
 _NEVER = object()  # equals nothing but itself: the separator of resent_overlap
+
+#: How many starts of a diverged resend are tried (latest first): the tails compared are short.
+_STARTS = 64
+
+
+def resend_alignment(stored_tail: Sequence[Hashable], given: Sequence[Hashable]) -> tuple[int, int]:
+    """How a resent history lines up with the end of what is stored: ``(m, d)``, the first ``m`` of
+    ``given`` are stored already, as a run that ends ``d`` messages before the end of ``stored_tail``.
+
+    ``d == 0``: the usual resend (the whole history or a sliding window of it, :func:`resent_overlap`).
+    ``d > 0``: the client dropped the last ``d`` stored messages and went on from there: a regenerated or
+    retried reply, an edited last question. The longest common run wins; of equal runs, the latest.
+
+    >>> resend_alignment(["q1", "a1", "q2", "a2"], ["q1", "a1", "q2"])   # regenerate a2
+    (3, 1)
+    >>> resend_alignment(["q1", "a1"], ["q1", "a1", "q2"]), resend_alignment(["x"], ["y"])
+    ((2, 0), (0, 0))
+    """
+    k = resent_overlap(stored_tail, given)
+    if k or not given:
+        return k, 0
+    n, best = len(stored_tail), (0, 0)
+    starts = [p for p in range(n - 1, -1, -1) if stored_tail[p] == given[0]][:_STARTS]
+    for p in starts:
+        m = 0
+        while p + m < n and m < len(given) and stored_tail[p + m] == given[m]:
+            m += 1
+        if m > best[0]:
+            best = (m, n - p - m)
+    return best
 
 
 def resend_key(message: Mapping[str, Any]) -> str:

@@ -12,7 +12,7 @@ from ._session import SessionView, new_unit
 from .compaction import Compaction, compact_units
 from .contract import Composed, Policy
 from .embed import Embedder, get_embedder
-from .history import pending_call, resend_key, resent_overlap
+from .history import pending_call
 from .learn.online import Feedback
 from .messages import Message, parse_message, parse_messages
 from .policies import RDPolicy, get_policy
@@ -250,8 +250,7 @@ class MemoryManager(OnlineLearning):
 
     def unseen(self, messages: Sequence[Mapping[str, Any]]) -> list[int]:
         """Positions of ``messages`` this session does not have yet, for a client that resends its history
-        each time (a proxy, a framework's model call): the longest run at their start that equals the end
-        of what is stored is old (compared on the fields sent to the model); the rest is new.
+        each time (a proxy, a framework's model call); see :meth:`resent`.
 
         >>> mem = MemoryManager(budget=100, policy="window")
         >>> mem.extend([{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}])
@@ -260,12 +259,15 @@ class MemoryManager(OnlineLearning):
         ...             {"role": "user", "content": "c"}])
         [2]
         """
+        return self.resent(messages)[0]
+
+    def resent(self, messages: Sequence[Mapping[str, Any]]) -> tuple[list[int], list[str]]:
+        """``(new, dropped)`` for a resent history: the positions of ``messages`` not stored yet, and the ids
+        of stored messages the client no longer has at the end (it regenerated or retried the last reply, or
+        edited its last question: they are not deleted here). Messages compare on the fields sent to the
+        model: the longest run at the start of ``messages`` that matches the end of what is stored is old."""
         with self._lock:
-            view = self._sync()
-            total = len(view.units)
-            tail = view.store.load(self.session, offset=max(0, total - len(messages))) if total and messages else []
-            return list(range(resent_overlap([resend_key(su.message) for su in tail],
-                                             [resend_key(m) for m in messages]), len(messages)))
+            return self._sync().resent(messages)
 
     def clear(self) -> None:
         """Delete the whole session for good (every message, its feedback and settings); the manager stays

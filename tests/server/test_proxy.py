@@ -74,9 +74,10 @@ def test_every_forwarded_request_fits_is_valid_and_keeps_the_directive(proxy, cl
         assert forwarded[-1] == history[-1]  # the question being asked
         assert any("allergic to peanuts" in (m.get("content") or "") for m in forwarded)
         history.append({"role": "assistant", "content": reply.choices[0].message.content})
-    # Each message was stored once, replies included, although the client sent its history three times.
+    # Each message was stored once, replies included, although the client sent its history three times (the
+    # system prompt travels with every request and is not stored).
     mem = live.app.state.rdmem.pool.manager("default", "trip", budget=WINDOW - RESERVE)
-    assert len(mem) == len(history)
+    assert len(mem) == len(history) - 1
     assert [h["content"] for h in mem.history()][-2:] == [history[-2]["content"], history[-1]["content"]]
 
 
@@ -170,5 +171,51 @@ def test_without_a_session_header_or_user_the_conversation_is_recognised(proxy):
     b = oai.chat.completions.with_raw_response.create(model="fake-model", messages=later)
     assert a.headers["x-rdmem-session"] == b.headers["x-rdmem-session"].strip() != ""
     mem = live.app.state.rdmem.pool.manager("default", a.headers["x-rdmem-session"], budget=WINDOW - 1024)
-    # Stored once each (the first reply came back in the second request), and the second reply.
-    assert [h["content"] for h in mem.history()] == [m["content"] for m in later] + ["ok"]
+    # Stored once each (the first reply came back in the second request), and the second reply; the system
+    # prompt comes with every request and is not stored.
+    assert [h["content"] for h in mem.history()] == [m["content"] for m in later[1:]] + ["ok"]
+
+
+def stored(live, session: str) -> list[str]:
+    return [h["content"] for h in live.app.state.rdmem.pool.manager("default", session, budget=100).history()]
+
+
+def test_a_system_prompt_that_changes_every_request_stores_nothing_twice(proxy, cl100k):
+    """A client whose system prompt carries the time: each message is stored once, and a compacted request
+    carries the current system prompt only."""
+    live, upstream = proxy
+    oai = client(live)
+    chat = turns(150)[1:]  # the conversation, without a fixed system prompt
+    for t in range(4):
+        upstream.text = f"Reply {t}"
+        msgs = [{"role": "system", "content": f"You are a travel assistant. It is now 10:0{t}."}, *chat,
+                {"role": "user", "content": f"Question {t}: where can I eat tonight?"}]
+        reply = oai.chat.completions.create(model="fake-model", messages=msgs, max_tokens=RESERVE,
+                                            extra_headers={"X-Rdmem-Session": "clock"})
+        sent = upstream.requests[-1]["body"]["messages"]
+        assert [m["content"] for m in sent if m["role"] == "system"] == [msgs[0]["content"]]
+        assert history_problems(sent) == [] and cl100k.messages_tokens(sent) <= WINDOW - RESERVE
+        chat = msgs[1:] + [{"role": "assistant", "content": reply.choices[0].message.content}]
+    assert stored(live, "clock") == [m["content"] for m in chat]
+
+
+def test_a_regenerated_reply_replaces_the_one_the_client_dropped(proxy):
+    """Regenerate (or retry after a lost answer): the client resends its history without the last reply; the
+    session follows it, storing nothing twice."""
+    live, upstream = proxy
+    oai = client(live)
+    sys_, q1, q2 = ({"role": "system", "content": "Be brief."}, {"role": "user", "content": "Plan a day in Sintra."},
+                    {"role": "user", "content": "And the evening?"})
+
+    def ask(messages, answer):
+        upstream.text = answer
+        oai.chat.completions.create(model="fake-model", messages=messages, extra_headers={"X-Rdmem-Session": "regen"})
+        return {"role": "assistant", "content": answer}
+
+    a1 = ask([sys_, q1], "Pena Palace, then Regaleira.")
+    ask([sys_, q1, a1, q2], "Dinner in Colares.")            # the reply the user will not keep
+    a2 = ask([sys_, q1, a1, q2], "Sunset at Cabo da Roca.")  # regenerated
+    q3 = {"role": "user", "content": "Thanks!"}
+    ask([sys_, q1, a1, q2, a2, q3], "Enjoy.")
+    assert stored(live, "regen") == [q1["content"], a1["content"], q2["content"], a2["content"], q3["content"],
+                                     "Enjoy."]

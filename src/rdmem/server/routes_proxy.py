@@ -75,26 +75,43 @@ def _budget(state: Any, body: dict[str, Any]) -> int:
     return state.settings.context_window - reserve
 
 
+#: A resend that drops at most this many stored messages at the end (a regenerated or retried reply, an edited
+#: last question) replaces them; a larger divergence keeps both branches (nothing is deleted but a last turn).
+_REPLACEABLE = 4
+
+
 def _prepare(state: Any, tenant: str, session: str, body: dict[str, Any],
              budget: int) -> tuple[list[dict[str, Any]], int, int, bool]:
     """Store what is new and compact if needed (in a worker thread): the messages to send, the tokens before
-    and after, and whether they were compacted."""
+    and after, and whether they were compacted.
+
+    The request's leading system messages travel with every request (a client may change them each
+    time): they are not stored, they are matched by nothing, and a compacted request is them followed
+    by the session's context within what they leave of the budget."""
     messages = body["messages"]
     parsed = parse_messages(messages)  # a bad message fails here (open: the request goes on as it was)
+    lead = next((i for i, m in enumerate(parsed) if m.chat["role"] not in ("system", "developer")), len(parsed))
+    head, conv = [m.chat for m in parsed[:lead]], parsed[lead:]
     mem = state.pool.manager(tenant, session, budget=max(budget, 1))
-    new = mem.unseen([m.chat for m in parsed])
+    new, dropped = mem.resent([m.chat for m in conv])
+    if dropped and len(dropped) <= _REPLACEABLE:
+        mem.delete(dropped)  # the client went on from an earlier point: its history is the one kept
     if new:
-        mem.extend([{**parsed[i].chat, **parsed[i].extra} for i in new])
+        mem.extend([{**conv[i].chat, **conv[i].extra} for i in new])
         state.metrics.count("rdmem_messages_stored_total", len(new))
-    before = mem.tokenizer.messages_tokens([m.chat for m in parsed])
+    tok = mem.tokenizer
+    before = tok.messages_tokens([m.chat for m in parsed])
     if budget <= 0 or before <= budget:
         return messages, before, before, False
-    query = next((content_text(m.chat.get("content")) for m in reversed(parsed) if m.chat["role"] == "user"), None)
-    ctx = mem.context(query or None, budget=budget, warn=False)
+    room = budget - tok.messages_tokens(head)
+    if room <= 0:
+        raise ValueError(f"the system messages alone take {budget - room} of the {budget} tokens of the window")
+    query = next((content_text(m.chat.get("content")) for m in reversed(conv) if m.chat["role"] == "user"), None)
+    ctx = mem.context(query or None, budget=room, warn=False)
     state.metrics.count("rdmem_compactions_total")
     state.metrics.count("rdmem_tokens_in_total", before)
-    state.metrics.count("rdmem_tokens_out_total", ctx.tokens)
-    return ctx.messages, before, ctx.tokens, True
+    state.metrics.count("rdmem_tokens_out_total", budget - room + ctx.tokens)
+    return head + ctx.messages, before, budget - room + ctx.tokens, True
 
 
 def _store_reply(state: Any, tenant: str, session: str, budget: int, message: dict[str, Any] | None) -> None:
