@@ -123,6 +123,9 @@ def test_bad_input_is_a_tool_error_that_names_the_problem():
             assert "already has" in await error(client, "remember", messages=[{"role": "user", "content": "x",
                                                                               "id": "m0"}])
             assert "query" in await error(client, "recall", query="")
+            assert "without control characters" in await error(client, "remember", content="x", session="a\x00b")
+            assert "at most 256 char" in await error(client, "context", session="s" * 300)
+            assert "at most 10000 tokens" in await error(client, "context", budget=10**12)
             # Nothing of it broke the server or the session.
             assert [m["content"] for m in (await ok(client, "context"))["messages"]] == ["hello"]
 

@@ -176,6 +176,9 @@ class StoreSessions:
         self._lock = threading.Lock()  # the SDK runs tools in worker threads
 
     def manager(self, session: str) -> MemoryManager:
+        if len(session) > 256 or any(ord(c) < 32 for c in session):  # the service's rule for a session's name
+            raise ValueError("a session name is 1 to 256 characters without control characters, got "
+                             f"{session[:40]!r}{'...' if len(session) > 40 else ''}")
         with self._lock:
             mem = self._managers.get(session)
             if mem is None:
@@ -234,7 +237,7 @@ def create_mcp_server(
     policy: str = "rd",
     embedder: Embedder | str | None = None,
     sessions_for: Callable[[Any], SessionAccess] | None = None,
-    max_budget: int | None = None,
+    max_budget: int | None = 1_000_000,
     name: str = "rdmem",
 ) -> MCPServer:
     """An MCP server (SDK v2 ``MCPServer``) whose tools read and write rdmem sessions.
@@ -254,7 +257,8 @@ def create_mcp_server(
         reach (``request`` is the HTTP request, ``None`` over stdio). Default:
         every session of ``store``.
     max_budget:
-        The largest budget a call may ask for (tokens); ``None``: no limit.
+        The largest budget a call may ask for (tokens; default 1,000,000, as
+        ``rdmem serve``); ``None``: no limit.
 
     >>> import asyncio
     >>> server = create_mcp_server(policy="window")
