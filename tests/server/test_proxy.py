@@ -13,32 +13,18 @@ from rdmem.server import ServerSettings, create_app
 from rdmem.store import MemoryStore
 
 from .._checks import history_problems
+from ..integrations._scenario import conversation
 from .._fake_openai import Reply, chunks, completion
 
 pytestmark = pytest.mark.slow  # starts servers
 
 WINDOW, RESERVE = 2000, 200
-TOPICS = ["the tram to Belem", "a bookshop in Chiado", "the weather on the coast", "fado in Alfama",
-          "the train to Porto", "tiles at the museum", "a football match", "the ferry across the river"]
 
 
 def turns(n: int) -> list[dict]:
-    """A long conversation: a system prompt, an early directive, then chatter (tool calls included)."""
-    out = [{"role": "system", "content": "You are a travel assistant for Lisbon."},
-           {"role": "user", "content": "Remember that I'm allergic to peanuts."},
-           {"role": "assistant", "content": "Noted: no peanuts in anything I suggest."}]
-    for i in range(n):
-        topic = TOPICS[i % len(TOPICS)]
-        if i % 25 == 7:
-            cid = f"call_{i}"
-            out.append({"role": "assistant", "content": None, "tool_calls": [
-                {"id": cid, "type": "function", "function": {"name": "lookup", "arguments": json.dumps({"q": topic})}}]})
-            out.append({"role": "tool", "tool_call_id": cid, "content": f"Opening hours for {topic}: 9-18, {i} EUR."})
-        elif i % 2 == 0:
-            out.append({"role": "user", "content": f"Turn {i}: tell me more about {topic}, please, in some detail."})
-        else:
-            out.append({"role": "assistant", "content": f"Turn {i}: {topic} is lovely; go early and take water."})
-    return out
+    """A long conversation: a system prompt, then the adapters' scenario (an early directive, then chatter
+    with tool calls)."""
+    return [{"role": "system", "content": "You are a travel assistant for Lisbon."}, *conversation(n)]
 
 
 @pytest.fixture

@@ -30,7 +30,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from typing import Annotated, Any, Literal, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 
 try:
     from mcp.server.mcpserver import MCPServer
@@ -41,6 +41,7 @@ try:
 except ImportError as exc:  # pragma: no cover - the extra is missing
     raise ImportError(f"rdmem.integrations.mcp needs the MCP SDK: pip install 'rdmem[mcp]' ({exc})") from None
 
+from .._wire import ChatMessage, message_dict
 from ..embed import Embedder, get_embedder
 from ..manager import MemoryManager
 from ..policies import get_policy
@@ -58,31 +59,6 @@ _REQUEST: contextvars.ContextVar[Any] = contextvars.ContextVar("rdmem_mcp_reques
 
 
 # -- wire types ---------------------------------------------------------------------------------------
-class FunctionCall(BaseModel):
-    model_config = ConfigDict(extra="allow")
-    name: str
-    arguments: str = Field(description="the call's arguments as a JSON string")
-
-
-class ToolCall(BaseModel):
-    model_config = ConfigDict(extra="allow")
-    id: str = Field(min_length=1)
-    type: Literal["function"] = "function"
-    function: FunctionCall
-
-
-class ChatMessage(BaseModel):
-    """An OpenAI chat message; other fields are stored with it and given back, never sent to a model."""
-
-    model_config = ConfigDict(extra="allow")
-    role: Literal["system", "developer", "user", "assistant", "tool"]
-    content: str | list[dict[str, Any]] | None = None
-    name: str | None = None
-    tool_calls: list[ToolCall] | None = None
-    tool_call_id: str | None = None
-    id: str | None = Field(None, description="the message's id in the session (given by the store if absent)")
-
-
 class Remembered(BaseModel):
     session: str
     ids: list[str] = Field(description="the stored messages' ids, in order (for forget)")
@@ -313,10 +289,7 @@ def _add_tools(server: MCPServer, sessions_for: Callable[[Any], SessionAccess], 
             if (content is None) == (messages is None):
                 raise ValueError("give content (one message) or messages (a list), not both and not neither")
             batch = [{"role": role, "content": content}] if content is not None else \
-                [m.model_dump(exclude_unset=True) for m in messages or ()]
-            for m in batch:
-                for call in m.get("tool_calls") or ():
-                    call.setdefault("type", "function")
+                [message_dict(m) for m in messages or ()]
             name, mem = manager(session)
             return Remembered(session=name, ids=mem.extend(batch))
 

@@ -7,9 +7,13 @@ bad field, as from the library.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from .._wire import (  # the chat messages: one home for the service and MCP
+    AssistantMessage, ChatMessage, FunctionCall, PlainMessage, TextPart, ToolCall, ToolMessage, message_dict,
+)
 
 __all__ = [
     "ChatMessage", "AddRequest", "AddResponse", "ContextRequest", "ContextResponse", "SearchRequest", "SearchHit",
@@ -24,72 +28,6 @@ MODES = ("qa", "task", "roleplay", "creative")
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
-
-
-class FunctionCall(BaseModel):
-    model_config = ConfigDict(extra="allow")
-    name: str
-    arguments: str = Field(description="the call's arguments as a JSON string")
-
-
-class ToolCall(BaseModel):
-    model_config = ConfigDict(extra="allow")
-    id: str = Field(min_length=1)
-    type: Literal["function"] = "function"
-    function: FunctionCall
-
-
-class TextPart(BaseModel):
-    model_config = ConfigDict(extra="allow")
-    type: Literal["text"]
-    text: str
-
-
-class OtherPart(BaseModel):
-    """An image, audio, file or refusal part: stored and sent as given."""
-
-    model_config = ConfigDict(extra="allow")
-    type: Literal["image_url", "input_audio", "file", "refusal"]
-
-
-ContentPart = Annotated[TextPart | OtherPart, Field(discriminator="type")]
-
-
-class _Message(BaseModel):
-    """An OpenAI chat message. Fields the chat API does not know are stored and given back, never sent."""
-
-    model_config = ConfigDict(extra="allow")
-    content: str | list[ContentPart] | None = None
-    name: str | None = None
-    id: str | None = Field(None, min_length=1,
-                           description="the message's id in the session (allocated by the store if absent)")
-
-
-class PlainMessage(_Message):
-    role: Literal["system", "developer", "user"]
-    tool_calls: None = Field(None, description="only assistant messages carry tool calls")
-
-
-class AssistantMessage(_Message):
-    role: Literal["assistant"]
-    tool_calls: list[ToolCall] | None = None
-
-
-class ToolMessage(_Message):
-    role: Literal["tool"]
-    tool_call_id: str = Field(description="the id of the assistant's tool call this message answers")
-    tool_calls: None = Field(None, description="only assistant messages carry tool calls")
-
-
-ChatMessage = Annotated[PlainMessage | AssistantMessage | ToolMessage, Field(discriminator="role")]
-
-
-def message_dict(message: BaseModel) -> dict[str, Any]:
-    """A message as the library takes it: the fields the client sent, and each tool call's ``type``."""
-    out = message.model_dump(exclude_unset=True)
-    for call in out.get("tool_calls") or ():
-        call.setdefault("type", "function")
-    return out
 
 
 class AddRequest(_Strict):
