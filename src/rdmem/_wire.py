@@ -12,7 +12,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 __all__ = ["FunctionCall", "ToolCall", "TextPart", "OtherPart", "ContentPart", "PlainMessage", "AssistantMessage",
-           "ToolMessage", "ChatMessage", "message_dict"]
+           "ToolMessage", "ChatMessage", "message_dict", "SessionSummary"]
 
 
 class FunctionCall(BaseModel):
@@ -79,3 +79,14 @@ def message_dict(message: BaseModel) -> dict[str, Any]:
     for call in out.get("tool_calls") or ():
         call.setdefault("type", "function")
     return out
+
+
+class SessionSummary(BaseModel):
+    """A session as a listing shows it (the store's :class:`~rdmem.store.SessionInfo`)."""
+
+    session: str
+    units: int
+    working: int
+    archived: int
+    created: float
+    updated: float

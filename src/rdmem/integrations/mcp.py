@@ -41,7 +41,7 @@ try:
 except ImportError as exc:  # pragma: no cover - the extra is missing
     raise ImportError(f"rdmem.integrations.mcp needs the MCP SDK: pip install 'rdmem[mcp]' ({exc})") from None
 
-from .._wire import ChatMessage, message_dict
+from .._wire import ChatMessage, SessionSummary, message_dict
 from ..embed import Embedder, get_embedder
 from ..manager import MemoryManager
 from ..policies import get_policy
@@ -49,7 +49,7 @@ from ..store import SessionInfo, Store, StoreError, open_store
 from ..tokens import check_budget
 
 __all__ = ["create_mcp_server", "HTTPEndpoint", "CALLER", "SessionAccess", "StoreSessions", "ChatMessage", "Remembered", "Hit", "Recalled",
-           "ModelContext", "Forgotten", "Decision", "Explanation", "SessionEntry", "SessionList", "SESSIONS_URI"]
+           "ModelContext", "Forgotten", "Decision", "Explanation", "SessionSummary", "SessionList", "SESSIONS_URI"]
 
 SESSIONS_URI = "rdmem://sessions"
 #: The key of an HTTP request's ASGI scope that holds who :class:`HTTPEndpoint` found is calling.
@@ -116,17 +116,8 @@ class Explanation(BaseModel):
     policy: str
 
 
-class SessionEntry(BaseModel):
-    session: str
-    units: int
-    working: int
-    archived: int
-    created: float
-    updated: float
-
-
 class SessionList(BaseModel):
-    sessions: list[SessionEntry]
+    sessions: list[SessionSummary]
 
 
 # -- where sessions live --------------------------------------------------------------------------------
@@ -349,7 +340,7 @@ def _add_tools(server: MCPServer, sessions_for: Callable[[Any], SessionAccess], 
                      description="the sessions this caller may reach, with their sizes")
     def sessions() -> str:
         found = sessions_for(_REQUEST.get()).sessions()
-        return SessionList(sessions=[SessionEntry(session=n, units=i.units, working=i.working, archived=i.archived,
+        return SessionList(sessions=[SessionSummary(session=n, units=i.units, working=i.working, archived=i.archived,
                                                   created=i.created, updated=i.updated) for n, i in found]
                            ).model_dump_json()
 

@@ -12,7 +12,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from .._wire import (  # the chat messages: one home for the service and MCP
-    AssistantMessage, ChatMessage, FunctionCall, PlainMessage, TextPart, ToolCall, ToolMessage, message_dict,
+    AssistantMessage, ChatMessage, FunctionCall, PlainMessage, SessionSummary, TextPart, ToolCall, ToolMessage,
+    message_dict,
 )
 
 __all__ = [
@@ -96,15 +97,6 @@ class ExplainResponse(BaseModel):
     text: str
     report: list[dict[str, Any]]
     warnings: list[str]
-
-
-class SessionSummary(BaseModel):
-    session: str
-    units: int
-    working: int
-    archived: int
-    created: float
-    updated: float
 
 
 class SessionList(BaseModel):
