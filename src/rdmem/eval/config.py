@@ -15,21 +15,12 @@ from typing import Any
 
 import numpy as np
 
-from ..embed import CachedEmbedder, MiniLMEmbedder
+from ..embed import CachedEmbedder, MiniLMEmbedder, default_cache_dir
 from ..policies import POLICIES
 from .defaults import DEFAULT_BUDGETS, DEFAULT_POLICIES, REGIMES
 from .llm import LLMConfig
 
 __all__ = ["EvalConfig", "EvalResult", "Row", "default_cache_dir", "cached_embedder"]
-
-
-def default_cache_dir() -> Path:
-    """``$RDMEM_CACHE_DIR``, else ``$XDG_CACHE_HOME/rdmem``, else ``~/.cache/rdmem``."""
-    env = os.environ.get("RDMEM_CACHE_DIR")
-    if env:
-        return Path(env).expanduser()
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "rdmem"
 
 
 def cached_embedder(cache_dir: str | os.PathLike[str] | None = None) -> CachedEmbedder:

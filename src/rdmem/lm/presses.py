@@ -1,0 +1,116 @@
+"""KV-cache eviction (seed §3.2.4): which cached positions a model keeps when its context must shrink.
+
+StreamingLLM, H2O (observed attention) and SnapKV are NVIDIA's ``kvpress``
+presses, used as they are; :class:`RdmemPress` is rdmem's: it spends the KV
+budget on messages by their rate-distortion value, without knowing the
+question. Every press is a ``kvpress.ScorerPress``: one ``score`` method,
+higher means keep, so each also works the kvpress way
+(``with press(model): model(ids, past_key_values=cache)``).
+
+>>> sorted(PRESSES)                                              # doctest: +SKIP
+['h2o', 'rdmem', 'snapkv', 'streaming_llm']
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+try:
+    import torch
+    from kvpress import ObservedAttentionPress, ScorerPress, SnapKVPress, StreamingLLMPress
+except ImportError as exc:  # pragma: no cover - the lm extra installs them
+    raise ImportError(f"KV-cache presses need torch and kvpress: pip install 'rdmem[lm]' ({exc})") from None
+
+__all__ = ["RdmemPress", "PRESSES", "QUESTION_AWARE", "get_press", "message_values", "token_values"]
+
+
+@dataclass
+class RdmemPress(ScorerPress):
+    """rdmem's message values carried into the KV cache.
+
+    Positions are ranked first by the value per token of the message they
+    belong to (rdmem's rate-distortion value, as ``rd`` computes it without
+    a query), so the budget goes to whole messages in the order a fractional
+    knapsack would take them; within the one message that is cut, by the
+    attention each position received (H2O's score, or the key norm when
+    attention weights are not at hand). The first ``n_sink`` positions (the
+    attention sinks) are always kept.
+
+    Parameters
+    ----------
+    compression_ratio:
+        Share of positions to drop, in [0, 1).
+    token_values:
+        One value per position of the context (see :func:`token_values`);
+        ``None`` ranks by attention alone.
+    n_sink:
+        Leading positions always kept.
+    """
+
+    compression_ratio: float = 0.0
+    token_values: Any = None
+    n_sink: int = 4
+
+    def score(self, module: Any, hidden_states: Any, keys: Any, values: Any, attentions: Any, kwargs: Any) -> Any:
+        n = keys.shape[2]
+        if attentions is not None:
+            within = ObservedAttentionPress.score(self, module, hidden_states, keys, values, attentions, kwargs)
+        else:
+            within = -keys.norm(dim=-1)
+        lo = within.amin(dim=-1, keepdim=True)
+        within = (within - lo) / (within.amax(dim=-1, keepdim=True) - lo + 1e-9) * 0.999  # in [0, 1): a tie-break
+        if self.token_values is None:
+            rank = torch.zeros(n, device=keys.device)
+        else:
+            tv = torch.as_tensor(self.token_values, dtype=torch.float64)
+            if tv.shape != (n,):
+                raise ValueError(f"token_values has {tuple(tv.shape)} values for a context of {n} positions")
+            # Dense rank of each position's message value: lexicographic (message first, then attention).
+            rank = torch.unique(tv, return_inverse=True)[1].to(keys.device, torch.float32)
+        scores = rank.view(1, 1, n).to(within.dtype) + within
+        scores[..., : self.n_sink] = float(rank.max()) + 2.0
+        return scores
+
+
+#: Question-aware presses see the question at the end of what they compress (SnapKV's observation window).
+QUESTION_AWARE = frozenset({"snapkv"})
+
+PRESSES: dict[str, Callable[[], ScorerPress]] = {
+    "streaming_llm": lambda: StreamingLLMPress(n_sink=4),
+    "h2o": ObservedAttentionPress,
+    "snapkv": lambda: SnapKVPress(window_size=32),
+    "rdmem": RdmemPress,
+}
+
+
+def get_press(name: str) -> ScorerPress:
+    """A fresh press by name (``ValueError`` listing the names for an unknown one)."""
+    if name not in PRESSES:
+        raise ValueError(f"unknown press {name!r}; choose one of {', '.join(sorted(PRESSES))}")
+    return PRESSES[name]()
+
+
+def message_values(messages: Sequence[Mapping[str, Any]], *, policy: str = "rd", embedder: Any = None) -> np.ndarray:
+    """Each message's value as ``policy`` scores it without a query (the engine's report)."""
+    from .. import compact
+
+    if not messages:
+        return np.zeros(0)
+    # The values do not depend on the budget; a large one keeps the engine from cutting anything.
+    result = compact(list(messages), budget=10**9, policy=policy, embedder=embedder)
+    return np.array([d.score for d in result.report], dtype=np.float64)
+
+
+def token_values(spans: Sequence[tuple[int, int]], values: Sequence[float], n: int) -> np.ndarray:
+    """Per position of a rendered context, its message's value per token (positions outside every message,
+    the header, get the highest value: they are kept)."""
+    out = np.full(n, np.inf)
+    for (a, b), v in zip(spans, values, strict=True):
+        out[a:b] = float(v) / max(b - a, 1)
+    top = out[np.isfinite(out)].max() if np.isfinite(out).any() else 0.0
+    out[~np.isfinite(out)] = top + 1.0
+    return out
