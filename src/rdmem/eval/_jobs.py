@@ -24,6 +24,7 @@ from ..tokens import Tokenizer, get_tokenizer
 from ..units import encode_units
 from .config import EvalConfig
 from .defaults import FULL, ORACLE
+from .distortion import LMPlan
 from .llm import LLMConfig, score_question
 from .metrics import (
     all_evidence,
@@ -61,17 +62,24 @@ class _Worker:
     config: EvalConfig
     embedder: Embedder
     tokenizer: Tokenizer
+    plans: list[LMPlan] | None = None
     history: dict[int, list[str]] = field(default_factory=dict)
+
+    def plan(self, ci: int) -> LMPlan:
+        """The language model's sample in conversation ``ci`` (empty without ``--lm``)."""
+        return self.plans[ci] if self.plans is not None else LMPlan(frozenset(), ())
 
 
 _W: _Worker | None = None
 
 
-def init_worker(conversations: list[Conversation], config: EvalConfig, embedder: Any) -> None:
+def init_worker(
+    conversations: list[Conversation], config: EvalConfig, embedder: Any, plans: list[LMPlan] | None = None
+) -> None:
     global _W
     warnings.simplefilter("ignore", RuntimeWarning)
     emb = embedder() if isinstance(embedder, EmbedderFactory) else embedder
-    _W = _Worker(conversations, config, emb, get_tokenizer(config.tokenizer))
+    _W = _Worker(conversations, config, emb, get_tokenizer(config.tokenizer), plans)
 
 
 @contextlib.contextmanager
@@ -152,26 +160,41 @@ def _with_llm(rec: dict[str, Any], probe: Probe, messages: Sequence[Mapping[str,
         rec.update(score_question(llm, probe.question, probe.answer, probe.category, messages).as_dict())
 
 
-def run_job(job: tuple[str, int, str, int]) -> tuple[list[dict[str, Any]], list[dict[str, Any]], float]:
-    """One job and the CPU seconds it took (a measure of cost that other load on the machine does not inflate)."""
+Records = list[dict[str, Any]]
+
+
+def _lm_item(kind: str, conv: Conversation, regime: str, policy: str, budget: int | None,
+             messages: Sequence[Mapping[str, Any]], **where: Any) -> dict[str, Any]:
+    """A context for the language model to score (``qa``: sampled probes' answers; ``turn``: the next turn)."""
+    return {"kind": kind, "conversation": conv.id, "regime": regime, "policy": policy, "budget": budget,
+            "messages": list(messages), **where}
+
+
+def run_job(job: tuple[str, int, str, int]) -> tuple[Records, Records, Records, float]:
+    """One job: question records, context records, contexts for the language model, and the CPU seconds
+    it took (a measure of cost that other load on the machine does not inflate)."""
     c0 = time.process_time()
-    questions, contexts = _run_full(job[1]) if job[0] == FULL else _run_stream(*job[1:])
-    return questions, contexts, time.process_time() - c0
+    questions, contexts, items = _run_full(job[1]) if job[0] == FULL else _run_stream(*job[1:])
+    return questions, contexts, items, time.process_time() - c0
 
 
-def _run_stream(ci: int, policy: str, budget: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def _run_stream(ci: int, policy: str, budget: int) -> tuple[Records, Records, Records]:
     """One conversation × policy × budget: stream, then (query regime) one context per probe."""
     w = _worker()
-    conv, cfg = w.conversations[ci], w.config
+    conv, cfg, plan = w.conversations[ci], w.config, w.plan(ci)
     timed = _TimedEmbedder(w.embedder)
     mem = MemoryManager(budget=budget, policy=policy, tokenizer=w.tokenizer, embedder=timed)
     turn_ms = np.zeros(len(conv.messages))
+    items: Records = []
+    cuts = set(plan.cuts) if "streaming" in cfg.regimes else set()
     for k, message in enumerate(conv.messages):
         e0, t0 = timed.seconds, time.perf_counter()
         mem.add(message)
         turn_ms[k] = (time.perf_counter() - t0 - (timed.seconds - e0)) * 1000.0
-    questions: list[dict[str, Any]] = []
-    contexts: list[dict[str, Any]] = []
+        if k + 1 in cuts:
+            items.append(_lm_item("turn", conv, "streaming", policy, budget, mem.context().messages, cut=k + 1))
+    questions: Records = []
+    contexts: Records = []
     if "streaming" in cfg.regimes:
         working = set(mem.working_ids())
         ctx = mem.context()
@@ -188,6 +211,8 @@ def _run_stream(ci: int, policy: str, budget: int) -> tuple[list[dict[str, Any]]
             rec = _question_record(conv, probe, "streaming", policy, budget, working, words, ctx.tokens)
             _with_llm(rec, probe, ctx.messages, cfg.llm)
             questions.append(rec)
+        if plan.probes:
+            items.append(_lm_item("qa", conv, "streaming", policy, budget, ctx.messages, probes=sorted(plan.probes)))
     if "query" in cfg.regimes:
         for probe in conv.probes:
             e0, t0 = timed.seconds, time.perf_counter()
@@ -197,24 +222,30 @@ def _run_stream(ci: int, policy: str, budget: int) -> tuple[list[dict[str, Any]]
             rec = _question_record(conv, probe, "query", policy, budget, kept, context_words(ctx.messages), ctx.tokens)
             _with_llm(rec, probe, ctx.messages, cfg.llm)
             questions.append(rec)
+            if probe.id in plan.probes:
+                items.append(_lm_item("qa", conv, "query", policy, budget, ctx.messages, probes=[probe.id]))
             crec = {"conversation": conv.id, "regime": "query", "policy": policy, "budget": budget,
                     "probe": probe.id, "tokens": ctx.tokens, "ms_per_query": ms}
             if cfg.proxies:
                 crec.update(_proxies(ci, ctx.messages))
             contexts.append(crec)
-    return questions, contexts
+    return questions, contexts, items
 
 
-def _run_full(ci: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def _run_full(ci: int) -> tuple[Records, Records, Records]:
     """The full history as the context: the right end of every curve (and the LLM's reference)."""
     w = _worker()
-    conv, cfg = w.conversations[ci], w.config
+    conv, cfg, plan = w.conversations[ci], w.config, w.plan(ci)
     messages = [{k: v for k, v in m.items() if k != "id"} for m in conv.messages]
     tokens = w.tokenizer.messages_tokens(messages)
     present, words = set(conv.ids), context_words(messages)
-    questions, contexts = [], []
+    questions: Records = []
+    contexts: Records = []
+    items: Records = []
     llm_fields: dict[str, dict[str, Any]] = {}
     for regime in cfg.regimes:
+        if plan.probes:  # the language model reads as much of it as its window holds, newest first
+            items.append(_lm_item("qa", conv, regime, FULL, None, messages, probes=sorted(plan.probes)))
         contexts.append({"conversation": conv.id, "regime": regime, "policy": FULL, "budget": None, "tokens": tokens})
         if cfg.proxies:
             contexts[-1].update({"information_coverage": 1.0, "embedding_coverage": 1.0})
@@ -227,7 +258,9 @@ def _run_full(ci: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
                     ).as_dict()
                 rec.update(llm_fields[probe.id])
             questions.append(rec)
-    return questions, contexts
+    if "streaming" in cfg.regimes:
+        items += [_lm_item("turn", conv, "streaming", FULL, None, messages[:cut], cut=cut) for cut in plan.cuts]
+    return questions, contexts, items
 
 
 # -- main side -----------------------------------------------------------------

@@ -18,6 +18,7 @@ import numpy as np
 from ..embed import CachedEmbedder, MiniLMEmbedder, default_cache_dir
 from ..policies import POLICIES
 from .defaults import DEFAULT_BUDGETS, DEFAULT_POLICIES, REGIMES
+from .distortion import LMEvalConfig
 from .llm import LLMConfig
 
 __all__ = ["EvalConfig", "EvalResult", "Row", "default_cache_dir", "cached_embedder"]
@@ -56,6 +57,10 @@ class EvalConfig:
         Compute the label-free proxies (information and embedding coverage).
     llm:
         An endpoint for LLM-judged QA (``None``: skipped).
+    lm:
+        A language model that measures distortion in its own terms (answer
+        NLL, share of the full history's gain kept, coherence; ``None``:
+        skipped). See :class:`~rdmem.eval.distortion.LMEvalConfig`.
     calibrate_embedding:
         Time the embedding model on single messages, to report compaction
         time per turn with embedding.
@@ -72,6 +77,7 @@ class EvalConfig:
     proxies: bool = False
     llm: LLMConfig | None = None
     calibrate_embedding: bool = True
+    lm: LMEvalConfig | None = None
 
     def __post_init__(self) -> None:
         budgets = tuple(self.budgets) if not isinstance(self.budgets, int) else (self.budgets,)
@@ -107,6 +113,7 @@ class EvalConfig:
     def describe(self) -> dict[str, Any]:
         d = {f.name: getattr(self, f.name) for f in fields(self)}
         d["llm"] = self.llm.describe() if self.llm is not None else None
+        d["lm"] = self.lm.describe() if self.lm is not None else None
         return {k: list(v) if isinstance(v, tuple) else v for k, v in d.items()}
 
 
@@ -120,7 +127,12 @@ class Row:
     (no evidence, no gold answers, no LLM, ...). Times are milliseconds;
     ``ms_per_turn`` excludes embedding, ``ms_per_turn_with_embedding`` adds
     the measured cost of embedding one message with the model (for policies
-    that need embeddings).
+    that need embeddings). ``lm_*``: model-measured distortion (``EvalConfig.lm``):
+    the gold answer's NLL per token (nats) given the context, its difference
+    from the full history's (``lm_delta_nll``), the share of the full
+    history's gain kept (``lm_gain_kept``: 1 as good as the full history, 0 as
+    bad as no context), and the next turn's NLL at sampled points of the
+    stream (``lm_coherence_*``, streaming rows).
     """
 
     regime: str
@@ -149,6 +161,20 @@ class Row:
     qa_f1: float = math.nan
     judge_accuracy: float = math.nan
     llm_errors: int = 0
+    lm_questions: int = 0
+    lm_nll: float = math.nan
+    lm_nll_lo: float = math.nan
+    lm_nll_hi: float = math.nan
+    lm_delta_nll: float = math.nan
+    lm_delta_nll_lo: float = math.nan
+    lm_delta_nll_hi: float = math.nan
+    lm_gain_kept: float = math.nan
+    lm_gain_kept_lo: float = math.nan
+    lm_gain_kept_hi: float = math.nan
+    lm_coherence_nll: float = math.nan
+    lm_coherence_delta: float = math.nan
+    lm_coherence_delta_lo: float = math.nan
+    lm_coherence_delta_hi: float = math.nan
 
     def as_dict(self) -> dict[str, Any]:
         return {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in asdict(self).items()}

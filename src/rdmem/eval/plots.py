@@ -22,7 +22,8 @@ def plot_rd_curve(
     the oracle dashed, the full history as a star at its mean size; one panel per regime.
 
     ``metric`` is a :class:`~rdmem.eval.Row` field with ``_lo``/``_hi`` bounds
-    (``evidence_recall``, ``all_evidence``, ``answer_recall``).
+    (``evidence_recall``, ``all_evidence``, ``answer_recall``, or ``lm_gain_kept``: the model-measured
+    rate-distortion curve of ``rdmem eval --lm``).
     """
     try:
         import matplotlib
@@ -31,13 +32,16 @@ def plot_rd_curve(
         import matplotlib.pyplot as plt
     except ImportError as exc:  # pragma: no cover - the eval extra installs it
         raise ImportError("plots need matplotlib: pip install 'rdmem[eval]'") from exc
-    if metric not in ("evidence_recall", "all_evidence", "answer_recall"):
-        raise ValueError(f"metric must be evidence_recall, all_evidence or answer_recall, got {metric!r}")
+    if metric not in ("evidence_recall", "all_evidence", "answer_recall", "lm_gain_kept"):
+        raise ValueError(
+            f"metric must be evidence_recall, all_evidence, answer_recall or lm_gain_kept, got {metric!r}"
+        )
     regimes = [r for r in REGIMES if any(row.regime == r for row in result.rows)]
     fig, axes = plt.subplots(1, max(len(regimes), 1), figsize=(5.2 * max(len(regimes), 1), 4.2), sharey=True,
                              squeeze=False)
     budgets = list(result.config.budgets)
-    label = metric.replace("_", " ")
+    label = "share of the full history's gain kept (answer NLL)" if metric == "lm_gain_kept" else (
+        metric.replace("_", " "))
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for ax, regime in zip(axes[0], regimes, strict=False):
         for k, policy in enumerate(list(result.config.policies) + [ORACLE]):
@@ -71,7 +75,10 @@ def plot_rd_curve(
         ax.minorticks_off()
         ax.set_xlabel("budget (tokens)")
         ax.set_title(f"{regime} regime")
-        ax.set_ylim(0, 1.02)
+        if metric != "lm_gain_kept":  # a share of the gain can leave [0, 1]
+            ax.set_ylim(0, 1.02)
+        else:
+            ax.axhline(0.0, color="0.6", lw=0.8)
         ax.grid(alpha=0.3)
     axes[0][0].set_ylabel(label)
     axes[0][0].legend(fontsize=8, loc="upper left")  # the streaming panel has room there

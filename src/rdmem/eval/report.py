@@ -163,6 +163,7 @@ def to_markdown(result: EvalResult) -> str:
                         cells.append("–")
                 out.append(f"| {p} | " + " | ".join(cells) + " |")
             out.append("")
+    out += _lm_section(result)
     notes = meta.get("notes") or []
     if notes:
         out += ["## Data notes", ""] + [f"- {n}" for n in notes] + [""]
@@ -178,6 +179,42 @@ def to_markdown(result: EvalResult) -> str:
         "",
     ]
     return "\n".join(out)
+
+
+def _lm_section(result: EvalResult) -> list[str]:
+    """Model-measured distortion: share of the full history's gain kept, ΔNLL, and coherence (``--lm``)."""
+    lm = result.meta.get("lm")
+    if not lm:
+        return []
+    out = [
+        "## Model-measured distortion (language model)",
+        "",
+        f"{lm['model']} on {lm['device']} (window {lm['window']:,} tokens), {lm['questions']} questions "
+        f"(stratified by category) and {lm['turns']} points of the stream; {lm['seconds']} s. "
+        "Gain kept: `(NLL_none − NLL_policy) / (NLL_none − NLL_full)` of the gold answer, per token "
+        "(1 = as good as the full history, 0 = as bad as no context); ΔNLL: the policy's answer NLL minus the "
+        "full history's (nats per token, lower is better). The full history is as much as the window holds, "
+        f"newest first ({lm['contexts_cut_to_window']} contexts were cut to the window). Brackets: 95% paired "
+        "bootstrap intervals over questions.",
+        "",
+    ]
+    for regime in REGIMES:
+        if not any(r.regime == regime and r.lm_questions for r in result.rows):
+            continue
+        out += [f"### {regime}: gain kept", ""]
+        out += _table(result, regime, lambda r: _with_ci(r, "lm_gain_kept"), oracle=False) + [""]
+        out += [f"### {regime}: ΔNLL against the full history", ""]
+        out += _table(result, regime, lambda r: _with_ci(r, "lm_delta_nll"), oracle=False) + [""]
+        try:
+            full = result.row(regime, FULL, None)
+            out += [f"Answer NLL: full history {_num(full.lm_nll)}, no context {_num(lm.get('nll_none'))}.", ""]
+        except KeyError:
+            pass
+        if regime == "streaming" and any(not math.isnan(r.lm_coherence_nll) for r in result.rows):
+            out += ["### streaming: coherence (the next real turn's NLL; Δ against the full history)", ""]
+            out += _table(result, regime, lambda r: f"{_num(r.lm_coherence_nll)} (Δ {_with_ci(r, 'lm_coherence_delta')})"
+                          if not math.isnan(r.lm_coherence_nll) else "–", oracle=False) + [""]
+    return out
 
 
 def write_outputs(result: EvalResult, out_dir: str | Path, *, plot: bool = True) -> dict[str, Path]:
@@ -200,4 +237,6 @@ def write_outputs(result: EvalResult, out_dir: str | Path, *, plot: bool = True)
         from .plots import plot_rd_curve
 
         paths["plot"] = plot_rd_curve(result, out / "rd_curve.png")
+        if any(not math.isnan(r.lm_gain_kept) for r in result.rows):
+            paths["plot_lm"] = plot_rd_curve(result, out / "rd_curve_lm.png", metric="lm_gain_kept")
     return paths

