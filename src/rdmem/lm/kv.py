@@ -21,7 +21,7 @@ import numpy as np
 from .model import LanguageModel, Target
 from .presses import PRESSES, QUESTION_AWARE, RdmemPress, get_press, message_values, token_values
 
-__all__ = ["press_nll", "PressScores"]
+__all__ = ["press_nll", "press_positions", "PressScores"]
 
 
 @dataclass(frozen=True)
@@ -95,6 +95,27 @@ def press_nll(
                 nll[(p, k)] = lm.continue_nll(pruned, n, last, [(prompt, text)])[0]
     lm.remember({keys[pk]: v for pk, v in nll.items()} | {full_key: full})
     return PressScores(n, full, nll, {(p, k): _n_kept(k, n) for p, k in keys})
+
+
+def press_positions(
+    lm: LanguageModel,
+    messages: Sequence[Mapping[str, Any]],
+    press: str,
+    keep: float,
+    *,
+    values: Sequence[float] | None = None,
+) -> np.ndarray:
+    """The context positions ``press`` keeps at share ``keep``: an int array ``(layers, kv_heads, kept)``,
+    sorted, over the rendered context (see :meth:`LanguageModel.encode` for each message's span)."""
+    _check([press], [keep])
+    enc = lm.encode(messages)
+    n = len(enc)
+    if press == "rdmem" and values is None:
+        values = message_values(messages)
+    tv = token_values(enc.spans, values, n) if values is not None else None
+    scores, _, _ = _prefill_scored(lm, enc.ids, n, [press], tv)
+    k = _n_kept(keep, n)
+    return np.stack([s[0].topk(k, dim=-1).indices.sort(dim=-1).values.cpu().numpy() for s in scores[press]])
 
 
 def _prefill_scored(

@@ -17,6 +17,7 @@ import importlib.util
 import os
 import shutil
 import sqlite3
+import sys
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -88,12 +89,22 @@ def packaged_model_file() -> Path | None:
 _CONVERT_LOCK = threading.Lock()
 
 
+def _quiet() -> None:
+    """No progress bars from transformers: loading is a step of a larger run, not the news."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_error()
+
+
 def _local_copy(gguf: Path, cache_dir: Path) -> Path:
     """The GGUF model converted once to safetensors under ``cache_dir`` (a reload then takes a second, not 40)."""
     target = cache_dir / "lm" / gguf.stem
     if (target / "model.safetensors").exists():
         return target
     from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    print(f"rdmem: converting {gguf.name} to {target} once (about 40 s on 2 cores)", file=sys.stderr)
 
     with _CONVERT_LOCK:
         tmp = target.with_name(f"{target.name}.tmp-{os.getpid()}")
@@ -194,7 +205,8 @@ class LanguageModel:
         Where the converted model and the scores are kept (default
         ``$RDMEM_CACHE_DIR`` or ``~/.cache/rdmem``); scores live in ``lm/scores.sqlite``.
     cache_scores:
-        Keep scores on disk (``False``: always compute).
+        Keep scores on disk: ``True`` in ``<cache_dir>/lm/scores.sqlite``, or in the SQLite file given;
+        ``False``: always compute.
     """
 
     def __init__(
@@ -205,7 +217,7 @@ class LanguageModel:
         max_tokens: int | None = None,
         batch_size: int = 8,
         cache_dir: str | os.PathLike[str] | None = None,
-        cache_scores: bool = True,
+        cache_scores: bool | str | os.PathLike[str] = True,
     ) -> None:
         self.model = model
         self.device = _check_device(device)
@@ -230,14 +242,22 @@ class LanguageModel:
                     from transformers import AutoModelForCausalLM, AutoTokenizer
                 except ImportError as exc:
                     raise ImportError(f"rdmem.lm needs torch and transformers: pip install 'rdmem[lm]' ({exc})") from None
+                _quiet()
                 name, where = _resolve(self.model, self.cache_dir)
                 device = ("cuda" if torch.cuda.is_available() else "cpu") if self.device == "auto" else self.device
                 model = AutoModelForCausalLM.from_pretrained(where, dtype=torch.float32, attn_implementation="sdpa")
                 model.to(device).eval()
                 tokenizer = AutoTokenizer.from_pretrained(where)
                 self._loaded = (model, tokenizer, name)
-                self._scores = _Scores(self.cache_dir / "lm" / "scores.sqlite" if self.cache_scores else None)
         return self._loaded
+
+    def _score_store(self) -> _Scores:
+        with self._lock:
+            if self._scores is None:
+                where = (self.cache_dir / "lm" / "scores.sqlite" if self.cache_scores is True else
+                         Path(self.cache_scores) if self.cache_scores else None)
+                self._scores = _Scores(where)
+        return self._scores
 
     @property
     def torch_model(self) -> Any:
@@ -269,14 +289,12 @@ class LanguageModel:
         return h.hexdigest()
 
     def cached(self, keys: Sequence[str]) -> dict[str, float]:
-        self._load()
-        assert self._scores is not None
-        return self._scores.get(keys)
+        """The scores already on disk among ``keys`` (see :meth:`key`)."""
+        return self._score_store().get(keys)
 
     def remember(self, values: Mapping[str, float]) -> None:
-        self._load()
-        assert self._scores is not None
-        self._scores.put(values)
+        """Keep scores on disk, by key."""
+        self._score_store().put(values)
 
     # -- text to tokens -----------------------------------------------------------------
     def _ids(self, texts: Sequence[str]) -> list[list[int]]:

@@ -1,9 +1,9 @@
 """KV-cache eviction (seed §3.2.4): which cached positions a model keeps when its context must shrink.
 
 StreamingLLM, H2O (observed attention) and SnapKV are NVIDIA's ``kvpress``
-presses, used as they are; :class:`RdmemPress` is rdmem's: it spends the KV
-budget on messages by their rate-distortion value, without knowing the
-question. Every press is a ``kvpress.ScorerPress``: one ``score`` method,
+presses, used as they are; :class:`RdmemPress` is rdmem's: it leans the KV
+budget to messages by their rate-distortion value and, within them, to what
+the model attends to, without knowing the question. Every press is a ``kvpress.ScorerPress``: one ``score`` method,
 higher means keep, so each also works the kvpress way
 (``with press(model): model(ids, past_key_values=cache)``).
 
@@ -30,14 +30,15 @@ __all__ = ["RdmemPress", "PRESSES", "QUESTION_AWARE", "get_press", "message_valu
 
 @dataclass
 class RdmemPress(ScorerPress):
-    """rdmem's message values carried into the KV cache.
+    """rdmem's message values carried into the KV cache, without knowing the question.
 
-    Positions are ranked first by the value per token of the message they
-    belong to (rdmem's rate-distortion value, as ``rd`` computes it without
-    a query), so the budget goes to whole messages in the order a fractional
-    knapsack would take them; within the one message that is cut, by the
-    attention each position received (H2O's score, or the key norm when
-    attention weights are not at hand). The first ``n_sink`` positions (the
+    Each position's score adds two ranks, each scaled to [0, 1): the attention
+    it received in its layer and head (H2O's observed attention, or the key
+    norm when attention weights are not at hand) and, times ``value_weight``,
+    the value of the message it belongs to (rd's value without a query, see
+    :func:`message_values`). So the budget leans to valuable messages and,
+    within a message, to the positions the model attends to; every head
+    still keeps what it reads most. The first ``n_sink`` positions (the
     attention sinks) are always kept.
 
     Parameters
@@ -45,34 +46,33 @@ class RdmemPress(ScorerPress):
     compression_ratio:
         Share of positions to drop, in [0, 1).
     token_values:
-        One value per position of the context (see :func:`token_values`);
-        ``None`` ranks by attention alone.
+        One value per position of the context, its message's (see :func:`token_values`);
+        ``None`` ranks by attention alone (H2O).
+    value_weight:
+        How much the message's value rank counts against the attention rank (>= 0).
     n_sink:
         Leading positions always kept.
     """
 
     compression_ratio: float = 0.0
     token_values: Any = None
+    value_weight: float = 1.0
     n_sink: int = 4
 
     def score(self, module: Any, hidden_states: Any, keys: Any, values: Any, attentions: Any, kwargs: Any) -> Any:
         n = keys.shape[2]
         if attentions is not None:
-            within = ObservedAttentionPress.score(self, module, hidden_states, keys, values, attentions, kwargs)
+            attn = ObservedAttentionPress.score(self, module, hidden_states, keys, values, attentions, kwargs)
         else:
-            within = -keys.norm(dim=-1)
-        lo = within.amin(dim=-1, keepdim=True)
-        within = (within - lo) / (within.amax(dim=-1, keepdim=True) - lo + 1e-9) * 0.999  # in [0, 1): a tie-break
-        if self.token_values is None:
-            rank = torch.zeros(n, device=keys.device)
-        else:
+            attn = -keys.norm(dim=-1)
+        scores = attn.argsort(dim=-1).argsort(dim=-1).float() / n
+        if self.token_values is not None:
             tv = torch.as_tensor(self.token_values, dtype=torch.float64)
             if tv.shape != (n,):
                 raise ValueError(f"token_values has {tuple(tv.shape)} values for a context of {n} positions")
-            # Dense rank of each position's message value: lexicographic (message first, then attention).
-            rank = torch.unique(tv, return_inverse=True)[1].to(keys.device, torch.float32)
-        scores = rank.view(1, 1, n).to(within.dtype) + within
-        scores[..., : self.n_sink] = float(rank.max()) + 2.0
+            distinct, rank = torch.unique(tv, return_inverse=True)
+            scores = scores + self.value_weight * (rank.float() / len(distinct)).to(scores.device).view(1, 1, n)
+        scores[..., : self.n_sink] = 2.0 + self.value_weight
         return scores
 
 
@@ -106,11 +106,11 @@ def message_values(messages: Sequence[Mapping[str, Any]], *, policy: str = "rd",
 
 
 def token_values(spans: Sequence[tuple[int, int]], values: Sequence[float], n: int) -> np.ndarray:
-    """Per position of a rendered context, its message's value per token (positions outside every message,
-    the header, get the highest value: they are kept)."""
+    """Per position of a rendered context, its message's value (positions outside every message, the header,
+    get the highest value)."""
     out = np.full(n, np.inf)
     for (a, b), v in zip(spans, values, strict=True):
-        out[a:b] = float(v) / max(b - a, 1)
+        out[a:b] = float(v)
     top = out[np.isfinite(out)].max() if np.isfinite(out).any() else 0.0
     out[~np.isfinite(out)] = top + 1.0
     return out
