@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from .conftest import LM_CACHE
+
 README = Path(__file__).resolve().parents[1] / "README.md"
 BLOCKS = re.findall(r"```python\n(.*?)```", README.read_text(encoding="utf-8"), flags=re.S)
 
@@ -33,6 +35,7 @@ def test_block_runs_as_written(n, tmp_path, monkeypatch):
     from rdmem import POLICIES
 
     monkeypatch.chdir(tmp_path)  # blocks create store files (sqlite:///memory.db)
+    monkeypatch.setenv("RDMEM_CACHE_DIR", str(LM_CACHE))  # the language model, converted once per checkout
     registered = dict(POLICIES)
     try:
         exec(compile(BLOCKS[n], f"README block {n}", "exec"), {"__name__": f"readme_{n}"})
