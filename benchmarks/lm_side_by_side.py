@@ -122,30 +122,70 @@ def one_question(lm, tokenizer, ctx, probe, keep) -> dict:
     return out
 
 
+def _paired(a: np.ndarray, b: np.ndarray, seed: int, n_boot: int) -> str:
+    m, lo, hi = mean_ci(a - b, seed=seed, n_resamples=n_boot)
+    return f"{m:+.3f} [{lo:+.2f}, {hi:+.2f}]"
+
+
 def table(result: dict, n_boot: int = 2000) -> str:
+    """Mean NLL, ΔNLL against the full excerpt (paired), gain kept, tokens and time per method and share;
+    then paired differences for the issue's goals; then the questions whose answer the excerpt helps."""
     recs, keep = result["records"], result["keep"]
     none = np.array([r["none"] for r in recs])
     full = np.array([r["full"] for r in recs])
+    nll = {m: np.array([[r["nll"][m][j] for r in recs] for j in range(len(keep))]) for m in TEXT + tuple(PRESSES)}
     lines = [
         f"{len(recs)} LoCoMo questions, excerpts of ~{result['context']} tokens (mean {np.mean([r['n'] for r in recs]):.0f}), "
         f"model {result['model']} on {result['device']}",
-        f"answer NLL per token: full excerpt {full.mean():.3f}, no context {none.mean():.3f}",
+        f"answer NLL per token: full excerpt {full.mean():.3f}, no context {none.mean():.3f} "
+        f"(the excerpt helps {int((none - full >= 0.5).sum())} of {len(recs)} questions by >= 0.5 nats)",
         "",
-        "| method | " + " | ".join(f"{int(k * 100)}%: NLL | gain kept [95% CI] | tokens | ms" for k in keep) + " |",
-        "|---" * (1 + 4 * len(keep)) + "|",
+        "Mean answer NLL (nats/token) | ΔNLL against the full excerpt, paired 95% CI | gain kept [95% CI] | "
+        "tokens kept | ms per question",
+        "",
+        "| method | " + " | ".join(f"{int(k * 100)}%" for k in keep) + " |",
+        "|---" * (1 + len(keep)) + "|",
     ]
-    for m in TEXT + tuple(PRESSES):
+    for m in nll:
         cells = []
         for j, _ in enumerate(keep):
-            v = np.array([r["nll"][m][j] for r in recs])
+            v = nll[m][j]
             g, lo, hi = gain_kept_ci(none, v, full, seed=j, n_resamples=n_boot)
-            nll, nlo, nhi = mean_ci(v, seed=j, n_resamples=n_boot)
             toks = np.mean([r["tokens"][m][j] for r in recs])
             ms = np.mean([r["ms"][m][j] for r in recs])
-            cells.append(f"{nll:.3f} | {g:.2f} [{lo:.2f}, {hi:.2f}] | {toks:.0f} | {ms:.0f}")
-        kind = "text" if m in TEXT else "KV"
-        lines.append(f"| {m} ({kind}) | " + " | ".join(cells) + " |")
+            cells.append(f"{v.mean():.3f} \\| {_paired(v, full, j, n_boot)} \\| {g:.2f} [{lo:.2f}, {hi:.2f}] \\| "
+                         f"{toks:.0f} \\| {ms:.0f}")
+        lines.append(f"| {m} ({'text' if m in TEXT else 'KV'}) | " + " | ".join(cells) + " |")
+    lines += ["", "Paired differences of answer NLL (negative: the first is better), 95% CI:", "",
+              "| comparison | " + " | ".join(f"{int(k * 100)}%" for k in keep) + " |", "|---" * (1 + len(keep)) + "|"]
+    pairs = [("rdmem", p) for p in ("streaming_llm", "h2o", "snapkv")] + [("rd+query", p) for p in PRESSES]
+    pairs += [("rd", "rdmem")]
+    for a, b in pairs:
+        lines.append(f"| {a} − {b} | " + " | ".join(_paired(nll[a][j], nll[b][j], 7 + j, n_boot)
+                                                    for j in range(len(keep))) + " |")
+    helped = none - full >= 0.5
+    if helped.sum() >= 5:
+        lines += ["", f"The {int(helped.sum())} questions the excerpt helps by >= 0.5 nats: gain kept [95% CI]", "",
+                  "| method | " + " | ".join(f"{int(k * 100)}%" for k in keep) + " |", "|---" * (1 + len(keep)) + "|"]
+        for m in nll:
+            cells = []
+            for j in range(len(keep)):
+                g, lo, hi = gain_kept_ci(none[helped], nll[m][j][helped], full[helped], seed=j, n_resamples=n_boot)
+                cells.append(f"{g:.2f} [{lo:.2f}, {hi:.2f}]")
+            lines.append(f"| {m} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def merged(paths: list[str]) -> dict:
+    """Several runs' records as one (e.g. two seeds), with the first run's settings."""
+    runs = [json.loads(Path(p).read_text()) for p in paths]
+    seen, records = set(), []
+    for run in runs:
+        for r in run["records"]:
+            if r["probe"] not in seen:
+                seen.add(r["probe"])
+                records.append(r)
+    return {**runs[0], "records": records}
 
 
 def main() -> None:
@@ -157,7 +197,11 @@ def main() -> None:
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default="benchmarks/results/lm_side_by_side.json")
+    ap.add_argument("--report", nargs="+", metavar="JSON", help="print the tables of saved runs (merged), run nothing")
     args = ap.parse_args()
+    if args.report:
+        print(table(merged(args.report)))
+        return
     t0 = time.perf_counter()
     result = run(args)
     result["wall_seconds"] = round(time.perf_counter() - t0, 1)

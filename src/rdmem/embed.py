@@ -86,6 +86,7 @@ def _load_model(model: str, device: str) -> object:
                 from transformers.utils import logging as hf_logging
 
                 hf_logging.disable_progress_bar()
+                hf_logging.set_verbosity_error()  # not the loader's report on MiniLM's unused position_ids
             except ImportError:  # pragma: no cover
                 pass
             try:

@@ -51,6 +51,57 @@ def test_the_sample_is_stratified_by_category_deterministic_and_bounded():
     assert sum(len(p.probes) for p in everything) == 15 and all(not p.cuts for p in everything)
 
 
+def test_adversarial_questions_are_not_sampled():
+    convs = [_conv("a", 20, [(0, 5), (1, 5), (2, 4)])]
+    assert lm_plan(convs, LMEvalConfig(sample=None, turns=0), seed=0)[0].probes == {"a/q2"}
+
+
+class _CountingLM:
+    """Stands in for the model where only the joining of scores to records is tested: the NLL of a target
+    is the number of context lines, plus 0.5 when no line mentions the answer (deterministic, no model)."""
+
+    window, name = 10_000, "counting"
+    torch_model = type("M", (), {"device": "cpu"})()
+
+    def encode(self, messages):
+        return [0] * (1 + len(messages))
+
+    def target_ids(self, target):
+        return [1], [2]
+
+    def fit(self, messages, reserve=0):
+        return list(messages)
+
+    def nll(self, messages, targets):
+        return [len(messages) + (0.0 if any(t.text.strip() in m["content"] for m in messages) else 0.5)
+                for t in targets]
+
+
+def test_scores_join_their_own_conversation_even_when_probe_ids_repeat():
+    from rdmem.eval.defaults import FULL
+    from rdmem.eval.distortion import LMPlan, score_items
+
+    a = Conversation("a", [{"id": "a:0", "role": "user", "content": "the code is red"}],
+                     (Probe("code?", "red", ("a:0",), None, "q1"),))
+    b = Conversation("b", [{"id": "b:0", "role": "user", "content": "hello"},
+                           {"id": "b:1", "role": "user", "content": "the code is blue"}],
+                     (Probe("code?", "blue", ("b:1",), None, "q1"),))
+    plans = [LMPlan(frozenset({"q1"}), ()), LMPlan(frozenset({"q1"}), ())]
+    items, questions = [], []
+    for conv in (a, b):
+        for policy, budget, msgs in (("window", 10, conv.messages[-1:]), (FULL, None, conv.messages)):
+            items.append({"kind": "qa", "conversation": conv.id, "regime": "query", "policy": policy,
+                          "budget": budget, "messages": msgs, "probes": ["q1"]})
+            questions.append({"conversation": conv.id, "probe": "q1", "regime": "query", "policy": policy,
+                              "budget": budget})
+    meta = score_items(_CountingLM(), items, questions, [], [a, b], plans)
+    got = {(q["conversation"], q["policy"]): (q["lm_nll"], q["lm_nll_full"], q["lm_nll_none"]) for q in questions}
+    assert got[("a", "window")] == (1.0, 1.0, 0.5)
+    assert got[("b", "window")] == (1.0, 2.0, 0.5)
+    assert got[("b", FULL)] == (2.0, 2.0, 0.5)
+    assert meta["questions"] == 2 and meta["targets_too_long"] == 0
+
+
 def test_gain_kept_is_a_ratio_of_sums_with_a_paired_interval():
     none, full = np.array([4.0, 3.0, 5.0, 4.0]), np.array([2.0, 2.0, 2.0, 2.0])
     g, lo, hi = gain_kept_ci(none, full, full, seed=0, n_resamples=200)

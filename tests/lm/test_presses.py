@@ -62,6 +62,16 @@ def test_press_nll_and_press_positions_keep_the_share_asked(smollm, keep):
     assert scores.kept[("streaming_llm", keep)] == round(keep * n)
 
 
+@pytest.mark.parametrize("keep", [0.25, 0.5])
+def test_streaming_llm_keeps_the_sinks_and_the_newest_positions_at_any_share(smollm, keep):
+    ctx = conversation(True)
+    n = len(smollm.encode(ctx))
+    k = round(keep * n)
+    pos = press_positions(smollm, ctx, "streaming_llm", keep)
+    expected = np.r_[0:4, n - (k - 4) : n]
+    assert (pos == expected).all()
+
+
 def test_the_rdmem_press_keeps_more_of_a_high_value_message_than_of_chit_chat(smollm):
     ctx = conversation(True)
     values = message_values(ctx)
@@ -85,6 +95,8 @@ def test_the_rdmem_press_keeps_more_of_a_high_value_message_than_of_chit_chat(sm
 
 
 def test_unknown_names_and_bad_shares_are_refused(smollm):
+    with pytest.raises(ValueError, match="the context is [0-9]+ tokens; KV presses need at least 40"):
+        press_nll(smollm, conversation(True)[:1], DOG)
     with pytest.raises(ValueError, match="unknown press 'lru'; choose one of h2o, rdmem, snapkv, streaming_llm"):
         press_nll(smollm, conversation(True), DOG, presses=("lru",))
     with pytest.raises(ValueError, match=r"keep must be shares of the context in \(0, 1\], got 0"):

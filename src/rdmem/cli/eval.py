@@ -66,7 +66,7 @@ def _lm_config(args: argparse.Namespace) -> Any:
     try:
         cfg = LMEvalConfig(model=None if args.lm == _DEFAULT_LM else args.lm, sample=args.lm_sample,
                            turns=args.lm_turns, device=args.lm_device, max_tokens=args.lm_max_tokens)
-        check_available(cfg.model)
+        check_available(cfg.model, cfg.device)
     except (ValueError, ImportError) as exc:
         raise CLIError(f"--lm: {exc}") from None
     return cfg

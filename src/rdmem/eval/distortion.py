@@ -27,7 +27,7 @@ from ..datasets import Conversation
 from .defaults import FULL
 from .metrics import gain_kept_ci, mean_ci
 
-__all__ = ["LMEvalConfig", "LMPlan", "lm_plan", "score_items", "lm_stats", "LM_FIELDS"]
+__all__ = ["LMEvalConfig", "LMPlan", "lm_plan", "load_lm", "score_items", "lm_stats", "LM_FIELDS"]
 
 #: The Row fields this module fills.
 LM_FIELDS = (
@@ -95,7 +95,8 @@ def lm_plan(convs: Sequence[Conversation], cfg: LMEvalConfig, seed: int) -> list
     rng = np.random.default_rng(seed)
     by_cat: dict[Any, list[tuple[int, int, str]]] = {}
     for ci, conv in enumerate(convs):
-        usable = [p for p in conv.probes if p.evidence and p.answer and p.answer.strip()]
+        # Not adversarial questions (LoCoMo category 5): their "answer" is the misleading one.
+        usable = [p for p in conv.probes if p.evidence and p.answer and p.answer.strip() and p.category != 5]
         for rank, k in enumerate(rng.permutation(len(usable))):
             by_cat.setdefault(usable[k].category, []).append((rank, ci, usable[k].id))
     queues = [sorted(v) for _, v in sorted(by_cat.items(), key=lambda kv: str(kv[0]))]
@@ -117,67 +118,98 @@ def lm_plan(convs: Sequence[Conversation], cfg: LMEvalConfig, seed: int) -> list
     return plans
 
 
+def load_lm(cfg: LMEvalConfig, cache_dir: Any = None) -> Any:
+    """The model, loaded now: a wrong name or device fails before the jobs, not after them."""
+    from ..lm.model import LanguageModel, check_available
+
+    check_available(cfg.model, cfg.device)
+    lm = LanguageModel(cfg.model, device=cfg.device, max_tokens=cfg.max_tokens, cache_dir=cache_dir)
+    lm.torch_model  # noqa: B018 - load
+    return lm
+
+
 def score_items(
-    items: list[dict[str, Any]], questions: list[dict[str, Any]], contexts: list[dict[str, Any]],
-    convs: Sequence[Conversation], plans: Sequence[LMPlan], cfg: LMEvalConfig, *, cache_dir: Any = None,
+    lm: Any, items: list[dict[str, Any]], questions: list[dict[str, Any]], contexts: list[dict[str, Any]],
+    convs: Sequence[Conversation], plans: Sequence[LMPlan], *, progress: bool = False,
 ) -> dict[str, Any]:
-    """Score every captured context with the model; the NLLs go into the question and context records."""
-    from ..lm.model import LanguageModel, question_target, turn_target
+    """Score every captured context with the model; the NLLs go into the question and context records.
+    A target longer than the model's window is skipped and counted (``targets_too_long``)."""
+    from ..lm.model import question_target, turn_target
 
     t0 = time.perf_counter()
-    lm = LanguageModel(cfg.model, device=cfg.device, max_tokens=cfg.max_tokens, cache_dir=cache_dir)
     probes = {(c.id, p.id): p for c in convs for p in c.probes}
     conv_by_id = {c.id: c for c in convs}
     qa: dict[tuple[Any, ...], float] = {}
     turns: dict[tuple[Any, ...], float] = {}
-    truncated = 0
+    truncated = too_long = 0
 
     def run(messages: Sequence[Mapping[str, Any]], targets: list[Any]) -> list[float]:
-        nonlocal truncated
-        reserve = max(sum(map(len, lm.target_ids(t))) for t in targets) + 8
-        fitted = lm.fit(messages, reserve=reserve)
+        nonlocal truncated, too_long
+        sizes = [sum(map(len, lm.target_ids(t))) for t in targets]
+        room = lm.window - len(lm.encode([])) - 8
+        ok = [i for i, n in enumerate(sizes) if n <= room]
+        too_long += len(targets) - len(ok)
+        if not ok:
+            return [math.nan] * len(targets)
+        fitted = lm.fit(messages, reserve=max(sizes[i] for i in ok) + 8)
         truncated += len(fitted) < len(messages)
-        return lm.nll(fitted, targets)
+        got = dict(zip(ok, lm.nll(fitted, [targets[i] for i in ok]), strict=True))
+        return [got.get(i, math.nan) for i in range(len(targets))]
 
+    bar = None
+    if progress:
+        try:
+            import sys
+
+            from tqdm import tqdm
+
+            bar = tqdm(total=len(items), desc="rdmem eval: language model", unit="context", file=sys.stderr,
+                       dynamic_ncols=True)
+        except ImportError:  # pragma: no cover - tqdm ships with the eval extra
+            bar = None
     for it in items:
+        if bar is not None:
+            bar.update(1)
         conv = conv_by_id[it["conversation"]]
         if it["kind"] == "qa":
             ps = [probes[(conv.id, pid)] for pid in it["probes"]]
             for p, v in zip(ps, run(it["messages"], [question_target(p.question, p.answer) for p in ps]), strict=True):
-                qa[(it["regime"], it["policy"], it["budget"], p.id)] = v
+                qa[(it["regime"], it["policy"], it["budget"], conv.id, p.id)] = v
         else:
             cut = it["cut"]
             turns[(it["policy"], it["budget"], conv.id, cut)] = run(it["messages"], [turn_target(conv.messages[cut])])[0]
-    for ci, (conv, plan) in enumerate(zip(convs, plans, strict=True)):
+    if bar is not None:
+        bar.close()
+    for conv, plan in zip(convs, plans, strict=True):
         for pid in plan.probes:
             p = probes[(conv.id, pid)]
-            qa[("none", pid)] = lm.nll([], [question_target(p.question, p.answer)])[0]
-        for cut in plan.cuts:
-            turns[("none", conv.id, cut)] = lm.nll([], [turn_target(conv.messages[cut])])[0]
+            qa[("none", conv.id, pid)] = run([], [question_target(p.question, p.answer)])[0]
     _attach(questions, contexts, qa, turns)
-    nones = [v for k, v in qa.items() if k[0] == "none"]
+    nones = [v for k, v in qa.items() if k[0] == "none" and not math.isnan(v)]
     return {"model": lm.name, "device": str(lm.torch_model.device), "window": lm.window,
             "questions": len(nones), "turns": sum(len(p.cuts) for p in plans),
             "nll_none": float(np.mean(nones)) if nones else None, "contexts_cut_to_window": truncated,
-            "seconds": round(time.perf_counter() - t0, 1)}
+            "targets_too_long": too_long, "seconds": round(time.perf_counter() - t0, 1)}
 
 
 def _attach(questions: list[dict[str, Any]], contexts: list[dict[str, Any]], qa: dict[tuple[Any, ...], float],
             turns: dict[tuple[Any, ...], float]) -> None:
     for q in questions:
-        pid = q["probe"]
-        key = (q["regime"], q["policy"], q["budget"], pid)
-        if key in qa:
+        cid, pid = q["conversation"], q["probe"]
+        key = (q["regime"], q["policy"], q["budget"], cid, pid)
+        if key in qa and not math.isnan(qa[key]):
             q["lm_nll"] = qa[key]
-            q["lm_nll_full"] = qa.get((q["regime"], FULL, None, pid), math.nan)
-            q["lm_nll_none"] = qa[("none", pid)]
+            q["lm_nll_full"] = qa.get((q["regime"], FULL, None, cid, pid), math.nan)
+            q["lm_nll_none"] = qa.get(("none", cid, pid), math.nan)
     for c in contexts:
         if c["regime"] != "streaming":
             continue
         got = sorted((k[3], v) for k, v in turns.items() if k[:3] == (c["policy"], c["budget"], c["conversation"]))
-        if got:
-            c["lm_coherence"] = [v for _, v in got]
-            c["lm_coherence_full"] = [turns[(FULL, None, c["conversation"], cut)] for cut, _ in got]
+        pairs = [(v, turns.get((FULL, None, c["conversation"], cut), math.nan)) for cut, v in got]
+        pairs = [(v, f) for v, f in pairs if not (math.isnan(v) or math.isnan(f))]
+        if pairs:
+            c["lm_coherence"] = [v for v, _ in pairs]
+            c["lm_coherence_full"] = [f for _, f in pairs]
 
 
 def lm_stats(group: Sequence[Mapping[str, Any]], cs: Sequence[Mapping[str, Any]], seed: int,

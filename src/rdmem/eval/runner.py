@@ -11,6 +11,7 @@ jobs themselves are in :mod:`._jobs`, the configuration in :mod:`.config`.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import multiprocessing
 import os
@@ -34,7 +35,7 @@ from ._jobs import (
 )
 from .config import EvalConfig, EvalResult, Row, cached_embedder, default_cache_dir
 from .defaults import FULL, ORACLE, REGIMES
-from .distortion import LMPlan, lm_plan, lm_stats, score_items
+from .distortion import LMPlan, load_lm, lm_plan, lm_stats, score_items
 from .metrics import mean_ci
 
 __all__ = ["EvalConfig", "EvalResult", "Row", "run_eval", "default_cache_dir", "cached_embedder", "REGIMES",
@@ -169,11 +170,8 @@ def run_eval(
         A label for the results (the input path).
     """
     cfg = config or EvalConfig()
-    if cfg.lm is not None:
-        from ..lm.model import check_available
-
-        check_available(cfg.lm.model)
     start = time.perf_counter()
+    lm = load_lm(cfg.lm, cache_dir) if cfg.lm is not None else None
     convs = [c.select(cfg.categories) for c in conversations]
     if not convs:
         raise ValueError("conversations must hold at least one conversation")
@@ -185,13 +183,15 @@ def run_eval(
     needs_emb = any(get_policy(p).needs_embeddings for p in cfg.policies)
     embed_ms = _calibrate(emb, texts) if (cfg.calibrate_embedding and needs_emb) else math.nan
     questions, contexts = oracle_records(convs, cfg, tok)
-    plans = lm_plan(convs, cfg.lm, cfg.seed) if cfg.lm is not None else None
+    plans = None
+    if cfg.lm is not None:  # coherence is a streaming metric
+        plans = lm_plan(convs, cfg.lm if "streaming" in cfg.regimes else dataclasses.replace(cfg.lm, turns=0), cfg.seed)
     qs, cs, items, cpu_seconds, workers = _execute(_jobs_for(convs, cfg), convs, cfg, emb, progress, plans)
     questions += qs
     contexts += cs
     lm_meta = None
-    if cfg.lm is not None and plans is not None:
-        lm_meta = score_items(items, questions, contexts, convs, plans, cfg.lm, cache_dir=cache_dir)
+    if lm is not None and plans is not None:
+        lm_meta = score_items(lm, items, questions, contexts, convs, plans, progress=progress is True)
     order = {j: i for i, j in enumerate(("streaming", "query"))}
     questions.sort(key=lambda q: (order[q["regime"]], q["policy"], q["budget"] or 0, q["conversation"], q["probe"]))
     rows = _aggregate(cfg, questions, contexts, embed_ms)

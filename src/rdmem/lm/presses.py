@@ -25,7 +25,7 @@ try:
 except ImportError as exc:  # pragma: no cover - the lm extra installs them
     raise ImportError(f"KV-cache presses need torch and kvpress: pip install 'rdmem[lm]' ({exc})") from None
 
-__all__ = ["RdmemPress", "PRESSES", "QUESTION_AWARE", "get_press", "message_values", "token_values"]
+__all__ = ["RdmemPress", "StreamingPress", "PRESSES", "QUESTION_AWARE", "get_press", "message_values", "token_values"]
 
 
 @dataclass
@@ -76,11 +76,28 @@ class RdmemPress(ScorerPress):
         return scores
 
 
+@dataclass
+class StreamingPress(StreamingLLMPress):
+    """kvpress's StreamingLLM (the first ``n_sink`` positions and the most recent ones), scored so that the
+    ranking does not depend on ``compression_ratio``: any top-k of these scores is the sinks plus the
+    newest ``k − n_sink`` positions, which is what kvpress keeps at that ratio. (kvpress's own ``score``
+    is all ones when the ratio is 0, so a top-k taken later would keep an arbitrary block.)"""
+
+    def score(self, module: Any, hidden_states: Any, keys: Any, values: Any, attentions: Any, kwargs: Any) -> Any:
+        n = keys.shape[2]
+        scores = torch.arange(n, dtype=torch.float32, device=keys.device).expand(keys.shape[0], keys.shape[1], n)
+        scores = scores.clone()
+        scores[..., : self.n_sink] = float(n)
+        return scores
+
+
 #: Question-aware presses see the question at the end of what they compress (SnapKV's observation window).
 QUESTION_AWARE = frozenset({"snapkv"})
+#: Fewer positions than this and some press cannot score (SnapKV's observation window, StreamingLLM's sinks).
+MIN_POSITIONS = 40
 
 PRESSES: dict[str, Callable[[], ScorerPress]] = {
-    "streaming_llm": lambda: StreamingLLMPress(n_sink=4),
+    "streaming_llm": lambda: StreamingPress(n_sink=4),
     "h2o": ObservedAttentionPress,
     "snapkv": lambda: SnapKVPress(window_size=32),
     "rdmem": RdmemPress,
