@@ -22,8 +22,8 @@ def plot_rd_curve(
     the oracle dashed, the full history as a star at its mean size; one panel per regime.
 
     ``metric`` is a :class:`~rdmem.eval.Row` field with ``_lo``/``_hi`` bounds
-    (``evidence_recall``, ``all_evidence``, ``answer_recall``, or ``lm_gain_kept``: the model-measured
-    rate-distortion curve of ``rdmem eval --lm``).
+    (``evidence_recall``, ``all_evidence``, ``answer_recall``, or the model-measured curves of
+    ``rdmem eval --lm``: ``lm_delta_nll``, the distortion, and ``lm_gain_kept``).
     """
     try:
         import matplotlib
@@ -32,16 +32,18 @@ def plot_rd_curve(
         import matplotlib.pyplot as plt
     except ImportError as exc:  # pragma: no cover - the eval extra installs it
         raise ImportError("plots need matplotlib: pip install 'rdmem[eval]'") from exc
-    if metric not in ("evidence_recall", "all_evidence", "answer_recall", "lm_gain_kept"):
+    lm_metrics = ("lm_delta_nll", "lm_gain_kept")
+    if metric not in ("evidence_recall", "all_evidence", "answer_recall") + lm_metrics:
         raise ValueError(
-            f"metric must be evidence_recall, all_evidence, answer_recall or lm_gain_kept, got {metric!r}"
+            f"metric must be evidence_recall, all_evidence, answer_recall, lm_delta_nll or lm_gain_kept, got {metric!r}"
         )
     regimes = [r for r in REGIMES if any(row.regime == r for row in result.rows)]
     fig, axes = plt.subplots(1, max(len(regimes), 1), figsize=(5.2 * max(len(regimes), 1), 4.2), sharey=True,
                              squeeze=False)
     budgets = list(result.config.budgets)
-    label = "share of the full history's gain kept (answer NLL)" if metric == "lm_gain_kept" else (
-        metric.replace("_", " "))
+    label = {"lm_gain_kept": "share of the full history's gain kept (answer NLL)",
+             "lm_delta_nll": "distortion: answer NLL − full history's (nats/token)"}.get(metric, metric.replace("_", " "))
+    window = (result.meta.get("lm") or {}).get("window")
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for ax, regime in zip(axes[0], regimes, strict=False):
         for k, policy in enumerate(list(result.config.policies) + [ORACLE]):
@@ -66,7 +68,10 @@ def plot_rd_curve(
         try:
             full = result.row(regime, FULL, None, category)
             if not math.isnan(getattr(full, metric)):
-                ax.plot([full.tokens_mean], [getattr(full, metric)], "k*", ms=11, label=f"full history ({full.tokens_mean:,.0f} tok)")
+                # The model reads the full history only as far as its window holds.
+                size = min(full.tokens_mean, window) if metric in lm_metrics and window else full.tokens_mean
+                what = "as the model reads it, " if size < full.tokens_mean else ""
+                ax.plot([size], [getattr(full, metric)], "k*", ms=11, label=f"full history ({what}{size:,.0f} tok)")
         except KeyError:
             pass
         ax.set_xscale("log", base=2)
@@ -75,7 +80,7 @@ def plot_rd_curve(
         ax.minorticks_off()
         ax.set_xlabel("budget (tokens)")
         ax.set_title(f"{regime} regime")
-        if metric != "lm_gain_kept":  # a share of the gain can leave [0, 1]
+        if metric not in lm_metrics:  # a share of the gain can leave [0, 1]; ΔNLL has no bound
             ax.set_ylim(0, 1.02)
         else:
             ax.axhline(0.0, color="0.6", lw=0.8)

@@ -237,6 +237,6 @@ def write_outputs(result: EvalResult, out_dir: str | Path, *, plot: bool = True)
         from .plots import plot_rd_curve
 
         paths["plot"] = plot_rd_curve(result, out / "rd_curve.png")
-        if any(not math.isnan(r.lm_gain_kept) for r in result.rows):
-            paths["plot_lm"] = plot_rd_curve(result, out / "rd_curve_lm.png", metric="lm_gain_kept")
+        if any(not math.isnan(r.lm_delta_nll) for r in result.rows):
+            paths["plot_lm"] = plot_rd_curve(result, out / "rd_curve_lm.png", metric="lm_delta_nll")
     return paths
