@@ -312,6 +312,7 @@ def test_mem0_scores_are_cosine_similarities_and_threshold_filters_on_them(keyle
     scores = [f["score"] for f in found]
     assert len(found) == 2 and scores == sorted(scores, reverse=True) and all(-1 <= s <= 1 for s in scores)
     assert found[0]["memory"] == "I am allergic to peanuts and cashews." and scores[0] > scores[1]
+    assert found[0]["created_at"] and found[0]["user_id"] == "bob" and found[0]["role"] == "user"
     between = (scores[0] + scores[1]) / 2
     kept = client.post("/search", json={"query": "allergic to peanuts", "user_id": "bob", "threshold": between})
     assert [k["memory"] for k in kept.json()["results"]] == ["I am allergic to peanuts and cashews."]

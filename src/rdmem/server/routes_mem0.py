@@ -175,8 +175,10 @@ def search_memories(body: Mem0Search, tenant: Tenant, request: Request) -> Mem0R
         raise ApiError(400, f"top_k must be at most {state.settings.max_page}, got {k}")
     found = []  # each scope's best k by rdmem's ranking (lexical and dense, fused), then scored alike
     for session, have in _matching(request, tenant, scope):
-        found += [(session, have, {**h["message"], "id": h["id"]})
-                  for h in state.pool.manager(tenant, session).search(body.query, k=k)]
+        mem = state.pool.manager(tenant, session)
+        hits = mem.search(body.query, k=k)
+        given = mem.originals([h["id"] for h in hits])  # every field stored (created_at, metadata)
+        found += [(session, have, given[h["id"]]) for h in hits if h["id"] in given]
     scores = _similarities(state.pool.embedder, body.query, [_text(m) for _, _, m in found])
     hits = sorted(((s, _item(session, have, m, s)) for (session, have, m), s in zip(found, scores, strict=True)
                    if body.threshold is None or s >= body.threshold), key=lambda h: -h[0])
