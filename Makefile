@@ -6,7 +6,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test bench eval clean
+.PHONY: demo test bench eval eval-record clean
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -27,10 +27,14 @@ test: $(STAMP)
 bench: $(STAMP)
 	HF_HUB_OFFLINE=1 $(BIN)/python benchmarks/knapsack_speed.py
 
-# The LoCoMo dev sweep of BENCHMARKS.md (rdmem eval; see benchmarks/run_eval.sh).
+# The LoCoMo dev sweep of BENCHMARKS.md (rdmem eval; see benchmarks/run_eval.sh): results in eval-out/
+# (git-ignored); eval-record also copies them over the recorded files in benchmarks/results/.
 LOCOMO ?= ../shared/data/locomo/locomo_dev.json
 eval: $(STAMP)
 	BIN=$(BIN) bash benchmarks/run_eval.sh $(LOCOMO)
+
+eval-record: $(STAMP)
+	RECORD=1 BIN=$(BIN) bash benchmarks/run_eval.sh $(LOCOMO)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis

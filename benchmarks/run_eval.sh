@@ -5,8 +5,9 @@
 #
 #   bash benchmarks/run_eval.sh [LOCOMO_JSON] [OUT_DIR]      (or: make eval)
 #
-# Everything goes to OUT_DIR (default eval-out/locomo_dev, git-ignored); the small files
-# (results.md/.csv/.json, rd_curve.png) are copied to benchmarks/results/locomo_dev/ for the repository.
+# Everything goes to OUT_DIR (default eval-out/locomo_dev, git-ignored): a run never changes a tracked
+# file. With RECORD=1 (make eval-record) the small files (results.md/.csv/.json, rd_curve.png) are
+# also copied to benchmarks/results/locomo_dev/, the figures BENCHMARKS.md records.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DATA=${1:-../shared/data/locomo/locomo_dev.json}
@@ -20,5 +21,10 @@ start=$(date +%s)
     --regime both --categories 1,2,3,4 --seed 0 \
     --out "$OUT"
 echo "wall time: $(( $(date +%s) - start )) s" >&2
-mkdir -p benchmarks/results/locomo_dev
-cp "$OUT"/results.md "$OUT"/results.csv "$OUT"/results.json "$OUT"/rd_curve.png benchmarks/results/locomo_dev/
+if [ "${RECORD:-0}" = 1 ]; then
+    mkdir -p benchmarks/results/locomo_dev
+    cp "$OUT"/results.md "$OUT"/results.csv "$OUT"/results.json "$OUT"/rd_curve.png benchmarks/results/locomo_dev/
+    echo "recorded in benchmarks/results/locomo_dev/" >&2
+else
+    echo "results in $OUT/ (RECORD=1, or make eval-record, copies them to benchmarks/results/locomo_dev/)" >&2
+fi

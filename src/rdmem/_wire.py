@@ -9,10 +9,23 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic_core import PydanticCustomError
 
 __all__ = ["FunctionCall", "ToolCall", "TextPart", "OtherPart", "ContentPart", "PlainMessage", "AssistantMessage",
-           "ToolMessage", "ChatMessage", "message_dict", "SessionSummary"]
+           "ToolMessage", "ChatMessage", "message_dict", "SessionSummary", "JsonPositiveInt"]
+
+
+def _no_coercion(value: Any) -> Any:
+    if isinstance(value, (bool, str)):
+        raise PydanticCustomError("int_type", "Input should be a valid integer")
+    return value
+
+
+#: A JSON integer >= 1: ``5`` and ``5.0`` (JSON Schema's integers), never ``true`` or ``"5"`` (pydantic's lax mode
+#: takes both; its strict mode refuses ``5.0``, which the schema allows). The bound sits inside, where the
+#: OpenAPI document sees it.
+JsonPositiveInt = Annotated[int, Field(ge=1), BeforeValidator(_no_coercion)]
 
 
 class FunctionCall(BaseModel):

@@ -156,3 +156,18 @@ def test_reading_commands_work_in_a_read_only_directory(store_url, tmp_path):
         assert sorted(os.listdir(ro)) == ["mem.db"] and (ro / "mem.db").read_bytes() == before
     finally:
         request_cleanup()
+
+
+def test_list_and_show_never_print_control_characters_raw(tmp_path, capsys):
+    """A name stored by another program (or before the rule) prints escaped: no terminal escape reaches the tty."""
+    url = f"sqlite:///{tmp_path / 'raw.db'}"
+    with open_store(url) as store:
+        for name in ("red\x1b[31mtext", "csi\x9b2J", "two\u2028lines"):
+            store.append(name, [NewUnit({"role": "user", "content": "x"}, 3, id="m\x1b0")])
+    assert main(["sessions", "list", "--store", url]) == 0
+    out = capsys.readouterr().out
+    assert "\\x1b[31mtext" in out and "csi\\x9b2J" in out and "two\\u2028lines" in out
+    assert not any(c in out for c in "\x1b\x9b\u2028") and len(out.splitlines()) == 4
+    assert main(["sessions", "show", "red\x1b[31mtext", "--store", url]) == 0
+    shown = capsys.readouterr().out
+    assert "session     red\\x1b[31mtext" in shown and "working     m\\x1b0" in shown and "\x1b" not in shown

@@ -123,7 +123,8 @@ def test_bad_input_is_a_tool_error_that_names_the_problem():
             assert "already has" in await error(client, "remember", messages=[{"role": "user", "content": "x",
                                                                               "id": "m0"}])
             assert "query" in await error(client, "recall", query="")
-            assert "without control characters" in await error(client, "remember", content="x", session="a\x00b")
+            assert "a session name may not hold control characters" in await error(client, "remember", content="x",
+                                                                                   session="a\x00b")
             assert "at most 256 char" in await error(client, "context", session="s" * 300)
             assert "at most 10000 tokens" in await error(client, "context", budget=10**12)
             # Nothing of it broke the server or the session.
@@ -242,11 +243,24 @@ def keyed_server(tmp_path, hashing_embedder):
     live.stop()
 
 
-async def over_http(live: Any, secret: str, steps: Any) -> Any:
+@pytest.fixture
+def keyless_server(tmp_path, hashing_embedder):
+    from rdmem.server import ServerSettings, create_app
+
+    from ..server.conftest import LiveServer
+
+    url = f"sqlite:///{tmp_path / 'keyless.db'}"
+    live = LiveServer(create_app(ServerSettings(store=url, policy="window"), embedder=hashing_embedder))
+    yield live, url
+    live.stop()
+
+
+async def over_http(live: Any, secret: str | None, steps: Any) -> Any:
     import httpx2
     from mcp.client.streamable_http import streamable_http_client
 
-    async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {secret}"}, timeout=60) as http:
+    headers = {"Authorization": f"Bearer {secret}"} if secret else {}
+    async with httpx2.AsyncClient(headers=headers, timeout=60) as http:
         async with Client(streamable_http_client(f"{live.url}/mcp", http_client=http)) as client:
             return await steps(client)
 
@@ -295,6 +309,29 @@ def test_mounted_without_a_valid_key_is_401(keyed_server):
         r = httpx.post(f"{live.url}/mcp", json=body, headers={**headers, **auth})
         assert r.status_code == 401, (auth, r.text)
         assert r.json()["error"]["code"] == "unauthorized" and r.headers["www-authenticate"] == "Bearer"
+
+
+@pytest.mark.slow  # starts a server
+def test_mounted_a_bad_session_name_or_number_says_why_and_logs_no_traceback(keyless_server, caplog):
+    """``forget`` with a control character in the name answered "Error executing tool forget" with no reason,
+    and logged a traceback; ``budget: true`` was taken as 1."""
+    live, _ = keyless_server
+
+    async def steps(client):
+        await ok(client, "remember", content="kept", session="s")
+        return [await error(client, "forget", whole_session=True, session="a\x01b"),
+                await error(client, "forget", ids=["m0"], session="a\x85b"),
+                await error(client, "remember", content="x", session="line\u2028two"),
+                await error(client, "context", session="s", budget=True),
+                await error(client, "recall", query="kept", session="s", k="3")]
+
+    with caplog.at_level("WARNING"):
+        texts = run(over_http(live, None, steps))
+    assert "session 'a\\x01b': a session name may not hold control characters or line separators" in texts[0]
+    assert "found '\\x85' at 1" in texts[1] and "found '\\u2028' at 4" in texts[2]
+    assert "budget" in texts[3] and "valid integer" in texts[3]
+    assert "k" in texts[4] and "valid integer" in texts[4]
+    assert not [r for r in caplog.records if r.exc_info], [r.getMessage() for r in caplog.records]
 
 
 # -- the example -------------------------------------------------------------------------------------------

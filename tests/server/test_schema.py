@@ -23,7 +23,9 @@ pytestmark = pytest.mark.slow  # generates hundreds of requests
 
 STORE = MemoryStore()
 _, KEY = STORE.create_key("fuzz")  # a keyed server, as deployed: schemathesis also checks that a missing or bad key is refused
-APP = create_app(ServerSettings(budget=300, max_messages=20, max_message_chars=2000, max_budget=5000),
+# schemathesis's in-process client sends Host: testserver, which a loopback server answers only when told.
+APP = create_app(ServerSettings(budget=300, max_messages=20, max_message_chars=2000, max_budget=5000,
+                                allowed_hosts=("testserver",), metrics_tenant="fuzz"),
                  store=STORE, embedder=HashingEmbedder())
 schema = schemathesis.openapi.from_asgi("/openapi.json", APP)
 schema.config.update(headers={"Authorization": f"Bearer {KEY}", "X-Rdmem-Key": KEY})

@@ -3,15 +3,17 @@
 Thin: parse arguments, call the library, format. Bad input exits with code 2
 and one line on stderr naming the problem; warnings go to stderr. Each
 subcommand lives in its own module and registers its parser; the list below
-is the whole of it (modules import nothing from here).
+is the whole of it (modules import nothing from here). A warning (the
+library's, or a result's) is one line, ``rdmem: warning: ...``.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+import warnings
 from collections.abc import Sequence
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from . import compact as _compact_cmd
 from . import eval as _eval_cmd
@@ -43,7 +45,20 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _show_warning(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+                  file: Any = None, line: str | None = None) -> None:
+    """A warning as one line on stderr (``rdmem: warning: ...``), not Python's two with the source line."""
+    text = str(message).removeprefix("rdmem: ")
+    print(f"rdmem: warning: {text}", file=sys.stderr)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    with warnings.catch_warnings():  # the caller's own handler comes back when the command ends
+        warnings.showwarning = _show_warning
+        return _main(argv)
+
+
+def _main(argv: Sequence[str] | None) -> int:
     from ..store import StoreError
 
     parser = build_parser()

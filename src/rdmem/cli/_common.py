@@ -5,10 +5,14 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-__all__ = ["CLIError", "read_messages", "positive_int", "write_text", "print_warnings"]
+__all__ = ["CLIError", "read_messages", "positive_int", "whole_number", "positive_number", "write_text"]
+
+
+T = TypeVar("T", int, float)
 
 
 class CLIError(Exception):
@@ -16,13 +20,31 @@ class CLIError(Exception):
 
 
 def positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a whole number of tokens, got {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be > 0 tokens, got {value}")
-    return value
+    """An argparse type: a whole number of tokens > 0."""
+    return whole_number("tokens")(text)
+
+
+def whole_number(unit: str) -> Callable[[str], int]:
+    """An argparse type: a whole number of ``unit`` > 0 (the error names the unit)."""
+    return _positive(int, "a whole number", unit)
+
+
+def positive_number(unit: str) -> Callable[[str], float]:
+    """An argparse type: a finite number of ``unit`` > 0."""
+    return _positive(float, "a number", unit)
+
+
+def _positive(convert: Callable[[str], T], kind: str, unit: str) -> Callable[[str], T]:
+    def parse(text: str) -> T:
+        try:
+            value = convert(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be {kind} of {unit}, got {text!r}") from None
+        if not 0 < value < float("inf"):  # type: ignore[operator]
+            raise argparse.ArgumentTypeError(f"must be > 0 {unit}, got {text}")
+        return value
+
+    return parse
 
 
 _JSON_TYPES = {dict: "object", str: "string", int: "number", float: "number", bool: "boolean"}
@@ -87,12 +109,6 @@ def write_text(path: str, text: str) -> None:
         Path(path).write_text(text, encoding="utf-8")
     except OSError as exc:
         raise CLIError(f"cannot write {path}: {exc.strerror or exc}") from None
-
-
-def print_warnings(warnings: list[str]) -> None:
-    """A result's warnings (a cut message, a failed summarizer), one line each on stderr."""
-    for w in warnings:
-        print(f"rdmem: warning: {w}", file=sys.stderr)
 
 
 def require_embeddings(policy: str | None, command: str) -> None:

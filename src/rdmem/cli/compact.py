@@ -8,7 +8,7 @@ import sys
 import time
 from typing import Any
 
-from ._common import positive_int, print_warnings, read_messages
+from ._common import positive_int, read_messages
 
 __all__ = ["register"]
 
@@ -47,10 +47,9 @@ def _compact(args: argparse.Namespace) -> Any:
 
     messages = read_messages(args.file)
     emb = _embed_with_progress(messages, args.policy)
-    result = compact(messages, budget=args.budget, policy=args.policy, query=args.query, tokenizer=args.tokenizer,
-                     embedder=emb)
-    print_warnings(result.warnings)
-    return result
+    # compact() warns of each of result.warnings: main() prints each as one line.
+    return compact(messages, budget=args.budget, policy=args.policy, query=args.query, tokenizer=args.tokenizer,
+                   embedder=emb)
 
 
 def _cmd_compact(args: argparse.Namespace) -> int:

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import ipaddress
 import os
 import sys
 from datetime import datetime, timezone
 from typing import Any
 
-from ._common import CLIError, positive_int, require_embeddings
+from ._common import CLIError, positive_int, positive_number, require_embeddings, whole_number
 
 __all__ = ["register"]
 
@@ -20,19 +19,13 @@ def _default_store() -> str:
     return os.environ.get("RDMEM_STORE") or ServerSettings().store_url()
 
 
-def _loopback(host: str) -> bool:
-    if host in ("localhost", ""):
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
 def _cmd_serve(args: argparse.Namespace) -> int:
     try:
         import uvicorn
 
+        from ..server._http import PROTOCOL
+        from ..server._workers import bind
+        from ..server.guards import is_loopback
         from ..server.settings import SETTINGS_ENV, ServerSettings
     except ImportError as exc:
         raise CLIError(f"rdmem serve needs the server extra: pip install 'rdmem[server]' ({exc.name} is missing)") from None
@@ -42,41 +35,60 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         store=args.store, data_dir=args.data_dir, budget=args.budget, policy=args.policy, upstream=args.upstream,
         context_window=args.context_window, reply_reserve=args.reply_reserve, upstream_timeout=args.upstream_timeout,
         max_body_bytes=args.max_body_bytes, max_messages=args.max_messages, max_message_chars=args.max_message_chars,
-        max_budget=args.max_budget,
+        max_budget=args.max_budget, host=args.host, allowed_hosts=tuple(args.allow_host or ()),
+        rate_requests=args.rate_requests, rate_tokens=args.rate_tokens, metrics_tenant=args.metrics_tenant,
+        header_timeout=args.header_timeout,
     )
     require_embeddings(None, "rdmem serve")
     url = settings.store_url()
     with open_store(url) as store:  # opened once here: a bad store is one line, before any worker starts
         keyed = store.has_keys()
-    where = f"http://{args.host}:{args.port}"
     print(f"rdmem serve: store {url}" + ("" if args.store else " (the default; --store to choose)"), file=sys.stderr)
     if not keyed:
-        if not _loopback(args.host) and not args.insecure:
-            raise CLIError(f"no API keys in this store: refusing to serve {args.host} without them. Create one "
-                           f"(rdmem keys create --tenant NAME --store {url}) or pass --insecure")
+        if not is_loopback(args.host) and not args.insecure:
+            raise CLIError(f"no API keys in this store: refusing to serve {args.host or 'every interface'} "
+                           f"without them. Create one (rdmem keys create --tenant NAME --store {url}) or pass "
+                           "--insecure")
         print("rdmem serve: no API keys: anyone who can reach the server is tenant 'default'"
-              + ("" if _loopback(args.host) else " (--insecure)"), file=sys.stderr)
+              + ("" if is_loopback(args.host) else " (--insecure)"), file=sys.stderr)
+    try:  # bound before "listening" is said: a port in use is this one line, not a false start
+        sockets = bind(args.host, args.port, args.workers)
+    except OSError as exc:
+        raise CLIError(f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}") from None
+    port = sockets[0].getsockname()[1]  # --port 0: the one the system chose
+    where = f"http://{f'[{args.host}]' if ':' in args.host else args.host}:{port}"
     if args.upstream:
         print(f"rdmem serve: proxy to {args.upstream} (window {args.context_window} tokens): "
               f"OPENAI_BASE_URL={where}/v1", file=sys.stderr)
     print(f"rdmem serve: listening on {where} (docs at {where}/docs)", file=sys.stderr, flush=True)
     os.environ[SETTINGS_ENV] = settings.to_env()
-    config = {"app": "rdmem.server.app:app_from_env", "factory": True, "host": args.host, "port": args.port,
-              "log_level": args.log_level, "access_log": args.log_level == "debug"}
+    config = {"app": "rdmem.server.app:app_from_env", "factory": True, "host": args.host, "port": port,
+              "log_level": args.log_level, "access_log": args.log_level == "debug", "http": PROTOCOL}
     try:  # Ctrl-C stops the server gracefully (uvicorn then raises the signal again): a normal end
         if args.workers == 1:
             server = uvicorn.Server(uvicorn.Config(**config))
-            server.run()
-            return 0 if server.started else 1  # uvicorn logged why (a port in use, say)
+            server.run(sockets=sockets)
+            return 0 if server.started else 1  # uvicorn logged why
         from ..server._workers import run_workers, share_cores
 
         share_cores(args.workers)
-        run_workers(config, args.host, args.port, args.workers)
+        run_workers(config, sockets)
     except KeyboardInterrupt:
         pass
-    except OSError as exc:
-        raise CLIError(f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}") from None
+    finally:
+        for sock in sockets:
+            sock.close()
     return 0
+
+
+def _port(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a port number, 0 to 65535, got {text!r}") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"must be a port number, 0 to 65535, got {value}")
+    return value
 
 
 def _when(t: float | None) -> str:
@@ -111,8 +123,8 @@ def register(sub: Any) -> None:
     p = sub.add_parser("serve", help="run the HTTP service: memory API, mem0-compatible subset, compacting proxy",
                        description="rdmem serve [--store URL] [--upstream URL] [--host H --port P --workers N]")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
-    p.add_argument("--port", type=int, default=8765, help="port (default 8765)")
-    p.add_argument("--workers", type=positive_int, default=1, help="server processes (default 1)")
+    p.add_argument("--port", type=_port, default=8765, help="port, 0 to 65535 (default 8765; 0: any free one)")
+    p.add_argument("--workers", type=whole_number("server processes"), default=1, help="server processes (default 1)")
     p.add_argument("--store", default=os.environ.get("RDMEM_STORE"),
                    help="store URL (default $RDMEM_STORE, else memory.db in the data directory)")
     p.add_argument("--data-dir", default=None, help="where the default store lives (default $RDMEM_DATA_DIR or "
@@ -123,14 +135,28 @@ def register(sub: Any) -> None:
     p.add_argument("--context-window", type=positive_int, default=8192, help="the upstream model's window (tokens)")
     p.add_argument("--reply-reserve", type=positive_int, default=1024,
                    help="tokens kept for the reply when a request has no max_tokens (default 1024)")
-    p.add_argument("--upstream-timeout", type=float, default=120.0, help="seconds to wait for the upstream (default 120)")
+    p.add_argument("--upstream-timeout", type=positive_number("seconds"), default=120.0,
+                   help="seconds to wait for the upstream (default 120)")
     limits = p.add_argument_group("limits (a larger request is refused: 413 for the body, 400 for the rest)")
-    limits.add_argument("--max-body-bytes", type=positive_int, default=8 * 1024 * 1024, help="default 8 MiB")
-    limits.add_argument("--max-messages", type=positive_int, default=1000, help="messages per request (default 1000)")
-    limits.add_argument("--max-message-chars", type=positive_int, default=200_000,
+    limits.add_argument("--max-body-bytes", type=whole_number("bytes"), default=8 * 1024 * 1024, help="default 8 MiB")
+    limits.add_argument("--max-messages", type=whole_number("messages"), default=1000,
+                        help="messages per request (default 1000)")
+    limits.add_argument("--max-message-chars", type=whole_number("characters"), default=200_000,
                         help="characters of one message's content (default 200000)")
     limits.add_argument("--max-budget", type=positive_int, default=1_000_000, help="tokens a request may ask for")
+    limits.add_argument("--rate-requests", type=whole_number("requests per minute"), default=None,
+                        help="requests per minute per tenant (default: no limit); over it, 429 with Retry-After")
+    limits.add_argument("--rate-tokens", type=whole_number("tokens per minute"), default=None,
+                        help="tokens stored per minute per tenant (default: no limit); over it, 429 with Retry-After")
     p.add_argument("--insecure", action="store_true", help="serve a non-loopback address without API keys")
+    p.add_argument("--allow-host", action="append", metavar="NAME", default=None,
+                   help="answer this Host name too (repeatable; '*': any). On loopback, only loopback names "
+                   "are answered otherwise (DNS rebinding); on another address, any unless this is given")
+    p.add_argument("--metrics-tenant", default=None, metavar="TENANT",
+                   help="the tenant that may read /metrics (default: anyone on a server without keys, nobody "
+                   "on one with keys)")
+    p.add_argument("--header-timeout", type=positive_number("seconds"), default=10.0,
+                   help="seconds a connection may take to send a request's headers (default 10)")
     p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
     p.set_defaults(func=_cmd_serve)
 

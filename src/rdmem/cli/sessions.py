@@ -17,6 +17,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from ..names import printable
 from ..store import Store, open_store
 from ._common import CLIError, write_text
 
@@ -103,10 +104,11 @@ def _list(infos: dict[str, Any], *, as_json: bool) -> None:
         json.dump([_info_dict(i) for i in infos.values()], sys.stdout, indent=2)
         sys.stdout.write("\n")
         return
-    width = max([len(s) for s in infos] + [7])
+    shown = {s: printable(s) for s in infos}  # a name with control characters prints escaped, on one line
+    width = max([len(s) for s in shown.values()] + [7])
     print(f"{'session':<{width}}  {'units':>7}  {'working':>7}  {'archived':>8}  updated")
     for i in infos.values():
-        print(f"{i.session:<{width}}  {i.units:>7}  {i.working:>7}  {i.archived:>8}  {_when(i.updated)}")
+        print(f"{shown[i.session]:<{width}}  {i.units:>7}  {i.working:>7}  {i.archived:>8}  {_when(i.updated)}")
 
 
 def _show(store: Store, info: Any, *, as_json: bool) -> None:
@@ -126,15 +128,15 @@ def _show(store: Store, info: Any, *, as_json: bool) -> None:
         json.dump(data, sys.stdout, indent=2, ensure_ascii=False)
         sys.stdout.write("\n")
         return
-    print(f"session     {info.session}")
+    print(f"session     {printable(info.session)}")
     print(f"units       {info.units} ({data['tokens']} tokens): {info.working} working "
           f"({data['working_tokens']} tokens), {info.archived} archived")
     print(f"created     {data['created']}")
     print(f"updated     {data['updated']}")
     print(f"compactions {data['compactions']}")
     if data["settings"]:
-        print("settings    " + " ".join(f"{k}={v}" for k, v in data["settings"].items()))
-    print("working     " + " ".join(data["working_ids"]))
+        print("settings    " + printable(" ".join(f"{k}={v}" for k, v in data["settings"].items())))
+    print("working     " + printable(" ".join(data["working_ids"])))
 
 
 def register(sub: Any) -> None:

@@ -41,9 +41,10 @@ try:
 except ImportError as exc:  # pragma: no cover - the extra is missing
     raise ImportError(f"rdmem.integrations.mcp needs the MCP SDK: pip install 'rdmem[mcp]' ({exc})") from None
 
-from .._wire import ChatMessage, SessionSummary, message_dict
+from .._wire import ChatMessage, JsonPositiveInt, SessionSummary, message_dict
 from ..embed import Embedder, get_embedder
 from ..manager import MemoryManager
+from ..names import check_session_name
 from ..policies import get_policy
 from ..store import SessionInfo, Store, StoreError, open_store
 from ..tokens import check_budget
@@ -126,6 +127,8 @@ class SessionAccess(Protocol):
 
     def manager(self, session: str) -> MemoryManager: ...
 
+    def extend(self, session: str, messages: list[dict[str, Any]]) -> list[str]: ...
+
     def sessions(self) -> list[tuple[str, SessionInfo]]: ...
 
     def delete_session(self, session: str) -> bool: ...
@@ -143,9 +146,7 @@ class StoreSessions:
         self._lock = threading.Lock()  # the SDK runs tools in worker threads
 
     def manager(self, session: str) -> MemoryManager:
-        if len(session) > 256 or any(ord(c) < 32 for c in session):  # the service's rule for a session's name
-            raise ValueError("a session name is 1 to 256 characters without control characters, got "
-                             f"{session[:40]!r}{'...' if len(session) > 40 else ''}")
+        check_session_name(session)
         with self._lock:
             mem = self._managers.get(session)
             if mem is None:
@@ -156,10 +157,14 @@ class StoreSessions:
                 self._managers[session] = mem
             return mem
 
+    def extend(self, session: str, messages: list[dict[str, Any]]) -> list[str]:
+        return self.manager(session).extend(messages)
+
     def sessions(self) -> list[tuple[str, SessionInfo]]:
         return [(i.session, i) for i in self.store.sessions()]
 
     def delete_session(self, session: str) -> bool:
+        check_session_name(session)
         if self.store.version(session) == 0:
             return False
         self.store.delete_session(session)
@@ -188,7 +193,7 @@ async def _bind_request(ctx: Any, call_next: Any) -> Any:
 
 _Session = Annotated[str | None, Field(min_length=1, max_length=256,
                                        description="the session (default: the server's)")]
-_Budget = Annotated[int | None, Field(ge=1, description="tokens (default: the server's budget)")]
+_Budget = Annotated[JsonPositiveInt | None, Field(description="tokens (default: the server's budget)")]
 _Query = Annotated[str | None, Field(description="the next question: archived messages that match it "
                                      "compete for the budget too")]
 _READ = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False)
@@ -281,11 +286,11 @@ def _add_tools(server: MCPServer, sessions_for: Callable[[Any], SessionAccess], 
                 raise ValueError("give content (one message) or messages (a list), not both and not neither")
             batch = [{"role": role, "content": content}] if content is not None else \
                 [message_dict(m) for m in messages or ()]
-            name, mem = manager(session)
-            return Remembered(session=name, ids=mem.extend(batch))
+            name = session or default
+            return Remembered(session=name, ids=sessions_for(_REQUEST.get()).extend(name, batch))
 
     @server.tool(annotations=_READ, structured_output=True)
-    def recall(query: Annotated[str, Field(min_length=1)], k: Annotated[int, Field(ge=1, le=200)] = 10,
+    def recall(query: Annotated[str, Field(min_length=1)], k: Annotated[JsonPositiveInt, Field(le=200)] = 10,
                session: _Session = None) -> Recalled:
         """Search everything the session ever stored (archived messages too) for `query`; best first."""
         with _user_errors():
@@ -359,22 +364,24 @@ class HTTPEndpoint:
     ``authenticate(request)`` says who calls, or raises (a 401); what it
     returns is put in the request's scope under :data:`CALLER` for
     ``sessions_for`` to read. The caller is read from each call's own
-    request, never from an earlier one. Enter :meth:`run` in the app's
+    request, never from an earlier one. ``security`` configures the SDK's
+    DNS-rebinding protection (the ``Host`` and ``Origin`` values answered;
+    ``None``: the SDK's default for loopback). Enter :meth:`run` in the app's
     lifespan.
     """
 
-    def __init__(self, server: MCPServer, authenticate: Callable[[Request], Awaitable[Any]]) -> None:
+    def __init__(self, server: MCPServer, authenticate: Callable[[Request], Awaitable[Any]], *,
+                 security: TransportSecuritySettings | None = None) -> None:
         self.server = server
         self.authenticate = authenticate
+        self.security = security
         self._manager: Any = None
 
     @asynccontextmanager
     async def run(self) -> AsyncIterator[None]:
-        # The host's own checks (keys, loopback by default) guard it; the SDK's DNS-rebinding check would refuse
-        # any Host but localhost, so a server on a LAN address could not be reached.
-        self.server.streamable_http_app(stateless_http=True, json_response=True,
-                                        transport_security=TransportSecuritySettings(
-                                            enable_dns_rebinding_protection=False))
+        # The SDK's DNS-rebinding protection stays on: ``security`` says which Host and Origin values to
+        # answer (None: the SDK's own, loopback names only).
+        self.server.streamable_http_app(stateless_http=True, json_response=True, transport_security=self.security)
         manager = self.server.session_manager  # a fresh one for each lifespan: the SDK runs one once
         async with manager.run():
             self._manager = manager

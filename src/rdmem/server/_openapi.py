@@ -28,6 +28,7 @@ def install_openapi(app: FastAPI, settings: ServerSettings) -> None:
         if app.openapi_schema is None:
             doc = get_openapi(title=app.title, version=app.version, description=app.description, routes=app.routes)
             _errors(doc)
+            _bare_messages(doc)
             _limits(doc, settings)
             for schema in ("ContextRequest", "ExplainRequest"):  # the policies registered when first asked
                 _bound(doc["components"]["schemas"].get(schema, {}).get("properties", {}).get("policy"), "string",
@@ -48,6 +49,16 @@ def _errors(doc: dict[str, Any]) -> None:
     schemas = doc.get("components", {}).get("schemas", {})
     for name in ("HTTPValidationError", "ValidationError"):
         schemas.pop(name, None)
+
+
+def _bare_messages(doc: dict[str, Any]) -> None:
+    """``POST .../messages`` also takes the bare message or list (``AddRequest`` takes them as ``messages``)."""
+    wrapped = doc.get("components", {}).get("schemas", {}).get("AddRequest", {}).get("properties", {}).get("messages")
+    for operations in doc.get("paths", {}).values():
+        operation = operations.get("post", {})
+        if operation.get("operationId") == "add_messages" and wrapped is not None:
+            media = operation["requestBody"]["content"]["application/json"]
+            media["schema"] = {"anyOf": [media["schema"], *wrapped.get("anyOf", [wrapped])]}
 
 
 def _bound(prop: dict[str, Any] | None, kind: str, **limits: Any) -> None:

@@ -8,8 +8,9 @@ worker listens on its own ``SO_REUSEPORT`` socket, so the kernel spreads new
 connections over them. The sockets are made as asyncio recognises TCP ones
 (``IPPROTO_TCP``), so answers go out without Nagle's 40 ms delayed-ACK wait.
 
-The parent binds every socket before any worker starts (a port in use is a
-clear error, not a worker that fails later), restarts a worker that dies,
+The caller binds every socket (:func:`bind`) before any worker starts (a
+port in use is a clear error, not a worker that fails later); the parent
+restarts a worker that dies,
 and on SIGINT or SIGTERM stops them all gracefully.
 """
 
@@ -23,7 +24,7 @@ import socket
 import time
 from typing import Any
 
-__all__ = ["listen", "run_workers", "share_cores"]
+__all__ = ["bind", "listen", "run_workers", "share_cores"]
 
 log = logging.getLogger("rdmem.server")
 
@@ -65,11 +66,28 @@ def _worker(config: dict[str, Any], sock: socket.socket) -> None:  # pragma: no 
         pass
 
 
-def run_workers(config: dict[str, Any], host: str, port: int, workers: int) -> None:
-    """Serve ``uvicorn.Config(**config)`` from ``workers`` processes until SIGINT or SIGTERM."""
+def bind(host: str, port: int, workers: int = 1) -> list[socket.socket]:
+    """The listening sockets of ``workers`` processes on ``host:port`` (``OSError`` if the port is taken or
+    ``host`` cannot be bound): one plain socket, or one ``SO_REUSEPORT`` socket each."""
+    if workers == 1:
+        return [listen(host, port)]
     probe = listen(host, port)  # fails if anything holds the port, a reuse-port group included
+    port = probe.getsockname()[1]  # port 0: the workers share the one the system chose
     probe.close()
-    sockets = [listen(host, port, reuse_port=True) for _ in range(workers)]
+    sockets: list[socket.socket] = []
+    try:
+        for _ in range(workers):
+            sockets.append(listen(host, port, reuse_port=True))
+    except OSError:
+        for sock in sockets:
+            sock.close()
+        raise
+    return sockets
+
+
+def run_workers(config: dict[str, Any], sockets: list[socket.socket]) -> None:
+    """Serve ``uvicorn.Config(**config)`` from one process per socket (:func:`bind`) until SIGINT or SIGTERM."""
+    workers = len(sockets)
     spawn = multiprocessing.get_context("spawn")
     stopping = False
 
@@ -102,7 +120,5 @@ def run_workers(config: dict[str, Any], host: str, port: int, workers: int) -> N
             if proc.is_alive():
                 proc.kill()
                 proc.join()
-        for sock in sockets:
-            sock.close()
         for s, handler in previous.items():
             signal.signal(s, handler)

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import importlib.util
 import logging
-from collections.abc import AsyncIterator
-from contextlib import AsyncExitStack, asynccontextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,7 +24,9 @@ from ..store import Store, open_store
 from ._openapi import install_openapi
 from .auth import RDMEM_KEY_HEADER, Tenant, tenant_of
 from .errors import ApiError, install_error_handlers
+from .guards import HostGuardMiddleware, HostRule, JsonOnlyMiddleware
 from .metrics import BodyLimitMiddleware, Metrics, MetricsMiddleware
+from .ratelimit import RateLimiter
 from .sessions import SessionPool, store_session, tenant_sessions
 from .settings import ServerSettings
 
@@ -43,6 +45,10 @@ class ServerState:
     metrics: Metrics
     http: Any = None  # the upstream's httpx.AsyncClient (proxy routes only)
 
+    @property
+    def limiter(self) -> RateLimiter:
+        return self.pool.limiter
+
 
 def create_app(settings: ServerSettings | None = None, *, store: Store | None = None,
                embedder: Embedder | None = None) -> FastAPI:
@@ -53,12 +59,14 @@ def create_app(settings: ServerSettings | None = None, *, store: Store | None = 
     """
     settings = settings or ServerSettings()
     metrics = Metrics()
-    mcp = _mcp_endpoint(settings)
+    hosts = HostRule.for_server(settings.host, settings.allowed_hosts)
+    mcp = _mcp_endpoint(settings, hosts)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         opened = store if store is not None else open_store(settings.store_url())
-        state = ServerState(settings, opened, SessionPool(opened, settings, embedder), metrics)
+        limiter = RateLimiter(settings.rate_requests, settings.rate_tokens)
+        state = ServerState(settings, opened, SessionPool(opened, settings, embedder, limiter), metrics)
         if settings.upstream:
             import httpx
 
@@ -81,8 +89,11 @@ def create_app(settings: ServerSettings | None = None, *, store: Store | None = 
         description="Working memory for LLM agents: a memory API, a mem0-compatible subset, and an "
         "OpenAI-compatible proxy that compacts requests on their way to your model.",
         lifespan=lifespan,
+        docs_url=None,  # served below from local files: the page works offline
+        redoc_url=None,
     )
     install_error_handlers(app)
+    _offline_docs(app)
     from .routes_mem0 import router as mem0_router
     from .routes_memory import router as memory_router
 
@@ -102,18 +113,53 @@ def create_app(settings: ServerSettings | None = None, *, store: Store | None = 
         state.store.version("t/default/healthz")
         return {"status": "ok", "version": __version__}
 
+    error = {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorResponse"}}}
+
     @app.get("/metrics", response_class=PlainTextResponse, tags=["service"], responses={
-        401: {"description": "missing or invalid API key",
-              "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorResponse"}}}}})
+        401: {"description": "missing or invalid API key", "content": error},
+        403: {"description": "this tenant may not read the metrics (--metrics-tenant)", "content": error}})
     def prometheus(tenant: Tenant) -> str:
-        """Prometheus text format: requests, latency histograms, compactions, tokens in and out (a keyed
-        server asks for a key here too)."""
+        """Prometheus text format: requests, latency histograms, compactions, tokens in and out, of every
+        tenant; readable by ``--metrics-tenant`` only (default: anyone on a server without keys)."""
+        state: ServerState = app.state.rdmem
+        if settings.metrics_tenant is None:
+            if state.store.has_keys():
+                raise ApiError(403, "the metrics count every tenant: on a server with keys, only the tenant "
+                               "named by --metrics-tenant may read them, and none is named")
+        elif tenant != settings.metrics_tenant:
+            raise ApiError(403, f"the metrics count every tenant: only tenant {settings.metrics_tenant!r} "
+                           "(--metrics-tenant) may read them")
         return metrics.render()
 
     install_openapi(app, settings)
     app.add_middleware(MetricsMiddleware, metrics=metrics)
     app.add_middleware(BodyLimitMiddleware, limit=settings.max_body_bytes)
+    app.add_middleware(JsonOnlyMiddleware)  # before the body is read
+    app.add_middleware(HostGuardMiddleware, rule=hosts)  # outermost: a foreign Host gets nothing else
     return app
+
+
+def _offline_docs(app: FastAPI) -> None:
+    """``/docs``: Swagger UI from the files of the ``fastapi-offline`` package, not a CDN (FastAPI's
+    self-hosting recipe); without the package, no page rather than a blank one."""
+    spec = importlib.util.find_spec("fastapi_offline")
+    if spec is None or spec.origin is None:
+        return
+    from pathlib import Path
+
+    from fastapi.openapi.docs import get_swagger_ui_html
+    from fastapi.staticfiles import StaticFiles
+    from starlette.responses import HTMLResponse
+
+    app.mount("/docs-static", StaticFiles(directory=Path(spec.origin).parent / "static"), name="docs-static")
+
+    @app.get("/docs", include_in_schema=False)
+    def docs(request: Request) -> HTMLResponse:
+        root = request.scope.get("root_path", "")
+        return get_swagger_ui_html(openapi_url=f"{root}{app.openapi_url}", title=f"{app.title} - API",
+                                   swagger_js_url=f"{root}/docs-static/swagger-ui-bundle.js",
+                                   swagger_css_url=f"{root}/docs-static/swagger-ui.css",
+                                   swagger_favicon_url=f"{root}/docs-static/favicon.png")
 
 
 class _TenantSessions:
@@ -123,20 +169,32 @@ class _TenantSessions:
         self.pool, self.tenant = pool, tenant
 
     def manager(self, session: str) -> Any:
-        try:
+        with _tool_error():
             return self.pool.manager(self.tenant, session)
-        except ApiError as exc:  # a name that is not one: the tool says why
-            raise ValueError(exc.message) from None
+
+    def extend(self, session: str, messages: list[dict[str, Any]]) -> list[str]:
+        with _tool_error():
+            return self.pool.extend(self.tenant, session, messages)
 
     def sessions(self) -> list[Any]:
         return tenant_sessions(self.pool.store, self.tenant)
 
     def delete_session(self, session: str) -> bool:
-        if not self.pool.exists(self.tenant, session):
-            return False
-        self.pool.store.delete_session(store_session(self.tenant, session))
+        with _tool_error():
+            if not self.pool.exists(self.tenant, session):
+                return False
+            self.pool.store.delete_session(store_session(self.tenant, session))
         self.pool.forget(self.tenant, session)
         return True
+
+
+@contextmanager
+def _tool_error() -> Iterator[None]:
+    """An answer the REST routes give as an HTTP error (a bad name, a rate limit) is the tool's error text."""
+    try:
+        yield
+    except ApiError as exc:
+        raise ValueError(exc.message) from None
 
 
 async def _mcp_tenant(request: Request) -> str:
@@ -146,16 +204,23 @@ async def _mcp_tenant(request: Request) -> str:
     return await run_in_threadpool(tenant_of, request, secret)
 
 
-def _mcp_endpoint(settings: ServerSettings) -> Any:
-    """``/mcp``: the MCP server (``rdmem.integrations.mcp``), if the SDK is installed (``rdmem[mcp]``)."""
+def _mcp_endpoint(settings: ServerSettings, hosts: HostRule) -> Any:
+    """``/mcp``: the MCP server (``rdmem.integrations.mcp``), if the SDK is installed (``rdmem[mcp]``), with
+    the SDK's DNS-rebinding protection on and told the server's Host rule (off only where the rule admits any
+    Host, which the SDK cannot express: a non-loopback server, whose keys guard it)."""
     if importlib.util.find_spec("mcp") is None:
         return None
+    from mcp.server.transport_security import TransportSecuritySettings
+
     from ..integrations.mcp import CALLER, HTTPEndpoint, create_mcp_server
 
     server = create_mcp_server(
         budget=settings.budget, policy=settings.policy, max_budget=settings.max_budget,
         sessions_for=lambda request: _TenantSessions(request.app.state.rdmem.pool, request.scope[CALLER]))
-    return HTTPEndpoint(server, _mcp_tenant)
+    allowed_hosts, allowed_origins = hosts.mcp_patterns()
+    security = TransportSecuritySettings(enable_dns_rebinding_protection=not hosts.any_host,
+                                         allowed_hosts=allowed_hosts, allowed_origins=allowed_origins)
+    return HTTPEndpoint(server, _mcp_tenant, security=security)
 
 
 def app_from_env() -> FastAPI:

@@ -10,7 +10,7 @@ every request, so a revoked key stops working at once.
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import Depends, Request, Security
 from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
@@ -28,7 +28,14 @@ _header = APIKeyHeader(name=RDMEM_KEY_HEADER, auto_error=False,
 
 
 def tenant_of(request: Request, secret: str | None) -> str:
-    store = request.app.state.rdmem.store
+    """The caller's tenant (a 401 without a valid key on a keyed server), counted against its request rate."""
+    state = request.app.state.rdmem
+    tenant = _lookup(state.store, secret)
+    state.limiter.request(tenant)
+    return tenant
+
+
+def _lookup(store: Any, secret: str | None) -> str:
     if secret:
         tenant = store.key_tenant(secret)
         if tenant is None:

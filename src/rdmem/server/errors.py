@@ -24,7 +24,8 @@ log = logging.getLogger("rdmem.server")
 
 _CODES = {400: "invalid_request", 401: "unauthorized", 403: "forbidden", 404: "not_found",
           405: "method_not_allowed", 409: "conflict", 413: "request_too_large", 415: "unsupported_media_type",
-          422: "invalid_request", 429: "too_many_requests", 502: "bad_upstream", 503: "unavailable"}
+          421: "misdirected_request", 422: "invalid_request", 429: "too_many_requests", 502: "bad_upstream",
+          503: "unavailable"}
 
 
 class ApiError(Exception):
@@ -47,22 +48,24 @@ def _json(status: int, code: str, message: str, headers: dict[str, str] | None =
 
 
 _UNION_STEP = re.compile(r"^[\w-]+\[.*\]$")  # pydantic's name for a branch of a union: 'list[...]', 'tagged-union[...]'
-_TAGS = {"system", "developer", "user", "assistant", "tool", "text", "image_url", "input_audio", "file", "refusal"}
+_ROLES = {"system", "developer", "user", "assistant", "tool"}  # a message's discriminator: never a field's name
+_PARTS = {"text", "image_url", "input_audio", "file", "refusal"}  # a content part's: also fields, so after an index
+_BRANCHES = {"str", "int", "float", "bool", "none", "dict"}  # the plain branches of a union (content: str | list)
 
 
 def _location(loc: tuple[Any, ...]) -> str:
-    """``('body', 'messages', 'list[...]', 0, 'user', 'content')`` -> ``messages[0].content``: the path a
+    """``('body', 'messages', 'list[...]', 0, 'user', 'content', 'str')`` -> ``messages[0].content``: the path a
     client wrote, without pydantic's union branches and the discriminator values it adds."""
     out = ""
     after_index = False
+    if loc and loc[0] in ("body", "query", "path", "header"):  # where it came from; a field may be named 'query'
+        loc = loc[1:]
     for part in loc:
-        if part in ("body", "query", "path", "header") and not out:
-            continue
         if isinstance(part, int):
             out += f"[{part}]"
             after_index = True
             continue
-        if _UNION_STEP.match(str(part)) or (after_index and part in _TAGS):
+        if _UNION_STEP.match(str(part)) or part in _ROLES or part in _BRANCHES or (after_index and part in _PARTS):
             after_index = False
             continue
         out += f".{part}" if out else str(part)
@@ -95,7 +98,8 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
         first = _most_specific(list(exc.errors()))
-        message = f"{_location(tuple(first.get('loc', ())))}: {first.get('msg', 'invalid')}"
+        text = str(first.get("msg", "invalid")).removeprefix("Value error, ")  # a validator's own words
+        message = f"{_location(tuple(first.get('loc', ())))}: {text}"
         if first.get("type") == "json_invalid":
             message = "the body is not valid JSON"
         return _json(422, "invalid_request", message)

@@ -6,7 +6,8 @@ given, as a set) is one rdmem session of the caller's tenant
 (mem0 with ``infer=False``: rdmem extracts no facts with an LLM); a query
 with fewer ids reads every session whose scope holds them (``user_id=alice``
 sees alice's memories of every agent and run), as mem0's filters do. A
-memory's id is opaque and names its session. Answers are shaped
+memory's id is opaque and names its session. A search's ``score`` is the cosine similarity of the query
+and the memory (``threshold`` is on that scale), not rdmem's rank-fusion value. Answers are shaped
 ``{"results": [...]}`` as mem0's are; errors carry mem0's ``detail`` next to
 rdmem's ``error``. What differs is in README ("Run it as a service").
 """
@@ -20,8 +21,10 @@ from datetime import datetime, timezone
 from typing import Annotated, Any
 from urllib.parse import parse_qsl, quote, urlencode
 
+import numpy as np
 from fastapi import APIRouter, Query, Request
 
+from ..names import MAX_SESSION_CHARS, SESSION_NAME_PATTERN, check_session_name
 from .auth import Tenant
 from .errors import ApiError
 from .protocol import (
@@ -49,14 +52,24 @@ router = APIRouter(tags=["mem0"], responses={
 
 
 def _scope(values: dict[str, str | None]) -> dict[str, str]:
-    scope = {k: v for k in _SCOPE if isinstance(v := values.get(k), str) and v.strip()}
+    """The ids given (``""`` is absent, as in mem0), each checked by the session-name rule."""
+    scope = {k: v for k in _SCOPE if isinstance(v := values.get(k), str) and v != ""}
     if not scope:
         raise ApiError(400, "At least one identifier (user_id, agent_id, run_id) is required.")
+    for field, value in scope.items():
+        try:
+            check_session_name(value, field)
+        except ValueError as exc:
+            raise ApiError(400, str(exc)) from None
     return scope
 
 
 def _session_of(scope: dict[str, str]) -> str:
-    return _PREFIX + urlencode([(k, scope[k]) for k in _SCOPE if k in scope], quote_via=quote)
+    name = _PREFIX + urlencode([(k, scope[k]) for k in _SCOPE if k in scope], quote_via=quote)
+    if len(name) > MAX_SESSION_CHARS:
+        raise ApiError(400, f"{', '.join(scope)} name the session {name[:60]!r}... of {len(name)} characters "
+                       f"(URL-encoded), over the limit of {MAX_SESSION_CHARS}: use shorter ids")
+    return name
 
 
 def _matching(request: Request, tenant: str, scope: dict[str, str]) -> list[tuple[str, dict[str, str]]]:
@@ -112,13 +125,13 @@ def add_memories(body: Mem0Add, tenant: Tenant, request: Request) -> Mem0Results
     messages = [{**message_dict(m), "created_at": now,
                  **({"metadata": body.metadata} if body.metadata else {})} for m in body.messages]
     check_messages(messages, state.settings)
-    ids = state.pool.manager(tenant, session).extend(messages)
+    ids = state.pool.extend(tenant, session, messages)
     state.metrics.count("rdmem_messages_stored_total", len(ids))
     items = [_item(session, scope, {**m, "id": i}) for m, i in zip(messages, ids, strict=True)]
     return Mem0Results(results=[it.model_copy(update={"event": "ADD"}) for it in items])
 
 
-_Id = Annotated[str | None, Query()]
+_Id = Annotated[str | None, Query(json_schema_extra={"pattern": f"^$|{SESSION_NAME_PATTERN}"})]  # "": absent
 
 
 @router.get("/memories", response_model=Mem0Results, operation_id="mem0_list", response_model_exclude_none=True)
@@ -152,20 +165,35 @@ def delete_memory(memory_id: str, tenant: Tenant, request: Request) -> dict[str,
 
 @router.post("/search", response_model=Mem0Results, operation_id="mem0_search", response_model_exclude_none=True)
 def search_memories(body: Mem0Search, tenant: Tenant, request: Request) -> Mem0Results:
-    """The memories of the scope that best match the query, best first, each with its ``score``."""
+    """The memories of the scope that best match the query, best first, each with its ``score``: the cosine
+    similarity of the query and the memory (``threshold`` drops those below it)."""
+    state = request.app.state.rdmem
     filters = body.filters.model_dump(exclude_none=True) if body.filters else {}
     scope = _scope({**filters, **{k: v for k, v in body.model_dump().items() if k in _SCOPE and v}})
     k = body.top_k or body.limit or 20
-    if k > request.app.state.rdmem.settings.max_page:
-        raise ApiError(400, f"top_k must be at most {request.app.state.rdmem.settings.max_page}, got {k}")
-    hits = []
+    if k > state.settings.max_page:
+        raise ApiError(400, f"top_k must be at most {state.settings.max_page}, got {k}")
+    found = []  # each scope's best k by rdmem's ranking (lexical and dense, fused), then scored alike
     for session, have in _matching(request, tenant, scope):
-        mem = request.app.state.rdmem.pool.manager(tenant, session)
-        stored = {m["id"]: m for m in mem.history()}
-        hits += [(h["score"], _item(session, have, stored[h["id"]], h["score"]))
-                 for h in mem.search(body.query, k=k) if h["id"] in stored]
-    hits.sort(key=lambda h: -h[0])
+        mem = state.pool.manager(tenant, session)
+        hits = mem.search(body.query, k=k)
+        given = mem.originals([h["id"] for h in hits])  # every field stored (created_at, metadata)
+        found += [(session, have, given[h["id"]]) for h in hits if h["id"] in given]
+    scores = _similarities(state.pool.embedder, body.query, [_text(m) for _, _, m in found])
+    hits = sorted(((s, _item(session, have, m, s)) for (session, have, m), s in zip(found, scores, strict=True)
+                   if body.threshold is None or s >= body.threshold), key=lambda h: -h[0])
     return Mem0Results(results=[item for _, item in hits[:k]])
+
+
+def _similarities(embedder: Any, query: str, texts: list[str]) -> list[float]:
+    """The cosine similarity of ``query`` and each text (0 for a text with no vector, such as an empty one)."""
+    if not texts:
+        return []
+    vectors = np.asarray(embedder.embed([query, *texts]), dtype=np.float64)
+    norms = np.linalg.norm(vectors, axis=1)
+    norms[norms == 0] = np.inf
+    unit = vectors / norms[:, None]
+    return [round(float(s), 6) for s in unit[1:] @ unit[0]]
 
 
 @router.delete("/memories", operation_id="mem0_delete_all")

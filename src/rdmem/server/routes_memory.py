@@ -99,12 +99,13 @@ def _policy(policy: str | None, mode: str | None) -> str | None:
 @router.post("/sessions/{session}/messages", status_code=201, response_model=AddResponse,
              operation_id="add_messages", responses={201: _LINKS})
 def add_messages(session: SessionName, body: AddRequest, tenant: Tenant, request: Request) -> AddResponse:
-    """Add one message or a list (OpenAI chat messages, tool calls included), in one atomic write."""
+    """Add one message or a list (OpenAI chat messages, tool calls included), in one atomic write. The body is
+    ``{"messages": ...}``, or the bare message or list."""
     state = _state(request)
     given = body.messages if isinstance(body.messages, list) else [body.messages]
     messages = [message_dict(m) for m in given]
     check_messages(messages, state.settings)
-    ids = state.pool.manager(tenant, session).extend(messages)
+    ids = state.pool.extend(tenant, session, messages)
     state.metrics.count("rdmem_messages_stored_total", len(ids))
     return AddResponse(session=session, ids=ids)
 

@@ -97,7 +97,8 @@ def _prepare(state: Any, tenant: str, session: str, body: dict[str, Any],
     if dropped and len(dropped) <= _REPLACEABLE:
         mem.delete(dropped)  # the client went on from an earlier point: its history is the one kept
     if new:
-        mem.extend([{**conv[i].chat, **conv[i].extra} for i in new])
+        state.pool.extend(tenant, session, [{**conv[i].chat, **conv[i].extra} for i in new],
+                          budget=max(budget, 1))  # charged to the tenant's stored-tokens rate
         state.metrics.count("rdmem_messages_stored_total", len(new))
     tok = mem.tokenizer
     before = tok.messages_tokens([m.chat for m in parsed])
@@ -118,7 +119,7 @@ def _store_reply(state: Any, tenant: str, session: str, budget: int, message: di
     if not message or message.get("role") != "assistant":
         return
     try:
-        state.pool.manager(tenant, session, budget=max(budget, 1)).add(chat_fields(message))
+        state.pool.extend(tenant, session, [chat_fields(message)], budget=max(budget, 1))
         state.metrics.count("rdmem_messages_stored_total")
     except Exception as exc:  # the client has its answer; the reply comes again with the next request
         log.warning("rdmem proxy: could not store the reply in session %r: %s", session, exc)

@@ -13,33 +13,38 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import Path
 
 from ..embed import BatchingEmbedder, CachedEmbedder, Embedder, MiniLMEmbedder
 from ..manager import MemoryManager
+from ..messages import parse_messages
+from ..names import MAX_SESSION_CHARS, SESSION_NAME_PATTERN, check_session_name
 from ..store import SessionInfo, Store, check_tenant
 from .errors import ApiError
+from .ratelimit import RateLimiter
 from .settings import ServerSettings
 
 __all__ = ["SessionPool", "SessionName", "store_session", "tenant_sessions", "MAX_SESSION_CHARS"]
 
-MAX_SESSION_CHARS = 256
 _PREFIX = "t/"
 
-SessionName = Annotated[str, Path(min_length=1, max_length=MAX_SESSION_CHARS, pattern=r"^[^\x00-\x1f]+$",
-                                  description="the session's name (yours to choose; any text without control "
-                                  f"characters, at most {MAX_SESSION_CHARS} characters)")]
+# The pattern is documented, not enforced here: store_session enforces the rule with a message that says why.
+SessionName = Annotated[str, Path(min_length=1, max_length=MAX_SESSION_CHARS,
+                                  json_schema_extra={"pattern": SESSION_NAME_PATTERN},
+                                  description="the session's name (yours to choose; any text of at most "
+                                  f"{MAX_SESSION_CHARS} characters, not only whitespace, without control "
+                                  "characters or line separators)")]
 
 
-def store_session(tenant: str, session: str) -> str:
+def store_session(tenant: str, session: str, field: str = "session") -> str:
     """The store's name for ``tenant``'s session ``session`` (checked: a clear 400 if it is not a name)."""
     check_tenant(tenant)
-    if not isinstance(session, str) or not session or len(session) > MAX_SESSION_CHARS:
-        raise ApiError(400, f"a session name is 1 to {MAX_SESSION_CHARS} characters, got {len(session or '')}")
-    if any(ord(c) < 32 for c in session):
-        raise ApiError(400, "a session name may not contain control characters")
+    try:
+        check_session_name(session, field)
+    except ValueError as exc:
+        raise ApiError(400, str(exc)) from None
     return f"{_PREFIX}{tenant}/{session}"
 
 
@@ -52,9 +57,11 @@ def tenant_sessions(store: Store, tenant: str) -> list[tuple[str, SessionInfo]]:
 class SessionPool:
     """Pooled managers over one store (shared by every request of this process)."""
 
-    def __init__(self, store: Store, settings: ServerSettings, embedder: Embedder | None = None) -> None:
+    def __init__(self, store: Store, settings: ServerSettings, embedder: Embedder | None = None,
+                 limiter: RateLimiter | None = None) -> None:
         self.store = store
         self.settings = settings
+        self.limiter = limiter or RateLimiter()
         # One model for every session of this process, its calls batched across request threads.
         self.embedder: Embedder = BatchingEmbedder(embedder) if embedder is not None else \
             CachedEmbedder(BatchingEmbedder(MiniLMEmbedder()))
@@ -78,6 +85,16 @@ class SessionPool:
             while len(self._managers) > self.settings.pool_size:
                 self._managers.popitem(last=False)  # the store stays open: it is shared
             return mem
+
+    def extend(self, tenant: str, session: str, messages: list[dict[str, Any]], *,
+               budget: int | None = None) -> list[str]:
+        """Store ``messages`` in ``tenant``'s session in one write, charged to the tenant's stored-tokens rate
+        (the one way every front door stores: REST, mem0, the proxy, MCP)."""
+        mem = self.manager(tenant, session, budget=budget)
+        # Counted on the parsed messages, so a bad one gets the library's error, not the tokenizer's.
+        with self.limiter.storing(tenant, lambda: mem.tokenizer.messages_tokens(
+                [m.chat for m in parse_messages(messages, json_extras=True)])):
+            return mem.extend(messages)
 
     def exists(self, tenant: str, session: str) -> bool:
         return self.store.version(store_session(tenant, session)) > 0

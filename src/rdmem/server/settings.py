@@ -9,7 +9,9 @@ from pathlib import Path
 from typing import Any
 
 from ..policies import get_policy
+from ..store import check_tenant
 from ..tokens import check_budget
+from .guards import check_host_name
 
 __all__ = ["ServerSettings", "SETTINGS_ENV", "default_data_dir"]
 
@@ -48,6 +50,22 @@ class ServerSettings:
         Tokens kept for the reply when a request gives no ``max_tokens``.
     max_body_bytes, max_messages, max_message_chars, max_budget, max_page:
         Limits: a larger request is refused (413 for the body, 400 for the rest).
+    host:
+        The address the server listens on: on loopback, only loopback ``Host``
+        values are answered (DNS rebinding), and those of ``allowed_hosts``.
+    allowed_hosts:
+        More ``Host`` names to answer (``--allow-host``; ``"*"``: any). On a
+        non-loopback address, given: only these (and loopback names and the
+        address itself); not given: any (keys guard that server).
+    rate_requests, rate_tokens:
+        Per tenant, per minute: requests, and tokens stored (``None``: no
+        limit); over it, 429 with ``Retry-After``.
+    metrics_tenant:
+        The tenant that may read ``/metrics`` (it counts every tenant);
+        ``None``: anyone on a server without keys, nobody on one with keys.
+    header_timeout:
+        Seconds a connection may take to send a request's headers before it
+        is closed (half-open and slow clients).
     """
 
     store: str | None = None
@@ -64,6 +82,12 @@ class ServerSettings:
     max_budget: int = 1_000_000
     max_page: int = 1000
     pool_size: int = 256
+    host: str = "127.0.0.1"
+    allowed_hosts: tuple[str, ...] = ()
+    rate_requests: int | None = None
+    rate_tokens: int | None = None
+    metrics_tenant: str | None = None
+    header_timeout: float = 10.0
 
     def __post_init__(self) -> None:
         for name in ("budget", "context_window", "reply_reserve", "max_body_bytes", "max_messages",
@@ -77,6 +101,21 @@ class ServerSettings:
             raise ValueError(f"upstream must be an http(s) URL such as http://127.0.0.1:8000/v1, got {self.upstream!r}")
         if not self.upstream_timeout > 0:
             raise ValueError(f"upstream_timeout must be > 0 seconds, got {self.upstream_timeout!r}")
+        for name, unit in (("rate_requests", "requests per minute"), ("rate_tokens", "tokens per minute")):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value <= 0):
+                raise ValueError(f"{name} must be a whole number of {unit} > 0 (or None: no limit), got {value!r}")
+        if isinstance(self.allowed_hosts, str) or not all(isinstance(h, str) for h in self.allowed_hosts):
+            raise ValueError(f"allowed_hosts must be a list of host names, got {self.allowed_hosts!r}")
+        object.__setattr__(self, "allowed_hosts", tuple(check_host_name(h) for h in self.allowed_hosts))
+        if self.metrics_tenant is not None:
+            try:
+                check_tenant(self.metrics_tenant)
+            except ValueError as exc:
+                raise ValueError(f"metrics_tenant: {exc}") from None
+        if isinstance(self.header_timeout, bool) or not isinstance(self.header_timeout, (int, float)) or \
+                not self.header_timeout > 0:
+            raise ValueError(f"header_timeout must be > 0 seconds, got {self.header_timeout!r}")
 
     def store_url(self) -> str:
         """The store to open (the default SQLite file is created in ``data_dir``)."""
@@ -87,7 +126,7 @@ class ServerSettings:
         return f"sqlite:///{data / 'memory.db'}"
 
     def to_env(self) -> str:
-        return json.dumps(asdict(self))
+        return json.dumps(asdict(self))  # allowed_hosts travels as a list; __post_init__ makes it a tuple again
 
     @classmethod
     def from_env(cls) -> ServerSettings:
