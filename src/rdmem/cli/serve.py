@@ -42,7 +42,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         store=args.store, data_dir=args.data_dir, budget=args.budget, policy=args.policy, upstream=args.upstream,
         context_window=args.context_window, reply_reserve=args.reply_reserve, upstream_timeout=args.upstream_timeout,
         max_body_bytes=args.max_body_bytes, max_messages=args.max_messages, max_message_chars=args.max_message_chars,
-        max_budget=args.max_budget,
+        max_budget=args.max_budget, ui=not args.no_ui,
     )
     require_embeddings(None, "rdmem serve")
     url = settings.store_url()
@@ -59,7 +59,8 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     if args.upstream:
         print(f"rdmem serve: proxy to {args.upstream} (window {args.context_window} tokens): "
               f"OPENAI_BASE_URL={where}/v1", file=sys.stderr)
-    print(f"rdmem serve: listening on {where} (docs at {where}/docs)", file=sys.stderr, flush=True)
+    print(f"rdmem serve: listening on {where} (docs at {where}/docs"
+          + ("" if args.no_ui else f", inspector at {where}/ui") + ")", file=sys.stderr, flush=True)
     os.environ[SETTINGS_ENV] = settings.to_env()
     config = {"app": "rdmem.server.app:app_from_env", "factory": True, "host": args.host, "port": args.port,
               "log_level": args.log_level, "access_log": args.log_level == "debug"}
@@ -130,6 +131,7 @@ def register(sub: Any) -> None:
     limits.add_argument("--max-message-chars", type=positive_int, default=200_000,
                         help="characters of one message's content (default 200000)")
     limits.add_argument("--max-budget", type=positive_int, default=1_000_000, help="tokens a request may ask for")
+    p.add_argument("--no-ui", action="store_true", help="do not serve the web inspector at /ui")
     p.add_argument("--insecure", action="store_true", help="serve a non-loopback address without API keys")
     p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
     p.set_defaults(func=_cmd_serve)

@@ -164,12 +164,7 @@ def list_sessions(tenant: Tenant, request: Request, offset: _Offset = 0, limit: 
 @router.get("/sessions/{session}", response_model=SessionDetail, operation_id="get_session")
 def get_session(session: SessionName, tenant: Tenant, request: Request) -> SessionDetail:
     """A session's size: messages and tokens, in all and in working memory."""
-    state = _state(request)
-    name = store_session(tenant, session)
-    info = next((i for n, i in tenant_sessions(state.store, tenant) if n == session), None)
-    if info is None or state.store.version(name) == 0:
-        raise ApiError(404, f"no session {session!r}")
-    return session_detail(state, tenant, session, info)
+    return session_detail(_state(request), tenant, session)
 
 
 @router.get("/sessions/{session}/messages", response_model=MessagePage, operation_id="list_messages")
@@ -214,8 +209,14 @@ def session_list(state: Any, tenant: str, *, offset: int = 0, limit: int = 100,
     )
 
 
-def session_detail(state: Any, tenant: str, session: str, info: Any) -> SessionDetail:
-    """A listed session's size (``info`` from the store's list): messages and tokens, in all and working."""
+def session_detail(state: Any, tenant: str, session: str, info: Any = None) -> SessionDetail:
+    """A session's size: messages and tokens, in all and in working memory (``info``: its entry in a list
+    just read, which saves looking it up)."""
+    if info is None:
+        name = store_session(tenant, session)
+        info = next((i for n, i in tenant_sessions(state.store, tenant) if n == session), None)
+        if info is None or state.store.version(name) == 0:
+            raise ApiError(404, f"no session {session!r}")
     stats = state.pool.manager(tenant, session).stats()
     return SessionDetail(session=session, created=info.created, updated=info.updated,
                          **{k: stats[k] for k in ("units", "working", "archived", "tokens", "working_tokens",

@@ -48,6 +48,8 @@ class ServerSettings:
         Tokens kept for the reply when a request gives no ``max_tokens``.
     max_body_bytes, max_messages, max_message_chars, max_budget, max_page:
         Limits: a larger request is refused (413 for the body, 400 for the rest).
+    ui:
+        Serve the web inspector at ``/ui`` (under the same keys and tenants as the API).
     """
 
     store: str | None = None
@@ -64,6 +66,7 @@ class ServerSettings:
     max_budget: int = 1_000_000
     max_page: int = 1000
     pool_size: int = 256
+    ui: bool = True
 
     def __post_init__(self) -> None:
         for name in ("budget", "context_window", "reply_reserve", "max_body_bytes", "max_messages",
@@ -75,6 +78,8 @@ class ServerSettings:
                              f"({self.context_window})")
         if self.upstream is not None and not self.upstream.startswith(("http://", "https://")):
             raise ValueError(f"upstream must be an http(s) URL such as http://127.0.0.1:8000/v1, got {self.upstream!r}")
+        if not isinstance(self.ui, bool):
+            raise ValueError(f"ui must be True or False, got {self.ui!r}")
         if not self.upstream_timeout > 0:
             raise ValueError(f"upstream_timeout must be > 0 seconds, got {self.upstream_timeout!r}")
 
