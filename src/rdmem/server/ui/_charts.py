@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 __all__ = ["Chart", "Series", "line_chart", "nice_ticks"]
 
 WIDTH, HEIGHT = 640, 280
-LEFT, RIGHT, TOP, BOTTOM = 64, 20, 16, 44
+LEFT, RIGHT, TOP, BOTTOM = 80, 36, 16, 44
 
 
 @dataclass(frozen=True)
@@ -49,7 +49,7 @@ class Chart:
         return self.top + self.plot_height
 
 
-def nice_ticks(high: float, count: int = 4) -> list[float]:
+def nice_ticks(high: float, count: int = 5) -> list[float]:
     """0 and round steps (1, 2 or 5 times a power of ten) up to at least ``high``."""
     if high <= 0:
         return [0.0, 1.0]
@@ -85,5 +85,6 @@ def line_chart(
     lines = [Series(name, f"series-{k}", [(px(x), py(y)) for x, y in pts])
              for k, (name, pts) in enumerate(series.items())]
     ticks_x = sorted(set(x_ticks if x_ticks is not None else [x for pts in series.values() for x, _ in pts]))
-    return Chart(title, xlabel, ylabel, lines, [(px(v), x_label(v)) for v in ticks_x],
+    labels = {x_label(v): px(v) for v in reversed(ticks_x)}  # one tick per label, the first of equals
+    return Chart(title, xlabel, ylabel, lines, sorted((x, label) for label, x in labels.items()),
                  [(py(v), y_label(v)) for v in yticks], (px(marker[0]), marker[1]) if marker else None)

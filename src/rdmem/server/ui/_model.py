@@ -143,12 +143,12 @@ def budget_bar(ctx: Compaction, tok: Tokenizer) -> list[Segment]:
     sums = dict.fromkeys(_KINDS, 0)
     for message, source in zip(ctx.messages, ctx.sources or [None] * len(ctx.messages), strict=True):
         n = tok.message_tokens(message)
-        if message.get("role") in ("system", "developer"):
+        if source is None and ctx.summary and ctx.summary in content_text(message.get("content")):
+            sums["summary"] += n  # a system message of rdmem's own
+        elif message.get("role") in ("system", "developer"):
             sums["system"] += n
         elif source is not None:
             sums["kept" if source in kept else "compressed"] += n
-        elif ctx.summary and ctx.summary in content_text(message.get("content")):
-            sums["summary"] += n
         else:
             sums["markers"] += n
     budget = max(ctx.budget, 1)
