@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import re
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -15,6 +17,8 @@ from rdmem.server.ui._views import _number
 from rdmem.tokens import get_tokenizer
 
 from ...integrations._scenario import conversation
+
+UI = Path(__file__).resolve().parents[3] / "src" / "rdmem" / "server" / "ui"
 
 
 @pytest.fixture(scope="module")
@@ -128,3 +132,11 @@ def test_curves_run_one_at_a_time_keep_results_and_retry_failures():
         "RuntimeError: the store went away"
     again = curves.job("b", broken)
     assert again is not waiting and again.finished.wait(10) and calls == ["slow", "broken", "broken"]
+
+
+def test_no_asset_comes_from_elsewhere():
+    """Every page loads only what the server serves from the package: no CDN, no font or script from outside."""
+    for path in [*UI.glob("templates/*.html"), *UI.glob("static/*")]:
+        text = path.read_text(encoding="utf-8")
+        assert not re.search(r"""(src|href)=["']?(https?:)?//""", text), path
+        assert "@import" not in text and "url(http" not in text, path

@@ -8,7 +8,6 @@ request) and the curve's progress (a reload shows it too).
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -159,8 +158,7 @@ def timeline(request: Request, name: str = "", budget: str = "", query: str = ""
         view = _view(request, name, budget, query, policy)
         data = _session_common(request, tenant, view, "timeline")
         start = _number(offset, "offset", 0, 0, 10**9) or 0
-        t0 = time.perf_counter()
-        ctx, used = session_context(state, tenant, name, budget=view.budget, query=view.query or None,
+        ctx, _ = session_context(state, tenant, name, budget=view.budget, query=view.query or None,
                                     policy=view.policy or None)
         page = message_page(state, tenant, name, offset=start, limit=TIMELINE_PAGE)
         tok = state.pool.manager(tenant, name).tokenizer
@@ -174,8 +172,7 @@ def timeline(request: Request, name: str = "", budget: str = "", query: str = ""
                 "offset": start, "page": TIMELINE_PAGE, "total": total,
                 "prev": view.link(offset=max(start - TIMELINE_PAGE, 0)) if start else None,
                 "next": view.link(offset=page.next_offset) if page.next_offset is not None else None,
-                "last": view.link(offset=max(total - 1, 0) // TIMELINE_PAGE * TIMELINE_PAGE),
-                "ms": 1000 * (time.perf_counter() - t0)}
+                "last": view.link(offset=max(total - 1, 0) // TIMELINE_PAGE * TIMELINE_PAGE)}
 
     return _render(request, "timeline.html", build)
 
