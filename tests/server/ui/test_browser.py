@@ -246,3 +246,19 @@ def test_no_serious_accessibility_violations(chromium, acme, site):
     serious = {url: [(v["id"], v["impact"], v["help"]) for v in vs if v["impact"] in ("serious", "critical")]
                for url, vs in found.items()}
     assert all(not v for v in serious.values()), serious
+
+
+def test_deleting_a_whole_session_behind_the_confirmation(acme, site):
+    from playwright.sync_api import expect
+
+    acme.goto("/ui/session?name=notes")
+    acme.get_by_role("button", name="Delete this session…").click()
+    dialog = acme.get_by_role("dialog")
+    expect(dialog).to_contain_text("Delete session “notes” and every message in it?")
+    expect(dialog).to_contain_text("This is permanent.")
+    dialog.get_by_role("button", name="Delete permanently").click()
+    acme.wait_for_url("**/ui/?deleted=notes")
+    expect(acme.get_by_role("status").first).to_contain_text("Deleted session “notes”")
+    assert "notes" not in acme.locator("table.data tbody th").all_inner_texts()
+    with api(site) as http:
+        assert http.get("/v1/sessions/notes").status_code == 404

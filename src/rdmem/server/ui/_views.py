@@ -100,7 +100,7 @@ def login(request: Request) -> Response:
 
 @router.get("")
 @router.get("/")
-def sessions(request: Request, q: str = "", offset: str = "") -> Response:
+def sessions(request: Request, q: str = "", offset: str = "", deleted: str = "") -> Response:
     """The caller's sessions, a page at a time, filtered by name."""
     state = _state(request)
 
@@ -109,7 +109,7 @@ def sessions(request: Request, q: str = "", offset: str = "") -> Response:
         page = session_list(state, tenant, offset=start, limit=SESSIONS_PAGE, contains=q.strip() or None)
         rows = [session_detail(state, tenant, s.session, s) for s in page.sessions]
         link = {"q": q} if q else {}
-        return {"title": "Sessions", "rows": rows, "q": q, "offset": start,
+        return {"title": "Sessions", "rows": rows, "q": q, "offset": start, "deleted": deleted,
                 "prev": urlencode({**link, "offset": max(start - SESSIONS_PAGE, 0)}) if start else None,
                 "next": urlencode({**link, "offset": page.next_offset}) if page.next_offset is not None else None}
 
