@@ -6,7 +6,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test bench eval eval-record clean
+.PHONY: demo test bench eval eval-record clean browser
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -21,8 +21,20 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	HF_HUB_OFFLINE=1 $(BIN)/python examples/demo.py
 
-test: $(STAMP)
+test: $(STAMP) browser
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q
+
+# The inspector's browser tests drive Debian's chromium with Playwright (the pip package comes with the test
+# extra; never `playwright install`, which downloads a browser). Installed here when run as root; otherwise
+# those tests skip, and pytest prints why.
+browser:
+	@if command -v chromium >/dev/null 2>&1; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+		echo "installing Debian's chromium for the browser tests"; \
+		(DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null 2>&1 || \
+		 (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null)) || \
+		echo "could not install chromium: the browser tests will skip"; \
+	else echo "chromium is not installed (apt-get install chromium, as root): the browser tests will skip"; fi
 
 bench: $(STAMP)
 	HF_HUB_OFFLINE=1 $(BIN)/python benchmarks/knapsack_speed.py

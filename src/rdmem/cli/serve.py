@@ -37,7 +37,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         max_body_bytes=args.max_body_bytes, max_messages=args.max_messages, max_message_chars=args.max_message_chars,
         max_budget=args.max_budget, host=args.host, allowed_hosts=tuple(args.allow_host or ()),
         rate_requests=args.rate_requests, rate_tokens=args.rate_tokens, metrics_tenant=args.metrics_tenant,
-        header_timeout=args.header_timeout,
+        header_timeout=args.header_timeout, ui=not args.no_ui,
     )
     require_embeddings(None, "rdmem serve")
     url = settings.store_url()
@@ -60,7 +60,8 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     if args.upstream:
         print(f"rdmem serve: proxy to {args.upstream} (window {args.context_window} tokens): "
               f"OPENAI_BASE_URL={where}/v1", file=sys.stderr)
-    print(f"rdmem serve: listening on {where} (docs at {where}/docs)", file=sys.stderr, flush=True)
+    print(f"rdmem serve: listening on {where} (docs at {where}/docs"
+          + ("" if args.no_ui else f", inspector at {where}/ui") + ")", file=sys.stderr, flush=True)
     os.environ[SETTINGS_ENV] = settings.to_env()
     config = {"app": "rdmem.server.app:app_from_env", "factory": True, "host": args.host, "port": port,
               "log_level": args.log_level, "access_log": args.log_level == "debug", "http": PROTOCOL}
@@ -148,6 +149,7 @@ def register(sub: Any) -> None:
                         help="requests per minute per tenant (default: no limit); over it, 429 with Retry-After")
     limits.add_argument("--rate-tokens", type=whole_number("tokens per minute"), default=None,
                         help="tokens stored per minute per tenant (default: no limit); over it, 429 with Retry-After")
+    p.add_argument("--no-ui", action="store_true", help="do not serve the web inspector at /ui")
     p.add_argument("--insecure", action="store_true", help="serve a non-loopback address without API keys")
     p.add_argument("--allow-host", action="append", metavar="NAME", default=None,
                    help="answer this Host name too (repeatable; '*': any). On loopback, only loopback names "

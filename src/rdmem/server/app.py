@@ -103,6 +103,10 @@ def create_app(settings: ServerSettings | None = None, *, store: Store | None = 
         from .routes_proxy import router as proxy_router
 
         app.include_router(proxy_router)
+    if settings.ui:
+        from .ui import install_ui
+
+        install_ui(app)
     if mcp is not None:
         app.add_route("/mcp", mcp, methods=["GET", "POST", "DELETE"], include_in_schema=False)
 

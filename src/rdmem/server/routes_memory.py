@@ -14,6 +14,7 @@ from fastapi import APIRouter, Query, Request, Response
 from pydantic import BaseModel
 
 from ..policies import POLICIES, get_policy
+from ..result import Compaction
 from .auth import Tenant
 from .errors import ApiError
 from .protocol import (
@@ -37,7 +38,8 @@ from .protocol import (
 )
 from .sessions import SessionName, store_session, tenant_sessions
 
-__all__ = ["router", "check_messages"]
+__all__ = ["router", "check_messages", "session_list", "session_detail", "message_page", "session_context",
+           "session_search", "remove_session", "remove_message"]
 
 _ERRORS: dict[int | str, dict[str, Any]] = {
     code: {"model": ErrorResponse, "description": text}
@@ -82,7 +84,11 @@ def _send(answer: BaseModel) -> Response:
 
 
 def _existing(request: Request, tenant: str, session: str) -> None:
-    if not _state(request).pool.exists(tenant, session):
+    _must_exist(_state(request), tenant, session)
+
+
+def _must_exist(state: Any, tenant: str, session: str) -> None:
+    if not state.pool.exists(tenant, session):
         raise ApiError(404, f"no session {session!r}")
 
 
@@ -115,13 +121,8 @@ def context(session: SessionName, body: ContextRequest, tenant: Tenant, request:
     """What the model should see now: the working set (and, with a query, the archive's best matches) within
     the budget. The newest user message is always in it."""
     state = _state(request)
-    _existing(request, tenant, session)
-    policy = _policy(body.policy, body.mode)
-    budget = body.budget or state.settings.budget
-    mem = state.pool.manager(tenant, session, policy=policy)
-    if budget > state.settings.max_budget:
-        raise ApiError(400, f"budget must be at most {state.settings.max_budget} tokens, got {budget}")
-    ctx = mem.context(body.query, budget=budget, warn=False)  # the warnings are in the answer
+    ctx, budget = session_context(state, tenant, session, budget=body.budget, query=body.query,
+                                  policy=body.policy, mode=body.mode)
     if ctx.archived_ids or ctx.summarized_ids or ctx.compressed_ids:
         state.metrics.count("rdmem_compactions_total")
     return _send(ContextResponse(messages=ctx.messages, tokens=ctx.tokens, kept_ids=ctx.kept_ids,
@@ -132,12 +133,7 @@ def context(session: SessionName, body: ContextRequest, tenant: Tenant, request:
 @router.post("/sessions/{session}/search", response_model=SearchResponse, operation_id="search")
 def search(session: SessionName, body: SearchRequest, tenant: Tenant, request: Request) -> SearchResponse:
     """The session's messages that best match a query (lexical and dense rankings fused), best first."""
-    state = _state(request)
-    _existing(request, tenant, session)
-    if body.k > state.settings.max_page:
-        raise ApiError(400, f"k must be at most {state.settings.max_page}, got {body.k}")
-    hits = state.pool.manager(tenant, session).search(body.query, k=body.k)
-    return SearchResponse(results=[SearchHit(**h) for h in hits])
+    return SearchResponse(results=session_search(_state(request), tenant, session, body.query, k=body.k))
 
 
 @router.post("/sessions/{session}/feedback", response_model=OkResponse, operation_id="feedback")
@@ -151,13 +147,8 @@ def feedback(session: SessionName, body: FeedbackRequest, tenant: Tenant, reques
 @router.post("/sessions/{session}/explain", response_model=ExplainResponse, operation_id="explain")
 def explain(session: SessionName, body: ExplainRequest, tenant: Tenant, request: Request) -> ExplainResponse:
     """Why each message would be kept, compressed or archived: a context's report, as text and JSON."""
-    state = _state(request)
-    _existing(request, tenant, session)
-    mem = state.pool.manager(tenant, session, policy=_policy(body.policy, None))
-    budget = body.budget or state.settings.budget
-    if budget > state.settings.max_budget:
-        raise ApiError(400, f"budget must be at most {state.settings.max_budget} tokens, got {budget}")
-    ctx = mem.context(body.query, budget=budget, warn=False)
+    ctx, _ = session_context(_state(request), tenant, session, budget=body.budget, query=body.query,
+                             policy=body.policy)
     return _send(ExplainResponse(text=ctx.explain(), report=[d.to_dict() for d in ctx.report], warnings=ctx.warnings))
 
 
@@ -168,7 +159,49 @@ _Limit = Annotated[int, Query(ge=1, le=1000)]
 @router.get("/sessions", response_model=SessionList, operation_id="list_sessions")
 def list_sessions(tenant: Tenant, request: Request, offset: _Offset = 0, limit: _Limit = 100) -> SessionList:
     """The caller's sessions, by name, a page at a time."""
-    found = tenant_sessions(_state(request).store, tenant)
+    return session_list(_state(request), tenant, offset=offset, limit=limit)
+
+
+@router.get("/sessions/{session}", response_model=SessionDetail, operation_id="get_session")
+def get_session(session: SessionName, tenant: Tenant, request: Request) -> SessionDetail:
+    """A session's size: messages and tokens, in all and in working memory."""
+    return session_detail(_state(request), tenant, session)
+
+
+@router.get("/sessions/{session}/messages", response_model=MessagePage, operation_id="list_messages")
+def list_messages(session: SessionName, tenant: Tenant, request: Request, offset: _Offset = 0,
+                  limit: _Limit = 100) -> MessagePage:
+    """The session's messages as given (every field, with its id), in order, a page at a time."""
+    return message_page(_state(request), tenant, session, offset=offset, limit=limit)
+
+
+@router.delete("/sessions/{session}", status_code=204, operation_id="delete_session")
+def delete_session(session: SessionName, tenant: Tenant, request: Request) -> Response:
+    """Delete a session and everything in it, for good."""
+    remove_session(_state(request), tenant, session)
+    return Response(status_code=204)
+
+
+@router.delete("/sessions/{session}/messages/{message_id}", status_code=204, operation_id="delete_message")
+def delete_message(session: SessionName, message_id: str, tenant: Tenant, request: Request) -> Response:
+    """Delete one message for good (a tool call without its results is then left out of every context)."""
+    remove_message(_state(request), tenant, session, message_id)
+    return Response(status_code=204)
+
+
+@router.get("/policies", operation_id="list_policies")
+def list_policies() -> dict[str, Any]:
+    """The policies a context may name."""
+    return {"policies": [{"name": n, "description": get_policy(n).description} for n in sorted(POLICIES)]}
+
+
+# -- what the routes do, apart from HTTP: the web inspector (``server.ui``) calls the same functions ---------
+def session_list(state: Any, tenant: str, *, offset: int = 0, limit: int = 100,
+                 contains: str | None = None) -> SessionList:
+    """A page of ``tenant``'s sessions by name (only those whose name contains ``contains``, if given)."""
+    found = tenant_sessions(state.store, tenant)
+    if contains:
+        found = [(name, i) for name, i in found if contains.casefold() in name.casefold()]
     page = found[offset:offset + limit]
     return SessionList(
         sessions=[SessionSummary(session=name, units=i.units, working=i.working, archived=i.archived,
@@ -177,50 +210,57 @@ def list_sessions(tenant: Tenant, request: Request, offset: _Offset = 0, limit: 
     )
 
 
-@router.get("/sessions/{session}", response_model=SessionDetail, operation_id="get_session")
-def get_session(session: SessionName, tenant: Tenant, request: Request) -> SessionDetail:
-    """A session's size: messages and tokens, in all and in working memory."""
-    state = _state(request)
-    name = store_session(tenant, session)
-    info = next((i for n, i in tenant_sessions(state.store, tenant) if n == session), None)
-    if info is None or state.store.version(name) == 0:
-        raise ApiError(404, f"no session {session!r}")
+def session_detail(state: Any, tenant: str, session: str, info: Any = None) -> SessionDetail:
+    """A session's size: messages and tokens, in all and in working memory (``info``: its entry in a list
+    just read, which saves looking it up)."""
+    if info is None:
+        name = store_session(tenant, session)
+        info = next((i for n, i in tenant_sessions(state.store, tenant) if n == session), None)
+        if info is None or state.store.version(name) == 0:
+            raise ApiError(404, f"no session {session!r}")
     stats = state.pool.manager(tenant, session).stats()
     return SessionDetail(session=session, created=info.created, updated=info.updated,
                          **{k: stats[k] for k in ("units", "working", "archived", "tokens", "working_tokens",
                                                   "working_ids")})
 
 
-@router.get("/sessions/{session}/messages", response_model=MessagePage, operation_id="list_messages")
-def list_messages(session: SessionName, tenant: Tenant, request: Request, offset: _Offset = 0,
-                  limit: _Limit = 100) -> MessagePage:
-    """The session's messages as given (every field, with its id), in order, a page at a time."""
-    state = _state(request)
-    _existing(request, tenant, session)
+def message_page(state: Any, tenant: str, session: str, *, offset: int = 0, limit: int = 100) -> MessagePage:
+    """The session's messages as given, in order, from the ``offset``-th on, at most ``limit``."""
+    _must_exist(state, tenant, session)
     page = state.pool.manager(tenant, session).history(offset=offset, limit=limit + 1)
     return MessagePage(messages=page[:limit], next_offset=offset + limit if len(page) > limit else None)
 
 
-@router.delete("/sessions/{session}", status_code=204, operation_id="delete_session")
-def delete_session(session: SessionName, tenant: Tenant, request: Request) -> Response:
+def session_context(state: Any, tenant: str, session: str, *, budget: int | None = None, query: str | None = None,
+                    policy: str | None = None, mode: str | None = None) -> tuple[Compaction, int]:
+    """The context the session gives now for ``budget`` (default: the server's) and ``query``, and that
+    budget; it writes nothing."""
+    _must_exist(state, tenant, session)
+    name = _policy(policy, mode)
+    budget = budget or state.settings.budget
+    mem = state.pool.manager(tenant, session, policy=name)
+    if budget > state.settings.max_budget:
+        raise ApiError(400, f"budget must be at most {state.settings.max_budget} tokens, got {budget}")
+    return mem.context(query, budget=budget, warn=False), budget  # the warnings are in the answer
+
+
+def session_search(state: Any, tenant: str, session: str, query: str, *, k: int = 10) -> list[SearchHit]:
+    """The session's ``k`` best matches for ``query``, best first."""
+    _must_exist(state, tenant, session)
+    if k > state.settings.max_page:
+        raise ApiError(400, f"k must be at most {state.settings.max_page}, got {k}")
+    return [SearchHit(**h) for h in state.pool.manager(tenant, session).search(query, k=k)]
+
+
+def remove_session(state: Any, tenant: str, session: str) -> None:
     """Delete a session and everything in it, for good."""
-    state = _state(request)
-    _existing(request, tenant, session)
+    _must_exist(state, tenant, session)
     state.store.delete_session(store_session(tenant, session))
     state.pool.forget(tenant, session)
-    return Response(status_code=204)
 
 
-@router.delete("/sessions/{session}/messages/{message_id}", status_code=204, operation_id="delete_message")
-def delete_message(session: SessionName, message_id: str, tenant: Tenant, request: Request) -> Response:
-    """Delete one message for good (a tool call without its results is then left out of every context)."""
-    _existing(request, tenant, session)
-    if not _state(request).pool.manager(tenant, session).delete([message_id]):
+def remove_message(state: Any, tenant: str, session: str, message_id: str) -> None:
+    """Delete one message of a session for good."""
+    _must_exist(state, tenant, session)
+    if not state.pool.manager(tenant, session).delete([message_id]):
         raise ApiError(404, f"session {session!r} has no message {message_id!r}")
-    return Response(status_code=204)
-
-
-@router.get("/policies", operation_id="list_policies")
-def list_policies() -> dict[str, Any]:
-    """The policies a context may name."""
-    return {"policies": [{"name": n, "description": get_policy(n).description} for n in sorted(POLICIES)]}

@@ -31,6 +31,7 @@ from ..tokens import content_text
 from ._replies import ReplyCollector
 from .auth import RDMEM_KEY_HEADER, ProxyTenant
 from .errors import error_body
+from .savings import record
 
 __all__ = ["router"]
 
@@ -103,6 +104,7 @@ def _prepare(state: Any, tenant: str, session: str, body: dict[str, Any],
     tok = mem.tokenizer
     before = tok.messages_tokens([m.chat for m in parsed])
     if budget <= 0 or before <= budget:
+        record(state.store, mem.session, before, before, False)
         return messages, before, before, False
     room = budget - tok.messages_tokens(head)
     if room <= 0:
@@ -112,6 +114,7 @@ def _prepare(state: Any, tenant: str, session: str, body: dict[str, Any],
     state.metrics.count("rdmem_compactions_total")
     state.metrics.count("rdmem_tokens_in_total", before)
     state.metrics.count("rdmem_tokens_out_total", budget - room + ctx.tokens)
+    record(state.store, mem.session, before, budget - room + ctx.tokens, True)
     return head + ctx.messages, before, budget - room + ctx.tokens, True
 
 

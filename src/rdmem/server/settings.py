@@ -66,6 +66,8 @@ class ServerSettings:
     header_timeout:
         Seconds a connection may take to send a request's headers before it
         is closed (half-open and slow clients).
+    ui:
+        Serve the web inspector at ``/ui`` (under the same keys and tenants as the API).
     """
 
     store: str | None = None
@@ -88,6 +90,7 @@ class ServerSettings:
     rate_tokens: int | None = None
     metrics_tenant: str | None = None
     header_timeout: float = 10.0
+    ui: bool = True
 
     def __post_init__(self) -> None:
         for name in ("budget", "context_window", "reply_reserve", "max_body_bytes", "max_messages",
@@ -99,6 +102,8 @@ class ServerSettings:
                              f"({self.context_window})")
         if self.upstream is not None and not self.upstream.startswith(("http://", "https://")):
             raise ValueError(f"upstream must be an http(s) URL such as http://127.0.0.1:8000/v1, got {self.upstream!r}")
+        if not isinstance(self.ui, bool):
+            raise ValueError(f"ui must be True or False, got {self.ui!r}")
         if not self.upstream_timeout > 0:
             raise ValueError(f"upstream_timeout must be > 0 seconds, got {self.upstream_timeout!r}")
         for name, unit in (("rate_requests", "requests per minute"), ("rate_tokens", "tokens per minute")):
