@@ -86,7 +86,7 @@ def test_actions_take_json_from_this_origin_only(keyed):
         assert form.status_code == 415 and "application/json" in form.json()["error"]["message"]
         foreign = http.post("/ui/api/delete", json={"session": "trip", "id": "m0"},
                             headers={"Origin": "http://attacker.example"})
-        assert foreign.status_code == 403 and "another origin" in foreign.json()["error"]["message"]
+        assert foreign.status_code == 403 and "attacker.example" in foreign.json()["error"]["message"]
         cross = http.post("/ui/api/delete", json={"session": "trip", "id": "m0"}, headers={"Sec-Fetch-Site": "cross-site"})
         assert cross.status_code == 403
         assert http.post("/ui/api/delete", json={"session": "trip", "id": "nope"}).status_code == 404
