@@ -20,6 +20,7 @@ from fastapi.responses import PlainTextResponse
 
 from .. import __version__
 from ..embed import Embedder
+from ..errors import InvalidInput
 from ..store import Store, open_store
 from ._openapi import install_openapi
 from .auth import RDMEM_KEY_HEADER, Tenant, tenant_of
@@ -126,7 +127,7 @@ class _TenantSessions:
         try:
             return self.pool.manager(self.tenant, session)
         except ApiError as exc:  # a name that is not one: the tool says why
-            raise ValueError(exc.message) from None
+            raise InvalidInput(exc.message) from None
 
     def sessions(self) -> list[Any]:
         return tenant_sessions(self.pool.store, self.tenant)

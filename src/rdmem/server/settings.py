@@ -8,6 +8,7 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from ..errors import InvalidInput
 from ..policies import get_policy
 from ..tokens import check_budget
 
@@ -71,12 +72,12 @@ class ServerSettings:
             check_budget(getattr(self, name), name)
         get_policy(self.policy)
         if self.reply_reserve >= self.context_window:
-            raise ValueError(f"reply_reserve ({self.reply_reserve}) must be smaller than context_window "
+            raise InvalidInput(f"reply_reserve ({self.reply_reserve}) must be smaller than context_window "
                              f"({self.context_window})")
         if self.upstream is not None and not self.upstream.startswith(("http://", "https://")):
-            raise ValueError(f"upstream must be an http(s) URL such as http://127.0.0.1:8000/v1, got {self.upstream!r}")
+            raise InvalidInput(f"upstream must be an http(s) URL such as http://127.0.0.1:8000/v1, got {self.upstream!r}")
         if not self.upstream_timeout > 0:
-            raise ValueError(f"upstream_timeout must be > 0 seconds, got {self.upstream_timeout!r}")
+            raise InvalidInput(f"upstream_timeout must be > 0 seconds, got {self.upstream_timeout!r}")
 
     def store_url(self) -> str:
         """The store to open (the default SQLite file is created in ``data_dir``)."""

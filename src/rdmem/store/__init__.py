@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ..errors import InvalidInput, InvalidType
 from ._base import check_tenant
 from ._types import (
     ApiKey, Changes, DuplicateIdError, NewUnit, SessionInfo, Store, StoredUnit, StoreError, Tier, UnknownIdError,
@@ -28,20 +29,20 @@ def open_store(url: str | Store | None, *, readonly: bool = False) -> Store:
     if isinstance(url, Store):
         return url
     if not isinstance(url, str):
-        raise TypeError(f"store must be a URL string or a Store, got {type(url).__name__}")
+        raise InvalidType(f"store must be a URL string or a Store, got {type(url).__name__}")
     if url.startswith("sqlite:///"):
         from .sqlite import SQLiteStore
 
         path, _, params = url[len("sqlite:///"):].partition("?")
         if not path:
-            raise ValueError(f"store URL {url!r} has no file path; use sqlite:///relative.db or sqlite:////abs/path.db")
+            raise InvalidInput(f"store URL {url!r} has no file path; use sqlite:///relative.db or sqlite:////abs/path.db")
         options = _query_options(url, params, allowed=("synchronous",))
         return SQLiteStore(path, readonly=readonly, **options)
     if url.startswith(("postgresql://", "postgres://")):
         from .postgres import PostgresStore
 
         return PostgresStore(url)
-    raise ValueError(f"unknown store URL {url!r}; use one of {', '.join(_SCHEMES)}")
+    raise InvalidInput(f"unknown store URL {url!r}; use one of {', '.join(_SCHEMES)}")
 
 
 def _query_options(url: str, params: str, *, allowed: tuple[str, ...]) -> dict[str, str]:
@@ -50,5 +51,5 @@ def _query_options(url: str, params: str, *, allowed: tuple[str, ...]) -> dict[s
     options = dict(parse_qsl(params, keep_blank_values=True))
     unknown = sorted(set(options) - set(allowed))
     if unknown:
-        raise ValueError(f"store URL {url!r}: unknown option {unknown[0]!r}; allowed: {', '.join(allowed)}")
+        raise InvalidInput(f"store URL {url!r}: unknown option {unknown[0]!r}; allowed: {', '.join(allowed)}")
     return options

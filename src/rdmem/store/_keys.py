@@ -7,6 +7,7 @@ import re
 import secrets
 import time
 
+from ..errors import InvalidInput
 from ._types import ApiKey
 
 __all__ = ["KeysMixin", "check_tenant", "key_hash", "TENANT"]
@@ -18,7 +19,7 @@ _KEY_PREFIX = "rdmem_"
 
 def check_tenant(tenant: object) -> str:
     if not isinstance(tenant, str) or not TENANT.match(tenant):
-        raise ValueError(f"tenant must be 1-64 letters, digits, '_', '.' or '-' (not first), got {tenant!r}")
+        raise InvalidInput(f"tenant must be 1-64 letters, digits, '_', '.' or '-' (not first), got {tenant!r}")
     return tenant
 
 
@@ -34,7 +35,7 @@ class KeysMixin:
         """A new API key for ``tenant``: the listing record and the secret (shown once, stored hashed)."""
         check_tenant(tenant)
         if not isinstance(name, str) or len(name) > 200:
-            raise ValueError(f"name must be a string of at most 200 characters, got {name!r}")
+            raise InvalidInput(f"name must be a string of at most 200 characters, got {name!r}")
         secret = _KEY_PREFIX + secrets.token_urlsafe(32)
         key = ApiKey("key_" + secrets.token_hex(6), tenant, name, time.time())
         self._insert_key(key, key_hash(secret))
@@ -49,7 +50,7 @@ class KeysMixin:
     def revoke_key(self, key_id: str) -> bool:
         """Revoke a key at once (``False`` if there is no such key, or it was revoked already)."""
         if not isinstance(key_id, str) or not key_id:
-            raise ValueError(f"key_id must be a non-empty string, got {key_id!r}")
+            raise InvalidInput(f"key_id must be a non-empty string, got {key_id!r}")
         return self._revoke_key(key_id, time.time())
 
     def key_tenant(self, secret: str) -> str | None:

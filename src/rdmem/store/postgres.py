@@ -17,6 +17,7 @@ from contextlib import contextmanager
 from typing import Any, TypeVar
 
 
+from ..errors import InvalidInput, MissingDependency
 from ._base import BaseStore, Encoded, allocate_ids, decode_unit, dumps, state_patch
 from ._pg_schema import LOCK_KEY, SCHEMA_VERSION, TS_CONFIG, register_vector, setup
 from ._pg_search import PgSearchMixin
@@ -33,7 +34,7 @@ def _import_psycopg() -> Any:
     try:
         import psycopg
     except ImportError as exc:  # pragma: no cover - depends on the environment
-        raise ImportError("the PostgreSQL store needs psycopg 3: pip install 'rdmem[postgres]'") from exc
+        raise MissingDependency("the PostgreSQL store needs psycopg 3: pip install 'rdmem[postgres]'") from exc
     return psycopg
 
 
@@ -63,11 +64,11 @@ class PostgresStore(PgSearchMixin, BaseStore):
         self, url: str, *, connect_timeout: float = 10.0, cache_size: int = 256, lexical_rows: int = 1000
     ) -> None:
         if not isinstance(url, str) or not url:
-            raise ValueError(f"url must be a non-empty PostgreSQL URL, got {url!r}")
+            raise InvalidInput(f"url must be a non-empty PostgreSQL URL, got {url!r}")
         if isinstance(connect_timeout, bool) or not isinstance(connect_timeout, (int, float)) or connect_timeout <= 0:
-            raise ValueError(f"connect_timeout must be a number of seconds > 0, got {connect_timeout!r}")
+            raise InvalidInput(f"connect_timeout must be a number of seconds > 0, got {connect_timeout!r}")
         if isinstance(lexical_rows, bool) or not isinstance(lexical_rows, int) or lexical_rows < 1:
-            raise ValueError(f"lexical_rows must be an int >= 1, got {lexical_rows!r}")
+            raise InvalidInput(f"lexical_rows must be an int >= 1, got {lexical_rows!r}")
         self._init_base(cache_size)
         self.url = url
         self.connect_timeout = connect_timeout
@@ -157,7 +158,7 @@ class PostgresStore(PgSearchMixin, BaseStore):
         if dim in self._dims:
             return
         if not 0 < dim <= _MAX_DIM:
-            raise ValueError(f"embedding dimension must be in 1..{_MAX_DIM} for pgvector HNSW, got {dim}")
+            raise InvalidInput(f"embedding dimension must be in 1..{_MAX_DIM} for pgvector HNSW, got {dim}")
         with conn.transaction():
             conn.execute("SELECT pg_advisory_xact_lock(%s)", (LOCK_KEY,))
             conn.execute(

@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from ..errors import InvalidInput
 from ..tokens import message_payload
 from ._base import BaseStore, Encoded, allocate_ids, damaged_unit, decode_unit, dumps, state_patch
 from ._dense import Dense
@@ -86,11 +87,11 @@ class SQLiteStore(SearchMixin, BaseStore):
         readonly: bool = False,
     ) -> None:
         if synchronous not in _SYNCHRONOUS:
-            raise ValueError(f"synchronous must be one of {', '.join(_SYNCHRONOUS)}, got {synchronous!r}")
+            raise InvalidInput(f"synchronous must be one of {', '.join(_SYNCHRONOUS)}, got {synchronous!r}")
         if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0:
-            raise ValueError(f"timeout must be a number of seconds > 0, got {timeout!r}")
+            raise InvalidInput(f"timeout must be a number of seconds > 0, got {timeout!r}")
         if isinstance(lexical_rows, bool) or not isinstance(lexical_rows, int) or lexical_rows < 1:
-            raise ValueError(f"lexical_rows must be an int >= 1, got {lexical_rows!r}")
+            raise InvalidInput(f"lexical_rows must be an int >= 1, got {lexical_rows!r}")
         self._init_base(cache_size)
         self.path = os.fspath(path)
         self.where = f"SQLite store {self.path}"
