@@ -92,3 +92,27 @@ def test_caller_errors_from_deep_in_the_library_are_400s_naming_the_field(serve,
     again = httpx.post(f"{live.url}/v1/sessions/alice/messages",
                        json={"messages": [{"role": "user", "content": "b", "id": "x"}]}, timeout=30)
     assert again.status_code == 409 and "already has a message with id 'x'" in again.json()["error"]["message"]
+
+
+class _Flaky(MemoryStore):
+    """A store that stops answering while ``down`` is set."""
+
+    down = False
+
+    def _version(self, session):
+        if self.down:
+            raise StoreError("PostgreSQL store at db:5432/x: no connection to the database within 5 s")
+        return super()._version(session)
+
+
+def test_healthz_says_whether_the_store_answers(serve, hashing_embedder):
+    store = _Flaky()
+    live = serve(create_app(ServerSettings(), store=store, embedder=hashing_embedder))
+    ok = httpx.get(f"{live.url}/healthz", timeout=30)
+    assert ok.status_code == 200 and ok.json()["status"] == "ok" and ok.json()["store"] == "ok"
+    store.down = True
+    down = httpx.get(f"{live.url}/healthz", timeout=30)
+    assert down.status_code == 503 and down.headers["Retry-After"] == "1"
+    assert down.json()["error"]["code"] == "store_unavailable" and down.json()["error"]["id"]
+    store.down = False
+    assert httpx.get(f"{live.url}/healthz", timeout=30).status_code == 200

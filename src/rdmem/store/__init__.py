@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ..errors import InvalidInput, InvalidType
 from ._base import check_tenant
+from ._pg_pool import redact_url
 from ._types import (
     ApiKey, Changes, DuplicateIdError, NewUnit, SessionInfo, Store, StoredUnit, StoreError, Tier, UnknownIdError,
     VersionConflict, Written,
@@ -13,7 +14,7 @@ from .memory import MemoryStore
 __all__ = [
     "Store", "NewUnit", "StoredUnit", "Written", "Changes", "SessionInfo", "ApiKey", "check_tenant",
     "StoreError", "DuplicateIdError", "UnknownIdError",
-    "VersionConflict", "Tier", "MemoryStore", "open_store",
+    "VersionConflict", "Tier", "MemoryStore", "open_store", "redact_url",
 ]
 
 _SCHEMES = ("memory://", "sqlite:///", "postgresql://", "postgres://")
