@@ -122,6 +122,8 @@ def parse_message(msg: object, index: int = 0, *, json_extras: bool = False) -> 
             hint = f" (ids are strings: use {str(mid)!r})" if isinstance(mid, int) and not isinstance(mid, bool) else ""
             raise InvalidInput(f"{where}: 'id' must be a non-empty string, got {_kind(mid)} {mid!r}{hint}")
         _check_text(mid, f"{where}: id")
+        if "\x00" in mid:  # an id is a key to find the message by; a store refuses a NUL in one
+            raise InvalidInput(f"{where}: 'id' must not contain a NUL character, got {mid!r}")
     _check_content(msg.get("content"), where)
     name = msg.get("name")
     if name is not None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..errors import InvalidInput, InvalidType
-from ._base import check_tenant
+from ._base import check_session, check_tenant
 from ._pg_pool import redact_url
 from ._types import (
     ApiKey, Changes, DuplicateIdError, NewUnit, SessionInfo, Store, StoredUnit, StoreError, Tier, UnknownIdError,
@@ -12,7 +12,7 @@ from ._types import (
 from .memory import MemoryStore
 
 __all__ = [
-    "Store", "NewUnit", "StoredUnit", "Written", "Changes", "SessionInfo", "ApiKey", "check_tenant",
+    "Store", "NewUnit", "StoredUnit", "Written", "Changes", "SessionInfo", "ApiKey", "check_session", "check_tenant",
     "StoreError", "DuplicateIdError", "UnknownIdError",
     "VersionConflict", "Tier", "MemoryStore", "open_store", "redact_url",
 ]

@@ -20,14 +20,14 @@ import numpy as np
 
 from ..errors import InvalidInput, InvalidType
 from ..tokens import message_payload
-from ._keys import KeysMixin, check_tenant
+from ._keys import KeysMixin, check_name, check_tenant
 from ._types import (
     TIERS, Changes, DuplicateIdError, NewUnit, SessionInfo, StoredUnit, StoreError, Tier, Written,
 )
 
 __all__ = [
-    "BaseStore", "Encoded", "check_session", "check_tenant", "damaged_unit", "decode_unit", "dumps", "allocate_ids",
-    "state_patch", "AUTO_PREFIX",
+    "BaseStore", "Encoded", "check_name", "check_session", "check_tenant", "searchable", "damaged_unit",
+    "decode_unit", "dumps", "allocate_ids", "state_patch", "AUTO_PREFIX",
 ]
 
 #: Automatic ids are ``m0``, ``m1``, ... (after every id of that form the session has had).
@@ -38,9 +38,16 @@ def dumps(obj: Any) -> str:
 
 
 def check_session(session: object) -> None:
-    """A session id is a non-empty string."""
+    """A session id is a non-empty string without NUL (see :func:`check_name`)."""
     if not isinstance(session, str) or not session:
         raise InvalidInput(f"session must be a non-empty string, got {session!r}")
+    check_name(session, "session")
+
+
+def searchable(text: str) -> str:
+    """A message's text as the full-text indexes read it: a NUL is a space there (the message itself keeps
+    it, escaped in its JSON)."""
+    return text.replace("\x00", " ")
 
 
 def _check_tier(tier: object, *, optional: bool = False) -> None:
@@ -55,7 +62,7 @@ def _check_ids(ids: object, what: str = "ids") -> list[str]:
     bad = [i for i in ids if not isinstance(i, str)]
     if bad:
         raise InvalidType(f"{what} must be strings, got {bad[0]!r}")
-    return list(ids)
+    return [i for i in ids if "\x00" not in i]  # no unit has such an id (check_name): it is not in the session
 
 
 def _check_expect(expect: object) -> None:
@@ -82,6 +89,8 @@ def _encode(u: object, n: int) -> Encoded:
         raise InvalidType(f"{where}: expected a NewUnit, got {type(u).__name__}")
     if u.id is not None and (not isinstance(u.id, str) or not u.id):
         raise InvalidInput(f"{where}: id must be a non-empty string or None (allocated by the store), got {u.id!r}")
+    if u.id is not None:
+        check_name(u.id, f"{where}: id")
     if not isinstance(u.message, dict) or u.message.get("role") not in _VALID_ROLES:
         raise InvalidInput(f"{where}: message must be a dict with a valid 'role' ({', '.join(_VALID_ROLES)})")
     if isinstance(u.tokens, bool) or not isinstance(u.tokens, (int, np.integer)) or u.tokens < 0:
@@ -99,7 +108,7 @@ def _encode(u: object, n: int) -> Encoded:
         text, feats = dumps(message), dumps(u.features)
     except (TypeError, ValueError) as exc:
         raise InvalidInput(f"{where}: message and features must be JSON ({exc})") from None
-    return Encoded(u.id, text, int(u.tokens), feats, emb, u.tier, message_payload(message))
+    return Encoded(u.id, text, int(u.tokens), feats, emb, u.tier, searchable(message_payload(message)))
 
 
 def allocate_ids(
