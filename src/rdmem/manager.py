@@ -18,7 +18,7 @@ from .learn.online import Feedback
 from .messages import Message, parse_message, parse_messages
 from .policies import RDPolicy, get_policy
 from .scoring import embed_text
-from .store import Store, VersionConflict, check_session, open_store
+from .store import Store, VersionConflict, check_session, check_store, open_store
 from .summarize import Summarizer
 from .tokens import Tokenizer, check_budget, get_tokenizer
 from .units import MemoryUnit, make_unit
@@ -123,6 +123,7 @@ class MemoryManager(OnlineLearning):
         if not (0 < low <= high):
             raise InvalidInput(f"watermarks must satisfy 0 < low <= high, got low={low!r}, high={high!r}")
         check_session(session)
+        check_store(store)  # a store URL of the wrong form fails here, not at the first add()
         if isinstance(archive_candidates, bool) or not isinstance(archive_candidates, int) or archive_candidates < 0:
             raise InvalidInput(f"archive_candidates must be an int >= 0, got {archive_candidates!r}")
         self.session = session

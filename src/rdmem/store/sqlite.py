@@ -60,6 +60,9 @@ class SQLiteStore(SearchMixin, BaseStore):
     readonly:
         Open for reading only (nothing is ever written, not even the WAL
         switch); works in a read-only directory too.
+    create:
+        ``False``: the file must exist already (else :class:`StoreError`
+        "no such store file"; nothing is created).
 
     Opening checks the file (``PRAGMA quick_check``) before anything is
     written: a damaged file is refused with an error naming it. Several
@@ -85,6 +88,7 @@ class SQLiteStore(SearchMixin, BaseStore):
         cache_size: int = 256,
         lexical_rows: int = 1000,
         readonly: bool = False,
+        create: bool = True,
     ) -> None:
         if synchronous not in _SYNCHRONOUS:
             raise InvalidInput(f"synchronous must be one of {', '.join(_SYNCHRONOUS)}, got {synchronous!r}")
@@ -102,7 +106,8 @@ class SQLiteStore(SearchMixin, BaseStore):
         self._caches: dict[str, SessionCache] = {}
         self._versions: dict[str, tuple[int, int]] = {}  # session -> (version, reset), while data_version holds
         self._conn: sqlite3.Connection | None = open_file(
-            self.path, where=self.where, timeout=self.timeout, synchronous=synchronous, readonly=self.readonly)
+            self.path, where=self.where, timeout=self.timeout, synchronous=synchronous, readonly=self.readonly,
+            create=create)
         self._data_version = self._pragma("data_version")
 
     # -- plumbing --------------------------------------------------------------
