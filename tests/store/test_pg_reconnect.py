@@ -71,6 +71,7 @@ def test_terminated_backends_are_replaced_and_no_call_fails(running, session_nam
 
 def test_a_restarted_database_is_served_again_as_soon_as_it_is_back(running, session_name):
     store = PostgresStore(running.url, timeout=1.0)
+    patient = PostgresStore(running.url, timeout=20.0)
     store.append(session_name, [_unit(0)])
     running.stop()
     with pytest.raises(StoreError, match=r"PostgreSQL store at 127\.0\.0\.1:\d+/postgres, session '.*': "
@@ -78,13 +79,26 @@ def test_a_restarted_database_is_served_again_as_soon_as_it_is_back(running, ses
         store.append(session_name, [_unit(1)])
     with pytest.raises(StoreError, match="no connection to the database within 1 s"):
         store.load(session_name)
+    # a call that waits through the outage is served once the database is back
+    waited: dict[str, float] = {}
+
+    def wait_for_it() -> None:
+        patient.append(session_name, [_unit(1)])
+        waited["done"] = time.monotonic()
+
+    waiter = threading.Thread(target=wait_for_it)
+    waiter.start()
+    time.sleep(3)  # the pool's attempts fail meanwhile, and are given up
     running.start()
     back = time.monotonic()
-    store.append(session_name, [_unit(1)])  # the first call after the restart succeeds
+    store.append(session_name, [_unit(2)])  # so is the first call after the restart
     served = time.monotonic() - back
-    assert [u.id for u in store.load(session_name)] == ["u0", "u1"]
+    waiter.join(timeout=30)
+    assert sorted(u.id for u in store.load(session_name)) == ["u0", "u1", "u2"]  # u1 and u2 in either order
     store.close()
+    patient.close()
     assert served < 5, f"the first write after the restart took {served:.1f} s"
+    assert waited["done"] - back < 5, f"the waiting write was served {waited['done'] - back:.1f} s after the return"
 
 
 def test_a_read_cut_off_is_read_again_and_a_write_is_not_repeated(running):

@@ -9,16 +9,20 @@ one, so a write is as safe to retry there as a read. A connection that dies
 *during* a call fails a write (it may have committed, or not: the caller
 gets a :class:`StoreError` and decides), and repeats a read (twice at most:
 a server that ends every connection ends them one by one, so the next one
-may be the next to go). While the database is away, a call waits at most ``timeout`` seconds for a connection;
-the pool tries to reconnect every second, so the first call after the
-database is back is served.
+may be the next to go). While the database is away, a call waits at most ``timeout`` seconds for a connection,
+asking the pool again every quarter of a second: each ask starts a
+connection attempt if none is under way (the pool gives a failing attempt
+up after half a second), so a connection is tried about twice a second and
+the calls waiting when the database comes back are served at once.
 """
 
 from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
@@ -30,7 +34,9 @@ log = logging.getLogger("rdmem.store")
 _T = TypeVar("_T")
 
 #: How long the pool keeps retrying a connection it lost before it gives up and lets the next call try again.
-_RECONNECT_SECONDS = 1.0
+_RECONNECT_SECONDS = 0.5
+#: A call waiting for a connection asks the pool again this often (each ask may start a new attempt).
+_ASK_SECONDS = 0.25
 #: Dead connections a call skips before it gives up (each is dropped; the pool's other idle ones are checked too).
 _DEAD_SKIPPED = 3
 #: How often a read whose connection died under it is run again.
@@ -115,7 +121,7 @@ class Connections:
         while True:
             conn, live = None, False
             try:
-                with self._pool.connection() as conn:
+                with self._lease() as conn:
                     conn.execute("")  # the connection answers: nothing of fn's was sent on a dead one
                     live = True
                     return fn(conn)
@@ -138,6 +144,27 @@ class Connections:
                     log.info("%s: the connection was lost during a read; reading again", where)
                     continue
                 raise StoreError(f"{where}: {one_line(exc)}") from None
+
+    @contextmanager
+    def _lease(self) -> Iterator[Any]:
+        """A connection of the pool for one call (as ``pool.connection()``, waiting in short slices: a pool
+        whose reconnection attempt gave up starts another only when asked)."""
+        from psycopg_pool import PoolTimeout
+
+        deadline = time.monotonic() + self.timeout
+        while True:
+            left = deadline - time.monotonic()
+            try:
+                conn = self._pool.getconn(timeout=max(min(_ASK_SECONDS, left), 0.001))
+                break
+            except PoolTimeout:
+                if left <= _ASK_SECONDS:
+                    raise
+        try:
+            with conn:  # a pooled connection is not closed here: committed or rolled back, then returned
+                yield conn
+        finally:
+            self._pool.putconn(conn)
 
     def close(self) -> None:
         self._pool.close()
