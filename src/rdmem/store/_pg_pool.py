@@ -111,8 +111,8 @@ class Connections:
 
     def run(self, fn: Callable[[Any], _T], session: str | None = None, *, read: bool = False) -> _T:
         """``fn(conn)`` on a live connection; database errors become :class:`StoreError` (a value the
-        database refuses: :class:`InvalidInput`). ``read``: ``fn`` only reads, and is run again once if its
-        connection dies under it."""
+        database refuses: :class:`InvalidInput`). ``read``: ``fn`` only reads, and is run again (twice at most)
+        if its connection dies under it."""
         psycopg = import_psycopg()
         from psycopg_pool import PoolClosed, PoolTimeout
 
