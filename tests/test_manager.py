@@ -238,3 +238,23 @@ def test_two_managers_of_one_session_share_it(tmp_path):
                                         if h["id"] in set(working)]) <= 300  # one working set, not two
     b.delete(["m0", "m1"])
     assert [h["id"] for h in a.history()][:2] == ["m2", "m3"] and len(a) == 38
+
+
+@pytest.mark.parametrize(("store", "kind", "message"), [
+    ("bogus", rdmem.InvalidInput, "unknown store URL 'bogus'; use one of memory://, sqlite:///, postgresql://"),
+    ("sqlite:///", rdmem.InvalidInput, "store URL 'sqlite:///' has no file path"),
+    ("sqlite:///m.db?sync=full", rdmem.InvalidInput, "unknown option 'sync'; allowed: synchronous"),
+    (5, rdmem.InvalidType, "store must be a URL string or a Store, got int"),
+])
+def test_a_store_of_the_wrong_form_fails_at_construction_not_at_the_first_add(tmp_path, monkeypatch, store, kind,
+                                                                               message):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(kind, match=message):
+        MemoryManager(budget=100, policy="window", store=store)
+    assert list(tmp_path.iterdir()) == []  # and nothing was opened to find out
+
+
+def test_a_password_in_an_unknown_store_url_is_not_repeated():
+    with pytest.raises(rdmem.InvalidInput) as info:
+        MemoryManager(budget=100, store="mysql://bob:s3cr3t@db/x")
+    assert "s3cr3t" not in str(info.value) and "mysql://bob:***@db/x" in str(info.value)

@@ -191,3 +191,14 @@ def test_fingerprint_names_exactly_what_a_count_depends_on(cl100k, wordlevel_jso
     # A callable or a tokenizer file may change behind the same name: no fingerprint, counts are always redone.
     assert get_tokenizer(len).fingerprint is None
     assert get_tokenizer(wordlevel_json).fingerprint is None
+
+
+@pytest.mark.parametrize("budget", [10**23, 10**15 + 1])
+def test_a_budget_beyond_max_is_a_clear_error_not_an_overflow(agent_history, budget):
+    from rdmem import InvalidInput
+    from rdmem.tokens import MAX_BUDGET
+
+    with pytest.raises(InvalidInput, match=rf"budget must be at most 1,000,000,000,000,000 tokens, got {budget:,}"):
+        compact(agent_history, budget=budget, policy="window")
+    everything = compact(agent_history, budget=MAX_BUDGET, policy="window")  # the largest budget works
+    assert everything.kept_ids == [m["id"] for m in agent_history] and "budget=1000000000000000" in everything.explain()

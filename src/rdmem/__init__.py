@@ -12,6 +12,7 @@ modules behind these names are implementation (see ARCHITECTURE.md).
 from ._api import compact
 from .contract import Composed, LearnsOnline, Plan, Policy, Problem, scores_of
 from .embed import CachedEmbedder, Embedder, MiniLMEmbedder, SentenceTransformerEmbedder, get_embedder
+from .errors import InvalidInput, InvalidType, MissingDependency, RdmemError
 from .history import is_valid_history, validate_history
 from .learn.online import Feedback
 from .aio import AsyncMemoryManager
@@ -40,6 +41,8 @@ __all__ = [
     # the pieces a policy is built from
     "Tokenizer", "get_tokenizer", "Embedder", "MiniLMEmbedder", "CachedEmbedder", "SentenceTransformerEmbedder",
     "get_embedder", "Summarizer", "ExtractiveSummarizer", "LLMSummarizer", "SummarizerError",
+    # errors (rdmem.errors): whose fault an error is
+    "RdmemError", "InvalidInput", "InvalidType", "MissingDependency",
     # chat histories
     "is_valid_history", "validate_history",
 ]

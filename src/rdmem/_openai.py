@@ -8,10 +8,12 @@ import json
 import urllib.error
 import urllib.request
 
+from .errors import RdmemError
+
 __all__ = ["EndpointError", "chat_completion"]
 
 
-class EndpointError(RuntimeError):
+class EndpointError(RdmemError, RuntimeError):
     """The endpoint gave no usable reply: unreachable, an HTTP error, a timeout, or a malformed reply."""
 
 

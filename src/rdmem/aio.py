@@ -24,6 +24,7 @@ import asyncio
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from .errors import InvalidType
 from .manager import MemoryManager
 from .result import Compaction
 
@@ -39,9 +40,9 @@ class AsyncMemoryManager:
 
     def __init__(self, manager: MemoryManager | None = None, /, **settings: Any) -> None:
         if manager is not None and settings:
-            raise TypeError("give a MemoryManager or its settings (budget=..., store=...), not both")
+            raise InvalidType("give a MemoryManager or its settings (budget=..., store=...), not both")
         if manager is not None and not isinstance(manager, MemoryManager):
-            raise TypeError(f"expected a MemoryManager, got {type(manager).__name__}")
+            raise InvalidType(f"expected a MemoryManager, got {type(manager).__name__}")
         self.sync = manager if manager is not None else MemoryManager(**settings)
 
     @property

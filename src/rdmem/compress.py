@@ -25,6 +25,7 @@ import math
 import re
 from collections.abc import Mapping
 
+from .errors import InvalidInput, InvalidType
 from .features import content_words, extract_features
 from .history import split_prefix
 from .summarize import split_sentences
@@ -151,7 +152,7 @@ def _join(prefix: str, body: str) -> str:
 
 def _check_tokenizer(tokenizer: object) -> Tokenizer:
     if not isinstance(tokenizer, Tokenizer):
-        raise TypeError(f"tokenizer must be a rdmem Tokenizer (see rdmem.tokens.get_tokenizer), got {type(tokenizer).__name__}")
+        raise InvalidType(f"tokenizer must be a rdmem Tokenizer (see rdmem.tokens.get_tokenizer), got {type(tokenizer).__name__}")
     return tokenizer
 
 
@@ -196,11 +197,11 @@ def compress(
     """
     tok = _check_tokenizer(tokenizer)
     if not isinstance(text, str):
-        raise TypeError(f"text must be a string, got {type(text).__name__}")
+        raise InvalidType(f"text must be a string, got {type(text).__name__}")
     if isinstance(max_ratio, bool) or not isinstance(max_ratio, (int, float)) or not 0.0 < max_ratio <= 1.0:
-        raise ValueError(f"max_ratio must be a number in (0, 1], got {max_ratio!r}")
+        raise InvalidInput(f"max_ratio must be a number in (0, 1], got {max_ratio!r}")
     if isinstance(min_saving, bool) or not isinstance(min_saving, (int, float)) or not 0.0 <= min_saving < 1.0:
-        raise ValueError(f"min_saving must be a number in [0, 1), got {min_saving!r}")
+        raise InvalidInput(f"min_saving must be a number in [0, 1), got {min_saving!r}")
     if not text.strip() or _STRUCTURED.search(split_prefix(text)[1]):
         return text
     total = tok.count(text)
@@ -273,9 +274,9 @@ def one_line(
     """
     tok = _check_tokenizer(tokenizer)
     if not isinstance(text, str):
-        raise TypeError(f"text must be a string, got {type(text).__name__}")
+        raise InvalidType(f"text must be a string, got {type(text).__name__}")
     if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
-        raise ValueError(f"max_tokens must be an int >= 1, got {max_tokens!r}")
+        raise InvalidInput(f"max_tokens must be an int >= 1, got {max_tokens!r}")
     flat = " ".join(text.split())
     if not flat:
         return ""

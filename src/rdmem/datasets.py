@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .errors import InvalidInput
 from .units import normalize_messages
 
 __all__ = [
@@ -32,7 +33,7 @@ __all__ = [
 LOCOMO_CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop", 5: "adversarial"}
 
 
-class DatasetError(ValueError):
+class DatasetError(InvalidInput):
     """Evaluation data that cannot be used; the message names the file and the line or sample."""
 
 

@@ -24,6 +24,7 @@ from collections.abc import Collection, Iterable, Sequence
 
 import numpy as np
 
+from .errors import InvalidInput, InvalidType
 from .history import split_prefix
 from .features import content_words
 from .units import MemoryUnit
@@ -99,11 +100,11 @@ def find_links(
     [(2, 0, 'correction')]
     """
     if isinstance(window, bool) or not isinstance(window, int) or window < 1:
-        raise ValueError(f"window must be an int >= 1 (units), got {window!r}")
+        raise InvalidInput(f"window must be an int >= 1 (units), got {window!r}")
     if isinstance(same_speaker_bonus, bool) or not isinstance(same_speaker_bonus, (int, float)) or same_speaker_bonus < 0:
-        raise ValueError(f"same_speaker_bonus must be a number >= 0, got {same_speaker_bonus!r}")
+        raise InvalidInput(f"same_speaker_bonus must be a number >= 0, got {same_speaker_bonus!r}")
     if isinstance(kinds, str) or not isinstance(kinds, Collection) or any(k not in LINK_KINDS for k in kinds):
-        raise ValueError(f"kinds must be link kinds from {LINK_KINDS}, got {kinds!r}")
+        raise InvalidInput(f"kinds must be link kinds from {LINK_KINDS}, got {kinds!r}")
     n = len(units)
     emb = _check_embeddings(embeddings, n)
     words: list[frozenset[str]] | None = None
@@ -175,10 +176,10 @@ def merge_blocks(
     [array([0, 1])]
     """
     if isinstance(kinds, str):
-        raise TypeError(f"kinds must be a sequence of link kinds such as ('correction',), got the string {kinds!r}")
+        raise InvalidType(f"kinds must be a sequence of link kinds such as ('correction',), got the string {kinds!r}")
     unknown = [k for k in kinds if k not in LINK_KINDS]
     if unknown:
-        raise ValueError(f"unknown link kind {unknown[0]!r}; choose from {', '.join(LINK_KINDS)}")
+        raise InvalidInput(f"unknown link kind {unknown[0]!r}; choose from {', '.join(LINK_KINDS)}")
     arrays = [np.asarray(b, dtype=np.int64).ravel() for b in blocks]
     owner: dict[int, int] = {}
     for b, arr in enumerate(arrays):

@@ -22,6 +22,8 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
+from .errors import InvalidType, MissingDependency
+
 __all__ = [
     "Embedder", "MiniLMEmbedder", "SentenceTransformerEmbedder", "CachedEmbedder", "BatchingEmbedder", "get_embedder",
     "DEFAULT_MODEL", "default_cache_dir",
@@ -77,7 +79,7 @@ def _load_model(model: str, device: str) -> object:
             try:
                 from sentence_transformers import SentenceTransformer
             except ImportError as exc:
-                raise ImportError(
+                raise MissingDependency(
                     "the default embedder needs sentence-transformers: pip install 'rdmem[embeddings]'"
                 ) from exc
             path = _resolve_model_path(model)
@@ -335,4 +337,4 @@ def get_embedder(spec: Embedder | str | None = None) -> Embedder:
         return CachedEmbedder(SentenceTransformerEmbedder(model=spec))
     if isinstance(spec, Embedder):
         return spec
-    raise TypeError(f"embedder must be None, a model name or an object with .embed(texts), got {type(spec).__name__}")
+    raise InvalidType(f"embedder must be None, a model name or an object with .embed(texts), got {type(spec).__name__}")

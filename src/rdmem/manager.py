@@ -12,12 +12,13 @@ from ._session import SessionView, new_unit
 from .compaction import Compaction, compact_units
 from .contract import Composed, Policy
 from .embed import Embedder, get_embedder
+from .errors import InvalidInput, InvalidType
 from .history import pending_call
 from .learn.online import Feedback
 from .messages import Message, parse_message, parse_messages
 from .policies import RDPolicy, get_policy
 from .scoring import embed_text
-from .store import Store, VersionConflict, open_store
+from .store import Store, VersionConflict, check_session, check_store, open_store
 from .summarize import Summarizer
 from .tokens import Tokenizer, check_budget, get_tokenizer
 from .units import MemoryUnit, make_unit
@@ -106,7 +107,7 @@ class MemoryManager(OnlineLearning):
     ) -> None:
         if args:
             if len(args) > 2 or (len(args) >= 1 and budget is not _UNSET) or (len(args) == 2 and policy is not _UNSET):
-                raise TypeError("MemoryManager takes its settings as keywords: MemoryManager(budget=..., policy=...)")
+                raise InvalidType("MemoryManager takes its settings as keywords: MemoryManager(budget=..., policy=...)")
             warnings.warn("MemoryManager(budget, policy) with positional arguments is deprecated; "
                           "pass them as keywords: MemoryManager(budget=..., policy=...)", DeprecationWarning,
                           stacklevel=2)
@@ -114,17 +115,17 @@ class MemoryManager(OnlineLearning):
             if len(args) == 2:
                 policy = args[1]
         if budget is _UNSET:
-            raise TypeError("MemoryManager needs a budget in tokens: MemoryManager(budget=4000, ...)")
+            raise InvalidType("MemoryManager needs a budget in tokens: MemoryManager(budget=4000, ...)")
         self.budget = check_budget(budget)
         self.policy = get_policy("rd" if policy is _UNSET else policy)
         if low is None:
             low = min(default_low(self.policy), high)
         if not (0 < low <= high):
-            raise ValueError(f"watermarks must satisfy 0 < low <= high, got low={low!r}, high={high!r}")
-        if not isinstance(session, str) or not session:
-            raise ValueError(f"session must be a non-empty string, got {session!r}")
+            raise InvalidInput(f"watermarks must satisfy 0 < low <= high, got low={low!r}, high={high!r}")
+        check_session(session)
+        check_store(store)  # a store URL of the wrong form fails here, not at the first add()
         if isinstance(archive_candidates, bool) or not isinstance(archive_candidates, int) or archive_candidates < 0:
-            raise ValueError(f"archive_candidates must be an int >= 0, got {archive_candidates!r}")
+            raise InvalidInput(f"archive_candidates must be an int >= 0, got {archive_candidates!r}")
         self.session = session
         self.high = float(high)
         self.low = float(low)
@@ -179,13 +180,13 @@ class MemoryManager(OnlineLearning):
         the working set is compacted if it passed the high watermark.
         """
         if message is not None and fields:
-            raise TypeError("pass either a message dict or keyword fields, not both")
+            raise InvalidType("pass either a message dict or keyword fields, not both")
         if message is None and not fields:
-            raise TypeError("add() needs a message: add({'role': 'user', 'content': '...'}) or "
+            raise InvalidType("add() needs a message: add({'role': 'user', 'content': '...'}) or "
                             "add(role='user', content='...')")
         if message is not None and not isinstance(message, Mapping):
             hint = f"; did you mean add(role='user', content={message!r})?" if isinstance(message, str) else ""
-            raise TypeError(f"add() takes a message dict or role=/content= keywords, got {type(message).__name__}"
+            raise InvalidType(f"add() takes a message dict or role=/content= keywords, got {type(message).__name__}"
                             f"{hint}")
         return self._write([parse_message(dict(message) if message is not None else fields, json_extras=True)])[0]
 
@@ -321,7 +322,7 @@ class MemoryManager(OnlineLearning):
         """The session's ``k`` messages (of ``tier``, or both) that best match ``query`` (lexical and dense
         rankings fused): ``{"id", "score", "tier", "message"}`` each, best first."""
         if not isinstance(query, str) or not query.strip():
-            raise ValueError("query must be a non-empty string")
+            raise InvalidInput("query must be a non-empty string")
         with self._lock:
             view = self._sync()
             emb = self._embedder
@@ -373,7 +374,7 @@ class MemoryManager(OnlineLearning):
         """
         budget = self.budget if budget is None else check_budget(budget)
         if query is not None and not isinstance(query, str):
-            raise TypeError(f"query must be a string or None, got {type(query).__name__}")
+            raise InvalidType(f"query must be a string or None, got {type(query).__name__}")
         with self._lock:
             view = self._sync()
             cands = view.working_units()

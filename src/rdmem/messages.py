@@ -18,6 +18,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from .errors import InvalidInput, InvalidType
+
 __all__ = ["Message", "parse_messages", "parse_message", "chat_fields", "VALID_ROLES", "API_FIELDS"]
 
 VALID_ROLES = ("system", "developer", "user", "assistant", "tool")
@@ -48,7 +50,7 @@ def _check_text(value: str, where: str) -> None:
     try:
         value.encode("utf-8")
     except UnicodeEncodeError as exc:
-        raise ValueError(
+        raise InvalidInput(
             f"{where} is not valid Unicode: a lone surrogate {value[exc.start]!r} at character {exc.start}"
         ) from None
 
@@ -60,39 +62,39 @@ def _check_content(content: object, where: str) -> None:
         _check_text(content, f"{where}: content")
         return
     if not isinstance(content, list):
-        raise ValueError(f"{where}: 'content' must be a string, a list of text parts or null, got {_kind(content)}")
+        raise InvalidInput(f"{where}: 'content' must be a string, a list of text parts or null, got {_kind(content)}")
     for j, part in enumerate(content):
         at = f"{where}: content[{j}]"
         if not isinstance(part, Mapping):
-            raise ValueError(f"{at} must be a content part (a dict such as {{'type': 'text', 'text': ...}}), "
+            raise InvalidInput(f"{at} must be a content part (a dict such as {{'type': 'text', 'text': ...}}), "
                              f"got {_kind(part)}")
         kind = part.get("type")
         if not isinstance(kind, str):
-            raise ValueError(f"{at}.type must be a string such as 'text', got {_kind(kind)}")
+            raise InvalidInput(f"{at}.type must be a string such as 'text', got {_kind(kind)}")
         if kind == "text":
             text = part.get("text")
             if not isinstance(text, str):
-                raise ValueError(f"{at}.text must be a string, got {_kind(text)}")
+                raise InvalidInput(f"{at}.text must be a string, got {_kind(text)}")
             _check_text(text, f"{at}.text")
 
 
 def _check_tool_calls(calls: object, where: str) -> None:
     if not isinstance(calls, list):
-        raise ValueError(f"{where}: 'tool_calls' must be a list of tool calls, got {_kind(calls)}")
+        raise InvalidInput(f"{where}: 'tool_calls' must be a list of tool calls, got {_kind(calls)}")
     for j, call in enumerate(calls):
         at = f"{where}: tool_calls[{j}]"
         if not isinstance(call, Mapping):
-            raise ValueError(f"{at} must be a dict with 'id', 'type' and 'function', got {_kind(call)}")
+            raise InvalidInput(f"{at} must be a dict with 'id', 'type' and 'function', got {_kind(call)}")
         if not isinstance(call.get("id"), str) or not call["id"]:
-            raise ValueError(f"{at}.id must be a non-empty string, got {_kind(call.get('id'))}")
+            raise InvalidInput(f"{at}.id must be a non-empty string, got {_kind(call.get('id'))}")
         fn = call.get("function")
         if not isinstance(fn, Mapping):
-            raise ValueError(f"{at}.function must be a dict with 'name' and 'arguments', got {_kind(fn)}")
+            raise InvalidInput(f"{at}.function must be a dict with 'name' and 'arguments', got {_kind(fn)}")
         if not isinstance(fn.get("name"), str):
-            raise ValueError(f"{at}.function.name must be a string, got {_kind(fn.get('name'))}")
+            raise InvalidInput(f"{at}.function.name must be a string, got {_kind(fn.get('name'))}")
         args = fn.get("arguments")
         if not isinstance(args, (str, Mapping)):
-            raise ValueError(f"{at}.function.arguments must be a JSON string, got {_kind(args)}")
+            raise InvalidInput(f"{at}.function.arguments must be a JSON string, got {_kind(args)}")
         _check_text(fn["name"], f"{at}.function.name")
         if isinstance(args, str):
             _check_text(args, f"{at}.function.arguments")
@@ -110,28 +112,30 @@ def parse_message(msg: object, index: int = 0, *, json_extras: bool = False) -> 
     """
     where = f"message {index}"
     if not isinstance(msg, Mapping):
-        raise TypeError(f"{where} must be a dict with 'role' and 'content', got {_kind(msg)}")
+        raise InvalidType(f"{where} must be a dict with 'role' and 'content', got {_kind(msg)}")
     role = msg.get("role")
     if role not in VALID_ROLES:
-        raise ValueError(f"{where}: invalid role {role!r}; expected one of {', '.join(VALID_ROLES)}")
+        raise InvalidInput(f"{where}: invalid role {role!r}; expected one of {', '.join(VALID_ROLES)}")
     mid = msg.get("id")
     if mid is not None:
         if not isinstance(mid, str) or not mid:
             hint = f" (ids are strings: use {str(mid)!r})" if isinstance(mid, int) and not isinstance(mid, bool) else ""
-            raise ValueError(f"{where}: 'id' must be a non-empty string, got {_kind(mid)} {mid!r}{hint}")
+            raise InvalidInput(f"{where}: 'id' must be a non-empty string, got {_kind(mid)} {mid!r}{hint}")
         _check_text(mid, f"{where}: id")
+        if "\x00" in mid:  # an id is a key to find the message by; a store refuses a NUL in one
+            raise InvalidInput(f"{where}: 'id' must not contain a NUL character, got {mid!r}")
     _check_content(msg.get("content"), where)
     name = msg.get("name")
     if name is not None:
         if not isinstance(name, str):
-            raise ValueError(f"{where}: 'name' must be a string, got {_kind(name)}")
+            raise InvalidInput(f"{where}: 'name' must be a string, got {_kind(name)}")
         _check_text(name, f"{where}: name")
     if role == "tool" and not isinstance(msg.get("tool_call_id"), str):
-        raise ValueError(f"{where}: a tool message needs a string 'tool_call_id'")
+        raise InvalidInput(f"{where}: a tool message needs a string 'tool_call_id'")
     tool_calls = msg.get("tool_calls")
     if tool_calls is not None:
         if role != "assistant":
-            raise ValueError(f"{where}: only assistant messages may carry 'tool_calls'")
+            raise InvalidInput(f"{where}: only assistant messages may carry 'tool_calls'")
         _check_tool_calls(tool_calls, where)
     # An empty tool_calls list and null fields are dropped: the chat API rejects the first.
     chat = {
@@ -144,13 +148,13 @@ def parse_message(msg: object, index: int = 0, *, json_extras: bool = False) -> 
     extra = {k: copy.deepcopy(v) for k, v in msg.items() if k not in API_FIELDS and k != "id"}
     for k in extra:
         if not isinstance(k, str):
-            raise ValueError(f"{where}: field names must be strings, got {_kind(k)} {k!r}")
+            raise InvalidInput(f"{where}: field names must be strings, got {_kind(k)} {k!r}")
     if json_extras:
         for k, v in extra.items():
             try:
                 json.dumps(v, allow_nan=False)
             except (TypeError, ValueError) as exc:
-                raise ValueError(f"{where}: field {k!r} cannot be stored: it is not JSON ({exc})") from None
+                raise InvalidInput(f"{where}: field {k!r} cannot be stored: it is not JSON ({exc})") from None
     return Message(mid, chat, extra)
 
 
@@ -161,16 +165,16 @@ def parse_messages(messages: Iterable[Mapping[str, Any]], *, json_extras: bool =
     [None, 'x']
     """
     if isinstance(messages, Mapping):
-        raise TypeError("messages must be a list of message dicts, got one dict (wrap a single message in a list)")
+        raise InvalidType("messages must be a list of message dicts, got one dict (wrap a single message in a list)")
     if isinstance(messages, (str, bytes)) or not isinstance(messages, Iterable):
-        raise TypeError(f"messages must be a list of message dicts, got {_kind(messages)}")
+        raise InvalidType(f"messages must be a list of message dicts, got {_kind(messages)}")
     out: list[Message] = []
     seen: set[str] = set()
     for i, msg in enumerate(messages):
         m = parse_message(msg, i, json_extras=json_extras)
         if m.id is not None:
             if m.id in seen:
-                raise ValueError(f"message {i}: duplicate id {m.id!r}")
+                raise InvalidInput(f"message {i}: duplicate id {m.id!r}")
             seen.add(m.id)
         out.append(m)
     return out

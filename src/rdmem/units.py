@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
+from .errors import InvalidInput
 from .features import Features, extract_features
 from .history import group_units
 from .messages import VALID_ROLES, parse_messages
@@ -64,7 +65,7 @@ def normalize_messages(messages: Iterable[Mapping[str, Any]]) -> list[tuple[str,
     for i, m in enumerate(parsed):
         mid = m.id if m.id is not None else f"m{i}"
         if m.id is None and mid in given:
-            raise ValueError(f"message {i}: has no id, and its default id {mid!r} is another message's id")
+            raise InvalidInput(f"message {i}: has no id, and its default id {mid!r} is another message's id")
         out.append((mid, m.chat))
     return out
 

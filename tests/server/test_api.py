@@ -5,6 +5,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
+from rdmem.errors import MissingDependency
 from rdmem.server import ServerSettings, create_app
 
 from .._checks import history_problems
@@ -175,7 +176,7 @@ class _NoModel:
     """An embedder as a server without the embeddings extra has it: loading the model fails."""
 
     def embed(self, texts):
-        raise ImportError("the default embedder needs sentence-transformers: pip install 'rdmem[embeddings]'")
+        raise MissingDependency("the default embedder needs sentence-transformers: pip install 'rdmem[embeddings]'")
 
 
 def test_a_missing_embedding_model_is_a_json_error_that_says_what_to_install(serve, tmp_path):

@@ -294,3 +294,46 @@ def test_api_keys_are_stored_hashed_listed_and_revoked_at_once(store):
     store.revoke_key(other.id)
     with pytest.raises(ValueError, match="tenant must be 1-64 letters"):
         store.create_key("bad tenant/with slash")
+
+
+def test_nul_characters_in_content_round_trip_and_are_searchable_on_every_store(store, session_name):
+    """A NUL is text like any other in what a message says: every store keeps it exactly (PostgreSQL's text
+    cannot hold one, so it travels escaped in the message's JSON, and the full-text index reads a space)."""
+    call = {"id": "call\x000", "type": "function", "function": {"name": "look\x00up", "arguments": '{"q": "a\\u0000b"}'}}
+    messages = [
+        {"role": "user", "content": "before\x00after the kayak trip", "meta": {"k\x00": "v\x00"}},
+        {"role": "assistant", "content": [{"type": "text", "text": "part\x00one"}], "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "call\x000", "content": "\x00", "name": "look\x00up"},
+    ]
+    written = store.append(session_name, [NewUnit(m, 3, {"f\x00": "\x00"}, id=f"n{i}") for i, m in enumerate(messages)])
+    assert [u.message for u in written.units] == messages
+    loaded = store.load(session_name)
+    assert [u.message for u in loaded] == messages and loaded[0].features == {"f\x00": "\x00"}
+    assert [i for i, _ in store.search(session_name, "kayak", None, k=3)] == ["n0"]
+    assert store.search(session_name, "after\x00kayak", None, k=3)[0][0] == "n0"
+    store.update_state(session_name, {"note": "x\x00y"})
+    store.log_compaction(session_name, {"why": "\x00"})
+    assert store.changes(session_name).state["note"] == "x\x00y"
+    assert store.compaction_log(session_name)[-1]["why"] == "\x00"
+
+
+@pytest.mark.parametrize(("call", "match"), [
+    (lambda s, n: s.append(n, [plain("x", uid="a\x00b")]), r"unit 0: id must not contain a NUL character, got 'a\\x00b'"),
+    (lambda s, n: s.append(n + "\x00", [plain("x")]), r"session must not contain a NUL character, got '.*\\x00'"),
+    (lambda s, n: s.load(n + "\x00"), r"session must not contain a NUL character"),
+    (lambda s, n: s.create_key("t", name="a\x00"), r"name must not contain a NUL character, got 'a\\x00'"),
+])
+def test_nul_characters_in_names_are_refused_the_same_way_by_every_store(store, session_name, call, match):
+    """Ids and names are not text to keep but keys to find things by: a NUL in one is refused, before the
+    store, with the same InvalidInput everywhere (SQLite would keep it, PostgreSQL cannot)."""
+    from rdmem.errors import InvalidInput
+
+    store.append(session_name, [plain("x", uid="u0")])
+    with pytest.raises(InvalidInput, match=match):
+        call(store, session_name)
+    assert [u.id for u in store.load(session_name)] == ["u0"]
+    # an id no unit can have is simply not in the session
+    assert store.delete(session_name, ["u0\x00"]).deleted == []
+    store.set_tier(session_name, ["u0\x00"], "archive")
+    assert store.revoke_key("key\x00") is False
+    assert [u.tier for u in store.load(session_name)] == ["working"]

@@ -10,6 +10,7 @@ import psycopg
 import pytest
 
 from rdmem.store import NewUnit, StoreError, open_store
+from rdmem.store._pg_pool import redact, redact_url
 from rdmem.store.postgres import SCHEMA_VERSION, PostgresStore
 
 
@@ -53,6 +54,18 @@ def test_unreachable_database_names_the_host_not_the_password():
     with pytest.raises(StoreError, match=r"cannot connect to PostgreSQL at 127\.0\.0\.1:1/agents") as info:
         open_store("postgresql://rdmem:s3cr3t-pw@127.0.0.1:1/agents")
     assert "s3cr3t-pw" not in str(info.value)
+
+
+def test_a_password_is_redacted_as_a_field_not_as_its_letters():
+    """A password ``p`` masked every "p" of the message ("***ort 1 failed ... acce***ting"), which also told
+    how short it is; only the URL's password field is masked, wherever a URL or ``password=`` appears."""
+    with pytest.raises(StoreError) as info:
+        open_store("postgresql://rdmem:p@127.0.0.1:1/agents")
+    assert 'connection to server at "127.0.0.1", port 1 failed: Connection refused' in str(info.value)
+    assert "accepting" in str(info.value) and "***" not in str(info.value)
+    assert redact_url("postgresql://rdmem:p@127.0.0.1:1/agents") == "postgresql://rdmem:***@127.0.0.1:1/agents"
+    assert redact("dsn postgres://u:s3cr3t@h/db and host=h password='a b' user=u") == \
+        "dsn postgres://u:***@h/db and host=h password=*** user=u"
 
 
 def test_unknown_host_is_a_store_error():

@@ -17,7 +17,7 @@ def _cmd_mcp(args: argparse.Namespace) -> int:
         from ..integrations.mcp import create_mcp_server
     except ImportError as exc:
         raise CLIError(f"rdmem mcp needs the MCP SDK: pip install 'rdmem[mcp]' ({exc})") from None
-    from ..store import open_store
+    from ..store import open_store, redact_url
 
     from ..names import check_session_name
 
@@ -31,8 +31,8 @@ def _cmd_mcp(args: argparse.Namespace) -> int:
     with open_store(url) as store:  # opened before the client talks to us: a bad store is one line on stderr
         server = create_mcp_server(store=store, session=args.session, budget=args.budget, policy=args.policy)
         # stdout carries the protocol: everything said to a person goes to stderr.
-        print(f"rdmem mcp: store {url}, session {args.session!r}, budget {args.budget}, policy {args.policy}",
-              file=sys.stderr, flush=True)
+        print(f"rdmem mcp: store {redact_url(url)}, session {args.session!r}, budget {args.budget}, "
+              f"policy {args.policy}", file=sys.stderr, flush=True)
         server.run("stdio")
     return 0
 

@@ -29,7 +29,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         from ..server.settings import SETTINGS_ENV, ServerSettings
     except ImportError as exc:
         raise CLIError(f"rdmem serve needs the server extra: pip install 'rdmem[server]' ({exc.name} is missing)") from None
-    from ..store import open_store
+    from ..store import open_store, redact_url
 
     settings = ServerSettings(
         store=args.store, data_dir=args.data_dir, budget=args.budget, policy=args.policy, upstream=args.upstream,
@@ -41,14 +41,15 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     )
     require_embeddings(None, "rdmem serve")
     url = settings.store_url()
+    shown = redact_url(url)
+    where = f"http://{args.host}:{args.port}"
+    print(f"rdmem serve: store {shown}" + ("" if args.store else " (the default; --store to choose)"), file=sys.stderr)
+    if not is_loopback(args.host) and not args.insecure and not _has_keys(url):
+        raise CLIError(f"no API keys in this store: refusing to serve {args.host} without them. Create one "
+                       f"(rdmem keys create --tenant NAME --store {shown}) or pass --insecure")
     with open_store(url) as store:  # opened once here: a bad store is one line, before any worker starts
         keyed = store.has_keys()
-    print(f"rdmem serve: store {url}" + ("" if args.store else " (the default; --store to choose)"), file=sys.stderr)
     if not keyed:
-        if not is_loopback(args.host) and not args.insecure:
-            raise CLIError(f"no API keys in this store: refusing to serve {args.host or 'every interface'} "
-                           f"without them. Create one (rdmem keys create --tenant NAME --store {url}) or pass "
-                           "--insecure")
         print("rdmem serve: no API keys: anyone who can reach the server is tenant 'default'"
               + ("" if is_loopback(args.host) else " (--insecure)"), file=sys.stderr)
     try:  # bound before "listening" is said: a port in use is this one line, not a false start
@@ -90,6 +91,15 @@ def _port(text: str) -> int:
     if not 0 <= value <= 65535:
         raise argparse.ArgumentTypeError(f"must be a port number, 0 to 65535, got {value}")
     return value
+def _has_keys(url: str) -> bool:
+    """Whether the store has a valid API key, found out without creating it (a store not there has none)."""
+    from ..store import open_store, sqlite_path
+
+    path = sqlite_path(url)
+    if path is not None and not (os.path.isfile(path) and os.path.getsize(path) > 0):
+        return False
+    with open_store(url, create=False) as store:
+        return store.has_keys()
 
 
 def _when(t: float | None) -> str:
@@ -99,7 +109,9 @@ def _when(t: float | None) -> str:
 def _cmd_keys(args: argparse.Namespace) -> int:
     from ..store import open_store
 
-    with open_store(args.store or _default_store()) as store:
+    # Only 'create' may create the store; 'list' reads it, 'revoke' changes one that must exist.
+    opening = {"create": {}, "list": {"readonly": True}, "revoke": {"create": False}}[args.action]
+    with open_store(args.store or _default_store(), **opening) as store:
         if args.action == "create":
             if not args.tenant:
                 raise CLIError("'keys create' needs --tenant NAME")

@@ -14,7 +14,6 @@ import json
 import os
 import sys
 from datetime import datetime, timezone
-from pathlib import Path
 from typing import Any
 
 from ..names import printable
@@ -36,11 +35,7 @@ def _when(t: float) -> str:
 
 
 def _open(url: str, *, readonly: bool) -> Store:
-    if url.startswith("sqlite:///"):
-        path = url[len("sqlite:///"):].partition("?")[0]
-        if path and not Path(path).exists():  # no command may create an empty store
-            raise CLIError(f"{path}: no such store file")
-    return open_store(url, readonly=readonly)
+    return open_store(url, readonly=readonly, create=False)  # no command here may create an empty store
 
 
 def _confirm(session: str, units: int, yes: bool) -> None:

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from ..embed import CachedEmbedder, MiniLMEmbedder, default_cache_dir
+from ..errors import InvalidInput
 from ..policies import POLICIES
 from .defaults import DEFAULT_BUDGETS, DEFAULT_POLICIES, REGIMES
 from .distortion import LMEvalConfig
@@ -82,33 +83,33 @@ class EvalConfig:
     def __post_init__(self) -> None:
         budgets = tuple(self.budgets) if not isinstance(self.budgets, int) else (self.budgets,)
         if not budgets:
-            raise ValueError("budgets must name at least one budget (tokens)")
+            raise InvalidInput("budgets must name at least one budget (tokens)")
         for b in budgets:
             if isinstance(b, bool) or not isinstance(b, (int, np.integer)) or b <= 0:
-                raise ValueError(f"budgets must be ints > 0 tokens, got {b!r}")
+                raise InvalidInput(f"budgets must be ints > 0 tokens, got {b!r}")
         object.__setattr__(self, "budgets", tuple(sorted({int(b) for b in budgets})))
         policies = (self.policies,) if isinstance(self.policies, str) else tuple(self.policies)
         if not policies:
-            raise ValueError("policies must name at least one policy")
+            raise InvalidInput("policies must name at least one policy")
         for p in policies:
             if p not in POLICIES:
-                raise ValueError(f"unknown policy {p!r}; choose one of {', '.join(sorted(POLICIES))}")
+                raise InvalidInput(f"unknown policy {p!r}; choose one of {', '.join(sorted(POLICIES))}")
         object.__setattr__(self, "policies", tuple(dict.fromkeys(policies)))
         regimes = (self.regimes,) if isinstance(self.regimes, str) else tuple(self.regimes)
         if not regimes or any(r not in REGIMES for r in regimes):
-            raise ValueError(f"regimes must be among {', '.join(REGIMES)}, got {list(regimes)}")
+            raise InvalidInput(f"regimes must be among {', '.join(REGIMES)}, got {list(regimes)}")
         object.__setattr__(self, "regimes", tuple(r for r in REGIMES if r in regimes))
         if self.categories is not None:
             cats = tuple(self.categories)
             if not cats or any(isinstance(c, bool) or not isinstance(c, int) for c in cats):
-                raise ValueError(f"categories must be a non-empty list of ints or None, got {self.categories!r}")
+                raise InvalidInput(f"categories must be a non-empty list of ints or None, got {self.categories!r}")
             object.__setattr__(self, "categories", tuple(sorted(set(cats))))
         if isinstance(self.workers, bool) or not isinstance(self.workers, int) or self.workers < 1:
-            raise ValueError(f"workers must be an int >= 1, got {self.workers!r}")
+            raise InvalidInput(f"workers must be an int >= 1, got {self.workers!r}")
         if isinstance(self.n_bootstrap, bool) or not isinstance(self.n_bootstrap, int) or self.n_bootstrap < 1:
-            raise ValueError(f"n_bootstrap must be an int >= 1, got {self.n_bootstrap!r}")
+            raise InvalidInput(f"n_bootstrap must be an int >= 1, got {self.n_bootstrap!r}")
         if isinstance(self.seed, bool) or not isinstance(self.seed, int):
-            raise ValueError(f"seed must be an int, got {self.seed!r}")
+            raise InvalidInput(f"seed must be an int, got {self.seed!r}")
 
     def describe(self) -> dict[str, Any]:
         d = {f.name: getattr(self, f.name) for f in fields(self)}

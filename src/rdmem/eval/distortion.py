@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from ..datasets import Conversation
+from ..errors import InvalidInput
 from ..lm.model import valid_device
 from .defaults import FULL
 from .metrics import gain_kept_ci, mean_ci
@@ -67,14 +68,14 @@ class LMEvalConfig:
     def __post_init__(self) -> None:
         if self.sample is not None and (isinstance(self.sample, bool) or not isinstance(self.sample, int)
                                         or self.sample < 1):
-            raise ValueError(f"lm sample must be an int >= 1 or None (every question), got {self.sample!r}")
+            raise InvalidInput(f"lm sample must be an int >= 1 or None (every question), got {self.sample!r}")
         if isinstance(self.turns, bool) or not isinstance(self.turns, int) or self.turns < 0:
-            raise ValueError(f"lm turns must be an int >= 0, got {self.turns!r}")
+            raise InvalidInput(f"lm turns must be an int >= 0, got {self.turns!r}")
         if self.max_tokens is not None and (isinstance(self.max_tokens, bool) or not isinstance(self.max_tokens, int)
                                             or self.max_tokens < 256):
-            raise ValueError(f"lm max_tokens must be an int >= 256 or None, got {self.max_tokens!r}")
+            raise InvalidInput(f"lm max_tokens must be an int >= 256 or None, got {self.max_tokens!r}")
         if not valid_device(self.device):
-            raise ValueError(f"lm device must be 'cpu', 'cuda', 'cuda:N' or 'auto', got {self.device!r}")
+            raise InvalidInput(f"lm device must be 'cpu', 'cuda', 'cuda:N' or 'auto', got {self.device!r}")
 
     def describe(self) -> dict[str, Any]:
         return {"model": self.model, "sample": self.sample, "turns": self.turns, "device": self.device,

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .._openai import EndpointError, chat_completion
+from ..errors import InvalidInput, RdmemError
 from ..tokens import content_text
 from .metrics import locomo_f1
 
@@ -32,7 +33,7 @@ __all__ = [
 ]
 
 
-class LLMError(RuntimeError):
+class LLMError(RdmemError, RuntimeError):
     """The endpoint did not give a usable reply (recorded in the results, never fatal)."""
 
 
@@ -76,13 +77,13 @@ class LLMConfig:
 
     def __post_init__(self) -> None:
         if not isinstance(self.base_url, str) or not self.base_url.startswith(("http://", "https://")):
-            raise ValueError(f"base_url must be an http(s) URL, got {self.base_url!r}")
+            raise InvalidInput(f"base_url must be an http(s) URL, got {self.base_url!r}")
         if not isinstance(self.model, str) or not self.model:
-            raise ValueError(f"model must be a non-empty string, got {self.model!r}")
+            raise InvalidInput(f"model must be a non-empty string, got {self.model!r}")
         if not (isinstance(self.timeout, (int, float)) and self.timeout > 0):
-            raise ValueError(f"timeout must be > 0 seconds, got {self.timeout!r}")
+            raise InvalidInput(f"timeout must be > 0 seconds, got {self.timeout!r}")
         if isinstance(self.max_answer_tokens, bool) or not isinstance(self.max_answer_tokens, int) or self.max_answer_tokens < 1:
-            raise ValueError(f"max_answer_tokens must be an int >= 1, got {self.max_answer_tokens!r}")
+            raise InvalidInput(f"max_answer_tokens must be an int >= 1, got {self.max_answer_tokens!r}")
 
     @classmethod
     def from_env(
@@ -101,9 +102,9 @@ class LLMConfig:
         if not base and not name:
             return None
         if not base:
-            raise ValueError("an LLM model is set but no endpoint: pass --llm-base-url or set RDMEM_LLM_BASE_URL")
+            raise InvalidInput("an LLM model is set but no endpoint: pass --llm-base-url or set RDMEM_LLM_BASE_URL")
         if not name:
-            raise ValueError("an LLM endpoint is set but no model: pass --llm-model or set RDMEM_LLM_MODEL")
+            raise InvalidInput("an LLM endpoint is set but no model: pass --llm-model or set RDMEM_LLM_MODEL")
         kwargs.setdefault("api_key", env.get("OPENAI_API_KEY"))
         return cls(base_url=base.rstrip("/"), model=name, **kwargs)
 

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import InvalidInput, MissingDependency
 from ..features import content_words
 from ..reconstruct import marker_count
 from ..select import knapsack
@@ -114,9 +115,9 @@ def bootstrap_ci(
     (1.0, 1.0)
     """
     if isinstance(n_resamples, bool) or not isinstance(n_resamples, int) or n_resamples < 1:
-        raise ValueError(f"n_resamples must be an int >= 1, got {n_resamples!r}")
+        raise InvalidInput(f"n_resamples must be an int >= 1, got {n_resamples!r}")
     if not 0.0 < confidence < 1.0:
-        raise ValueError(f"confidence must be in (0, 1), got {confidence!r}")
+        raise InvalidInput(f"confidence must be in (0, 1), got {confidence!r}")
     v = np.asarray(values, dtype=np.float64)
     v = v[~np.isnan(v)]
     if v.size == 0:
@@ -243,7 +244,7 @@ def oracle_ids(ids: Sequence[str], costs: Sequence[int], evidence: Iterable[Coll
     ['a', 'b']
     """
     if isinstance(budget, bool) or not isinstance(budget, (int, np.integer)) or budget < 0:
-        raise ValueError(f"budget must be an int >= 0 tokens, got {budget!r}")
+        raise InvalidInput(f"budget must be an int >= 0 tokens, got {budget!r}")
     values = oracle_values(ids, evidence)
     chosen = knapsack(values, np.asarray(costs, dtype=np.int64), int(budget))
     return [ids[int(i)] for i in chosen]
@@ -268,7 +269,7 @@ def _stemmer() -> Any:
     try:
         from nltk.stem import PorterStemmer
     except ImportError as exc:  # pragma: no cover - the eval extra installs it
-        raise ImportError("LoCoMo's F1 stems words with NLTK's Porter stemmer: pip install 'rdmem[eval]'") from exc
+        raise MissingDependency("LoCoMo's F1 stems words with NLTK's Porter stemmer: pip install 'rdmem[eval]'") from exc
     return PorterStemmer()
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from ..errors import InvalidInput, MissingDependency
 from .runner import FULL, ORACLE, REGIMES, EvalResult
 
 __all__ = ["plot_rd_curve"]
@@ -31,10 +32,10 @@ def plot_rd_curve(
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError as exc:  # pragma: no cover - the eval extra installs it
-        raise ImportError("plots need matplotlib: pip install 'rdmem[eval]'") from exc
+        raise MissingDependency("plots need matplotlib: pip install 'rdmem[eval]'") from exc
     lm_metrics = ("lm_delta_nll", "lm_gain_kept")
     if metric not in ("evidence_recall", "all_evidence", "answer_recall") + lm_metrics:
-        raise ValueError(
+        raise InvalidInput(
             f"metric must be evidence_recall, all_evidence, answer_recall, lm_delta_nll or lm_gain_kept, got {metric!r}"
         )
     regimes = [r for r in REGIMES if any(row.regime == r for row in result.rows)]

@@ -28,6 +28,7 @@ import numpy as np
 
 from ..datasets import Conversation
 from ..embed import CachedEmbedder, Embedder
+from ..errors import InvalidInput
 from ..policies import POLICIES, get_policy
 from ..tokens import get_tokenizer
 from ._jobs import (
@@ -174,7 +175,7 @@ def run_eval(
     lm = load_lm(cfg.lm, cache_dir) if cfg.lm is not None else None
     convs = [c.select(cfg.categories) for c in conversations]
     if not convs:
-        raise ValueError("conversations must hold at least one conversation")
+        raise InvalidInput("conversations must hold at least one conversation")
     with warnings.catch_warnings():  # the offline copy of an encoding is identical; saying so once per run is noise
         warnings.simplefilter("ignore", RuntimeWarning)
         tok = get_tokenizer(cfg.tokenizer)
@@ -294,7 +295,7 @@ def _shippable(emb: Embedder) -> Any:
     try:
         pickle.dumps(emb)
     except Exception as exc:
-        raise ValueError(
+        raise InvalidInput(
             f"with workers > 1 the embedder is sent to other processes and must be picklable; "
             f"{type(emb).__name__} is not ({exc}). Use workers=1."
         ) from None

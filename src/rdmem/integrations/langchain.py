@@ -33,6 +33,7 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
+from ..errors import InvalidInput, InvalidType, MissingDependency
 from ..manager import MemoryManager
 from ..messages import chat_fields
 from ..result import Compaction
@@ -50,7 +51,7 @@ try:
         messages_from_dict,
     )
 except ImportError as exc:  # pragma: no cover - the extra is installed wherever this module is tested
-    raise ImportError("rdmem.integrations.langchain needs LangChain: pip install 'rdmem[langchain]'") from exc
+    raise MissingDependency("rdmem.integrations.langchain needs LangChain: pip install 'rdmem[langchain]'") from exc
 
 try:
     from langchain.agents.middleware import AgentMiddleware
@@ -68,10 +69,10 @@ _POOL = 64
 
 def _check_messages(messages: object, name: str = "messages") -> list[BaseMessage]:
     if isinstance(messages, (str, bytes, Mapping)) or not isinstance(messages, Sequence):
-        raise TypeError(f"{name} must be a sequence of LangChain messages, got {type(messages).__name__}")
+        raise InvalidType(f"{name} must be a sequence of LangChain messages, got {type(messages).__name__}")
     for i, m in enumerate(messages):
         if not isinstance(m, BaseMessage):
-            raise TypeError(f"{name}[{i}] must be a LangChain message, got {type(m).__name__}")
+            raise InvalidType(f"{name}[{i}] must be a LangChain message, got {type(m).__name__}")
     return list(messages)
 
 
@@ -125,7 +126,7 @@ class RdmemContext:
 
     def __init__(self, budget: int, *, store: Any = None, session: str | None = None, **settings: Any) -> None:
         if session is not None and (not isinstance(session, str) or not session):
-            raise ValueError(f"session must be a non-empty string or None, got {session!r}")
+            raise InvalidInput(f"session must be a non-empty string or None, got {session!r}")
         self.budget = check_budget(budget)
         self.session = session
         self._settings = {"budget": self.budget, **settings}
@@ -177,7 +178,7 @@ class RdmemContext:
         reserve = mem.tokenizer.message_tokens({"role": "system", "content": content_text(system.content)}) \
             if system is not None else 0
         if reserve >= self.budget:
-            raise ValueError(f"the system prompt alone is {reserve} tokens, budget={self.budget} leaves the "
+            raise InvalidInput(f"the system prompt alone is {reserve} tokens, budget={self.budget} leaves the "
                              f"conversation nothing: raise the budget or shorten the prompt")
         query = next((content_text(m.content) for m in reversed(messages) if isinstance(m, HumanMessage)), None)
         ctx = mem.context(query or None, budget=self.budget - reserve, warn=False)
@@ -193,12 +194,12 @@ class RdmemMiddleware(AgentMiddleware):  # type: ignore[misc,valid-type]
     >>> RdmemMiddleware(budget=0)
     Traceback (most recent call last):
     ...
-    ValueError: budget must be > 0 tokens, got 0
+    rdmem.errors.InvalidInput: budget must be > 0 tokens, got 0
     """
 
     def __init__(self, budget: int = 4000, **settings: Any) -> None:
         if AgentMiddleware is object:  # pragma: no cover
-            raise ImportError("RdmemMiddleware needs LangChain v1: pip install 'rdmem[langchain]'")
+            raise MissingDependency("RdmemMiddleware needs LangChain v1: pip install 'rdmem[langchain]'")
         super().__init__()
         self.rdmem = RdmemContext(budget, **settings)
 
@@ -233,7 +234,7 @@ def rdmem_pre_model_hook(budget: int = 4000, *, system_prompt: str | SystemMessa
     as soon as it is made, so a run that ends with it leaves it in the session.
     """
     if system_prompt is not None and not isinstance(system_prompt, (str, SystemMessage)):
-        raise TypeError(f"system_prompt must be a string, a SystemMessage or None, got {type(system_prompt).__name__}")
+        raise InvalidType(f"system_prompt must be a string, a SystemMessage or None, got {type(system_prompt).__name__}")
     system = SystemMessage(system_prompt) if isinstance(system_prompt, str) else system_prompt
     rdmem = RdmemContext(budget, **settings)
 

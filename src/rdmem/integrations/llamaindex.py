@@ -31,12 +31,14 @@ import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ..errors import InvalidInput, InvalidType, MissingDependency
+
 try:
     from llama_index.core.base.llms.types import ChatMessage, MessageRole, TextBlock, ToolCallBlock
     from llama_index.core.bridge.pydantic import Field, PrivateAttr
     from llama_index.core.memory.types import BaseMemory
 except ImportError as exc:  # pragma: no cover - depends on the environment
-    raise ImportError("rdmem.integrations.llamaindex needs LlamaIndex: pip install 'rdmem[llamaindex]'") from exc
+    raise MissingDependency("rdmem.integrations.llamaindex needs LlamaIndex: pip install 'rdmem[llamaindex]'") from exc
 
 from ..manager import MemoryManager
 from ..result import Compaction
@@ -71,7 +73,7 @@ def _call(call: Any, i: int) -> dict[str, Any]:
         return _function(cid or f"call_{i}", call.tool_name, call.tool_kwargs)
     raw = call if isinstance(call, Mapping) else call.model_dump() if hasattr(call, "model_dump") else None
     if raw is None or not isinstance(raw.get("function"), Mapping):
-        raise TypeError(f"a tool call is a ToolCallBlock, a ToolSelection or an OpenAI tool call, got {call!r}")
+        raise InvalidType(f"a tool call is a ToolCallBlock, a ToolSelection or an OpenAI tool call, got {call!r}")
     return _function(raw.get("id") or f"call_{i}", raw["function"].get("name", ""), raw["function"].get("arguments"))
 
 
@@ -89,7 +91,7 @@ def _chat(message: ChatMessage) -> dict[str, Any]:
     if role == "tool":
         cid = message.additional_kwargs.get("tool_call_id")
         if not cid:
-            raise ValueError(f"a {message.role.value} message needs additional_kwargs['tool_call_id'] (the call it "
+            raise InvalidInput(f"a {message.role.value} message needs additional_kwargs['tool_call_id'] (the call it "
                              f"answers), got additional_kwargs={message.additional_kwargs!r}")
         chat["tool_call_id"] = str(cid)
     return chat
@@ -184,7 +186,7 @@ class RdmemMemory(BaseMemory):
         check_budget(self.token_limit, "token_limit")
         if isinstance(self.reserve, bool) or not isinstance(self.reserve, int) or \
                 not 0 <= self.reserve < self.token_limit:
-            raise ValueError(f"reserve must be an int >= 0 and below token_limit ({self.token_limit}), "
+            raise InvalidInput(f"reserve must be an int >= 0 and below token_limit ({self.token_limit}), "
                              f"got {self.reserve!r}")
         self._manager = MemoryManager(budget=self.token_limit, session=self.session_id, **kwargs)
 
@@ -201,7 +203,7 @@ class RdmemMemory(BaseMemory):
         if agent is not None:
             memory.reserve = reserve + agent_overhead(agent, memory.manager.tokenizer)
             if memory.reserve >= token_limit:
-                raise ValueError(f"the agent's system prompt and state take {memory.reserve - reserve} tokens, "
+                raise InvalidInput(f"the agent's system prompt and state take {memory.reserve - reserve} tokens, "
                                  f"which leaves nothing of token_limit={token_limit} (reserve={reserve})")
         return memory
 

@@ -32,6 +32,8 @@ from typing import Annotated, Any, Literal, Protocol
 
 from pydantic import BaseModel, Field
 
+from ..errors import InvalidInput, InvalidType, MissingDependency
+
 try:
     from mcp.server.mcpserver import MCPServer
     from mcp.server.mcpserver.exceptions import ToolError
@@ -39,7 +41,7 @@ try:
     from mcp.types import ToolAnnotations
     from starlette.requests import Request
 except ImportError as exc:  # pragma: no cover - the extra is missing
-    raise ImportError(f"rdmem.integrations.mcp needs the MCP SDK: pip install 'rdmem[mcp]' ({exc})") from None
+    raise MissingDependency(f"rdmem.integrations.mcp needs the MCP SDK: pip install 'rdmem[mcp]' ({exc})") from None
 
 from .._wire import ChatMessage, JsonPositiveInt, SessionSummary, message_dict
 from ..embed import Embedder, get_embedder
@@ -240,12 +242,12 @@ def create_mcp_server(
     check_budget(budget)
     get_policy(policy)
     if not isinstance(session, str) or not session:
-        raise ValueError(f"session must be a non-empty string, got {session!r}")
+        raise InvalidInput(f"session must be a non-empty string, got {session!r}")
     if max_budget is not None:
         check_budget(max_budget, "max_budget")
     if sessions_for is None:
         if store is not None and not isinstance(store, (str, Store)):
-            raise TypeError(f"store must be a URL or a store object, got {type(store).__name__}")
+            raise InvalidType(f"store must be a URL or a store object, got {type(store).__name__}")
         local = StoreSessions(open_store(store), budget=budget, policy=policy, embedder=embedder)
         sessions_for = lambda request: local  # noqa: E731 - one caller: this process's user
     root = logging.getLogger()
@@ -273,7 +275,7 @@ def _add_tools(server: MCPServer, sessions_for: Callable[[Any], SessionAccess], 
 
     def budget_of(asked: int | None) -> int:
         if asked is not None and max_budget is not None and asked > max_budget:
-            raise ValueError(f"budget must be at most {max_budget} tokens, got {asked}")
+            raise InvalidInput(f"budget must be at most {max_budget} tokens, got {asked}")
         return budget if asked is None else check_budget(asked)
 
     @server.tool(annotations=_WRITE, structured_output=True)
@@ -283,7 +285,7 @@ def _add_tools(server: MCPServer, sessions_for: Callable[[Any], SessionAccess], 
         (`messages`, tool calls and results included), in order. Returns their ids."""
         with _user_errors():
             if (content is None) == (messages is None):
-                raise ValueError("give content (one message) or messages (a list), not both and not neither")
+                raise InvalidInput("give content (one message) or messages (a list), not both and not neither")
             batch = [{"role": role, "content": content}] if content is not None else \
                 [message_dict(m) for m in messages or ()]
             name = session or default
@@ -315,7 +317,7 @@ def _add_tools(server: MCPServer, sessions_for: Callable[[Any], SessionAccess], 
         """Delete messages for good: those with these `ids`, or with `whole_session` the whole session."""
         with _user_errors():
             if bool(ids) == whole_session:
-                raise ValueError("give ids (messages to delete) or whole_session=true, not both and not neither")
+                raise InvalidInput("give ids (messages to delete) or whole_session=true, not both and not neither")
             name = session or default
             access = sessions_for(_REQUEST.get())
             if whole_session:

@@ -37,6 +37,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..aio import AsyncMemoryManager
+from ..errors import InvalidInput, InvalidType, MissingDependency
 from ..history import resend_key
 from ..manager import MemoryManager
 from ..messages import chat_fields
@@ -59,7 +60,7 @@ def _sdk() -> Any:
         from agents.memory import session_settings
         from agents.run_config import ModelInputData
     except ImportError as e:  # pragma: no cover - the extra is installed wherever tests run
-        raise ImportError("rdmem.integrations.openai_agents needs the OpenAI Agents SDK: "
+        raise MissingDependency("rdmem.integrations.openai_agents needs the OpenAI Agents SDK: "
                           "pip install 'rdmem[openai-agents]'") from e
     return session_settings, ModelInputData
 
@@ -71,7 +72,7 @@ def _plain(item: Any) -> dict[str, Any]:
     dump = getattr(item, "model_dump", None)
     if dump is not None:
         return dump(exclude_unset=True, mode="json")
-    raise TypeError(f"items must be dicts or pydantic models (Agents SDK items), got {type(item).__name__}")
+    raise InvalidType(f"items must be dicts or pydantic models (Agents SDK items), got {type(item).__name__}")
 
 
 def _text(content: Any) -> str:
@@ -125,7 +126,7 @@ def items_to_messages(items: Sequence[Any]) -> list[dict[str, Any]]:
     {'name': 'weather', 'arguments': '{}'}
     """
     if isinstance(items, (str, bytes, Mapping)):
-        raise TypeError(f"items must be a list of Agents SDK items, got {type(items).__name__}")
+        raise InvalidType(f"items must be a list of Agents SDK items, got {type(items).__name__}")
     out: list[dict[str, Any]] = []
     pending: list[dict[str, Any]] = []  # reasoning items, waiting for the item they precede
     calls_open = False  # the last message is an assistant tool call that more calls extend
@@ -211,17 +212,17 @@ class RdmemSession:
                  policy: str | None = None, manager: MemoryManager | None = None,
                  session_settings: Any = None, **settings: Any) -> None:
         if not isinstance(session_id, str) or not session_id:
-            raise ValueError(f"session_id must be a non-empty string, got {session_id!r}")
+            raise InvalidInput(f"session_id must be a non-empty string, got {session_id!r}")
         sdk_settings, _ = _sdk()
         if manager is None:
             manager = MemoryManager(budget=4000 if budget is None else budget, policy=policy or "rd",
                                     store=store, session=session_id, **settings)
         elif store is not None or budget is not None or policy is not None or settings:
-            raise TypeError("give RdmemSession a manager or its settings (store=, budget=, policy=...), not both")
+            raise InvalidType("give RdmemSession a manager or its settings (store=, budget=, policy=...), not both")
         elif not isinstance(manager, MemoryManager):
-            raise TypeError(f"manager must be a MemoryManager, got {type(manager).__name__}")
+            raise InvalidType(f"manager must be a MemoryManager, got {type(manager).__name__}")
         elif manager.session != session_id:
-            raise ValueError(f"manager is of session {manager.session!r}, not session_id={session_id!r}")
+            raise InvalidInput(f"manager is of session {manager.session!r}, not session_id={session_id!r}")
         self.session_id = session_id
         self.session_settings = sdk_settings.coerce_session_settings(session_settings) \
             if session_settings is not None else sdk_settings.SessionSettings()

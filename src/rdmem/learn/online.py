@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from ..contract import LearnsOnline, Policy
+from ..errors import InvalidInput
 from ..scoring import ScoringContext
 from ..scoring.value_features import model_prior_matrix
 from ..units import MemoryUnit
@@ -42,7 +43,7 @@ class Feedback:
     def __init__(self, policy: Policy) -> None:
         value = policy.value_model() if isinstance(policy, LearnsOnline) else None
         if value is None:
-            raise ValueError(f"feedback needs a policy with a learned value model (rd); {policy.name!r} has none")
+            raise InvalidInput(f"feedback needs a policy with a learned value model (rd); {policy.name!r} has none")
         self._policy = policy
         self._value = value
         self.base = value.prior_model()

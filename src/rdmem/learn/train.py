@@ -11,6 +11,7 @@ import numpy as np
 
 from ..embed import Embedder
 from ..datasets import Conversation
+from ..errors import InvalidInput
 from ..scoring import ScoringContext
 from ..tokens import Tokenizer
 from ..units import encode_units
@@ -77,7 +78,7 @@ def fit_models(
     rows = [training_rows(c, tokenizer, embedder, prior) for c in convs]
     rows = [r for r in rows if "xq" in r]
     if not rows:
-        raise ValueError("no probe has evidence ids: the query model needs labelled questions")
+        raise InvalidInput("no probe has evidence ids: the query model needs labelled questions")
     query = LogisticModel(QUERY_FEATURES, l2=l2).fit(
         np.vstack([r["xq"] for r in rows]), np.concatenate([r["yq"] for r in rows])
     )

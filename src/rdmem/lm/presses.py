@@ -19,14 +19,15 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import InvalidInput, MissingDependency
+
 try:
     import torch
     from kvpress import ObservedAttentionPress, ScorerPress, SnapKVPress, StreamingLLMPress
 except ImportError as exc:  # pragma: no cover - the lm extra installs them
-    raise ImportError(f"KV-cache presses need torch and kvpress: pip install 'rdmem[lm]' ({exc})") from None
+    raise MissingDependency(f"KV-cache presses need torch and kvpress: pip install 'rdmem[lm]' ({exc})") from None
 
 __all__ = ["RdmemPress", "StreamingPress", "PRESSES", "QUESTION_AWARE", "get_press", "message_values", "token_values"]
-
 
 @dataclass
 class RdmemPress(ScorerPress):
@@ -107,7 +108,7 @@ PRESSES: dict[str, Callable[[], ScorerPress]] = {
 def get_press(name: str) -> ScorerPress:
     """A fresh press by name (``ValueError`` listing the names for an unknown one)."""
     if name not in PRESSES:
-        raise ValueError(f"unknown press {name!r}; choose one of {', '.join(sorted(PRESSES))}")
+        raise InvalidInput(f"unknown press {name!r}; choose one of {', '.join(sorted(PRESSES))}")
     return PRESSES[name]()
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ..contract import Policy
+from ..errors import InvalidInput, InvalidType
 from ..scoring import Information, Metadata, Recency, Relevance, Weighted, seed_scorer
 from .ladder import LadderPolicy
 from .modes import TASK_MODES
@@ -75,9 +76,9 @@ def register_policy(name: str, factory: Callable[[], Policy]) -> None:
     >>> del POLICIES["rd-strict"]  # gone again (get_policy looks it up in POLICIES first)
     """
     if not isinstance(name, str) or not name:
-        raise ValueError(f"policy name must be a non-empty string, got {name!r}")
+        raise InvalidInput(f"policy name must be a non-empty string, got {name!r}")
     if not callable(factory):
-        raise TypeError(f"factory must be a callable returning a policy, got {type(factory).__name__}")
+        raise InvalidType(f"factory must be a callable returning a policy, got {type(factory).__name__}")
     POLICIES[name] = factory
     _INSTANCES.pop(name, None)  # a name registered again gives the new policy from now on
 
@@ -86,13 +87,13 @@ def get_policy(policy: str | Policy) -> Policy:
     """A policy by name (or the object itself); unknown names list the valid ones."""
     if isinstance(policy, str):
         if policy not in POLICIES:
-            raise ValueError(f"unknown policy {policy!r}; choose one of {', '.join(sorted(POLICIES))}")
+            raise InvalidInput(f"unknown policy {policy!r}; choose one of {', '.join(sorted(POLICIES))}")
         if policy not in _INSTANCES:
             made = POLICIES[policy]()
             if not isinstance(made, Policy):
-                raise TypeError(f"the factory registered as {policy!r} returned {type(made).__name__}, not a policy")
+                raise InvalidType(f"the factory registered as {policy!r} returned {type(made).__name__}, not a policy")
             _INSTANCES[policy] = made
         return _INSTANCES[policy]
     if isinstance(policy, Policy):
         return policy
-    raise TypeError(f"policy must be a name or a policy object, got {type(policy).__name__}")
+    raise InvalidType(f"policy must be a name or a policy object, got {type(policy).__name__}")

@@ -10,6 +10,7 @@ import numpy as np
 
 from ..compress import compress, one_line
 from ..contract import Plan, Problem
+from ..errors import InvalidType
 from ..features import content_words
 from ..history import split_prefix
 from ..scoring import LearnedValue
@@ -48,7 +49,7 @@ class LadderPolicy:
 
     def __post_init__(self) -> None:
         if not isinstance(self.base, RDPolicy):
-            raise TypeError(f"base must be an RDPolicy, got {type(self.base).__name__}")
+            raise InvalidType(f"base must be an RDPolicy, got {type(self.base).__name__}")
 
     @property
     def needs_embeddings(self) -> bool:

@@ -9,6 +9,7 @@ import numpy as np
 
 from ..contract import Plan, Problem, scores_of
 from ..deps import LINK_KINDS, find_links, merge_blocks
+from ..errors import InvalidInput
 from ..scoring import LearnedValue, Recency, Scorer
 from ..select import get_selector, group_totals, marker_aware, near_duplicate_groups
 from .modes import TASK_MODES, protected
@@ -67,12 +68,12 @@ class RDPolicy:
             isinstance(self.duplicates, bool) or not isinstance(self.duplicates, (int, float))
             or not 0 < self.duplicates <= 1
         ):
-            raise ValueError(f"duplicates must be a cosine similarity in (0, 1] or None, got {self.duplicates!r}")
+            raise InvalidInput(f"duplicates must be a cosine similarity in (0, 1] or None, got {self.duplicates!r}")
         unknown = set(self.together) - set(LINK_KINDS)
         if unknown:
-            raise ValueError(f"together must name link kinds from {LINK_KINDS}, got {sorted(unknown)}")
+            raise InvalidInput(f"together must name link kinds from {LINK_KINDS}, got {sorted(unknown)}")
         if self.mode not in TASK_MODES:
-            raise ValueError(f"unknown mode {self.mode!r}; choose one of {', '.join(TASK_MODES)}")
+            raise InvalidInput(f"unknown mode {self.mode!r}; choose one of {', '.join(TASK_MODES)}")
 
     @property
     def needs_embeddings(self) -> bool:

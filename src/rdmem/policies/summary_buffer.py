@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..contract import Plan, Problem
+from ..errors import InvalidInput
 from ..scoring import Recency
 from ..select import get_selector
 
@@ -29,7 +30,7 @@ class SummaryBuffer:
 
     def __post_init__(self) -> None:
         if not 0.0 < self.summary_fraction < 1.0:
-            raise ValueError(f"summary_fraction must be in (0, 1), got {self.summary_fraction!r}")
+            raise InvalidInput(f"summary_fraction must be in (0, 1), got {self.summary_fraction!r}")
 
     def plan(self, problem: Problem) -> Plan:
         recency = Recency(decay=0.0).score(problem.ctx)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from ..errors import InvalidInput
 from ._base import Scorer, ScoringContext, embed_text
 from .information import Information
 from .lexical import Lexical
@@ -49,4 +50,4 @@ def get_scorer(name: str) -> Scorer:
     try:
         return SCORERS[name]()
     except KeyError:
-        raise ValueError(f"unknown scorer {name!r}; choose one of {', '.join(sorted(SCORERS))}") from None
+        raise InvalidInput(f"unknown scorer {name!r}; choose one of {', '.join(sorted(SCORERS))}") from None

@@ -11,6 +11,8 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import InvalidInput
+
 __all__ = ["LogisticModel", "default_models"]
 
 
@@ -42,7 +44,7 @@ class LogisticModel:
 
     def __post_init__(self) -> None:
         if not self.l2 >= 0:
-            raise ValueError(f"l2 must be >= 0, got {self.l2!r}")
+            raise InvalidInput(f"l2 must be >= 0, got {self.l2!r}")
 
     def _check(self, x: np.ndarray) -> np.ndarray:
         x = np.asarray(x, dtype=np.float64)
@@ -113,9 +115,9 @@ class LogisticModel:
             m.mean_ = np.asarray(data["mean"], dtype=np.float64)
             m.scale_ = np.asarray(data["scale"], dtype=np.float64)
         except (KeyError, TypeError, ValueError) as exc:
-            raise ValueError(f"not a valid value-model file: {exc}") from None
+            raise InvalidInput(f"not a valid value-model file: {exc}") from None
         if not (len(m.weights_) == len(m.mean_) == len(m.scale_) == len(m.features)):
-            raise ValueError("not a valid value-model file: lengths of features, weights, mean and scale differ")
+            raise InvalidInput("not a valid value-model file: lengths of features, weights, mean and scale differ")
         return m
 
     def save(self, path: str | Path) -> None:
@@ -126,7 +128,7 @@ class LogisticModel:
         try:
             return cls.from_dict(json.loads(Path(path).read_text()))
         except (OSError, json.JSONDecodeError) as exc:
-            raise ValueError(f"cannot read value model {str(path)!r}: {exc}") from None
+            raise InvalidInput(f"cannot read value model {str(path)!r}: {exc}") from None
 
 
 @lru_cache(maxsize=1)

@@ -4,6 +4,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..errors import InvalidInput
 from ._base import ScoringContext
 
 __all__ = ["Recency"]
@@ -27,9 +28,9 @@ class Recency:
 
     def __post_init__(self) -> None:
         if not self.decay >= 0:
-            raise ValueError(f"decay must be >= 0, got {self.decay!r}")
+            raise InvalidInput(f"decay must be >= 0, got {self.decay!r}")
         if not self.per_turn > 0:
-            raise ValueError(f"per_turn must be > 0 messages, got {self.per_turn!r}")
+            raise InvalidInput(f"per_turn must be > 0 messages, got {self.per_turn!r}")
 
     def score(self, ctx: ScoringContext) -> np.ndarray:
         age = (ctx.current_index - 1 - ctx.indices) / self.per_turn

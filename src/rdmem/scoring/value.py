@@ -6,6 +6,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from ..errors import InvalidInput
 from ._base import ScoringContext
 
 __all__ = ["LearnedValue"]
@@ -45,7 +46,7 @@ class LearnedValue:
             check_prior_model(prior)
             return cls(prior=prior, query=LogisticModel.from_dict(data["query"]))
         except (OSError, ValueError, KeyError, TypeError) as exc:
-            raise ValueError(f"cannot read value models from {path!r}: {exc}") from None
+            raise InvalidInput(f"cannot read value models from {path!r}: {exc}") from None
 
     def prior_model(self):  # type: ignore[no-untyped-def]
         """The prior (query-agnostic) model in use: the given one, or the shipped one."""

@@ -12,6 +12,7 @@ from functools import lru_cache
 
 import numpy as np
 
+from ..errors import InvalidInput
 from ..features import _NUMBER, has_date
 from ..history import speaker_of, split_prefix
 from ._base import ScoringContext
@@ -129,7 +130,7 @@ def check_prior_model(model: object) -> list[int]:
     features = tuple(model.features)  # type: ignore[attr-defined]
     unknown = [f for f in features if f not in PRIOR_FEATURES]
     if unknown:
-        raise ValueError(f"value model uses unknown prior features {unknown}; known: {', '.join(PRIOR_FEATURES)}")
+        raise InvalidInput(f"value model uses unknown prior features {unknown}; known: {', '.join(PRIOR_FEATURES)}")
     _direction(model)
     return [PRIOR_FEATURES.index(f) for f in features]
 
@@ -144,7 +145,7 @@ def _direction(model: object) -> np.ndarray | None:
     except (TypeError, ValueError):
         vec = np.zeros(0, dtype=np.float32)
     if vec.ndim != 1 or not len(vec) or not np.isfinite(vec).all():
-        raise ValueError("value model's salience direction (meta['salience']) must be a non-empty list of numbers")
+        raise InvalidInput("value model's salience direction (meta['salience']) must be a non-empty list of numbers")
     return vec
 
 

@@ -5,6 +5,7 @@ from typing import Literal
 
 import numpy as np
 
+from ..errors import InvalidInput
 from ._base import Scorer, ScoringContext
 
 __all__ = ["Weighted"]
@@ -43,10 +44,10 @@ class Weighted:
 
     def __post_init__(self) -> None:
         if self.normalize not in _NORMALIZERS:
-            raise ValueError(f"normalize must be one of {sorted(_NORMALIZERS)}, got {self.normalize!r}")
+            raise InvalidInput(f"normalize must be one of {sorted(_NORMALIZERS)}, got {self.normalize!r}")
         names = [t[0] for t in self.terms]
         if len(set(names)) != len(names):
-            raise ValueError(f"term names must be unique, got {names}")
+            raise InvalidInput(f"term names must be unique, got {names}")
 
     @property
     def needs_embeddings(self) -> bool:

@@ -10,6 +10,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from ..errors import InvalidInput
 from .chain import gap_knapsack, group_totals, marker_aware
 from .coverage import coverage, coverage_objective
 from .duplicates import near_duplicate_groups
@@ -37,4 +38,4 @@ def get_selector(name: str) -> Selector:
     try:
         return SELECTORS[name]
     except KeyError:
-        raise ValueError(f"unknown selector {name!r}; choose one of {', '.join(sorted(SELECTORS))}") from None
+        raise InvalidInput(f"unknown selector {name!r}; choose one of {', '.join(sorted(SELECTORS))}") from None

@@ -26,6 +26,7 @@ import heapq
 
 import numpy as np
 
+from ..errors import InvalidInput, InvalidType
 from ._validate import check_arrays
 
 __all__ = ["coverage", "coverage_objective", "prepare_similarity"]
@@ -33,13 +34,13 @@ __all__ = ["coverage", "coverage_objective", "prepare_similarity"]
 
 def _check_params(redundancy: object, threshold: object) -> tuple[float, float]:
     if isinstance(redundancy, bool) or not isinstance(redundancy, (int, float, np.floating, np.integer)):
-        raise TypeError(f"redundancy must be a number in [0, 1], got {type(redundancy).__name__}")
+        raise InvalidType(f"redundancy must be a number in [0, 1], got {type(redundancy).__name__}")
     if not 0.0 <= float(redundancy) <= 1.0:
-        raise ValueError(f"redundancy must be in [0, 1], got {redundancy}")
+        raise InvalidInput(f"redundancy must be in [0, 1], got {redundancy}")
     if isinstance(threshold, bool) or not isinstance(threshold, (int, float, np.floating, np.integer)):
-        raise TypeError(f"threshold must be a number in [0, 1), got {type(threshold).__name__}")
+        raise InvalidType(f"threshold must be a number in [0, 1), got {type(threshold).__name__}")
     if not 0.0 <= float(threshold) < 1.0:
-        raise ValueError(f"threshold must be in [0, 1), got {threshold}")
+        raise InvalidInput(f"threshold must be in [0, 1), got {threshold}")
     return float(redundancy), float(threshold)
 
 

@@ -20,6 +20,7 @@ from fastapi.responses import PlainTextResponse
 
 from .. import __version__
 from ..embed import Embedder
+from ..errors import InvalidInput
 from ..store import Store, open_store
 from ._openapi import install_openapi
 from .auth import RDMEM_KEY_HEADER, Tenant, tenant_of
@@ -27,6 +28,7 @@ from .errors import ApiError, install_error_handlers
 from .guards import HostGuardMiddleware, HostRule, JsonOnlyMiddleware
 from .metrics import BodyLimitMiddleware, Metrics, MetricsMiddleware
 from .ratelimit import RateLimiter
+from .protocol import ErrorResponse
 from .sessions import SessionPool, store_session, tenant_sessions
 from .settings import ServerSettings
 
@@ -110,12 +112,14 @@ def create_app(settings: ServerSettings | None = None, *, store: Store | None = 
     if mcp is not None:
         app.add_route("/mcp", mcp, methods=["GET", "POST", "DELETE"], include_in_schema=False)
 
-    @app.get("/healthz", tags=["service"])
+    @app.get("/healthz", tags=["service"], responses={
+        503: {"model": ErrorResponse, "description": "the store does not answer (retry after `Retry-After` seconds)"}})
     def healthz() -> dict[str, Any]:
-        """Liveness: the process answers and its store is reachable."""
+        """Whether this process and its store answer: 200, or 503 while the store cannot be reached (a
+        PostgreSQL store reconnects by itself: the first request after the database is back is served)."""
         state: ServerState = app.state.rdmem
-        state.store.version("t/default/healthz")
-        return {"status": "ok", "version": __version__}
+        state.store.version("t/default/healthz")  # a StoreError is the 503, its cause in the log
+        return {"status": "ok", "store": "ok", "version": __version__}
 
     error = {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorResponse"}}}
 

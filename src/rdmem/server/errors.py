@@ -1,24 +1,33 @@
 """One error family, mapped to JSON once: ``{"error": {"code", "message"}, "detail": message}``.
 
-Routes raise :class:`ApiError` (or let the library raise its own errors);
-the handlers here turn every one into a JSON answer with a 4xx status, and
-anything unexpected into a logged 500 that says no more than it must.
+Whose fault an error is decides its status (:mod:`rdmem.errors`). Routes
+raise :class:`ApiError`; of the library's errors only what the caller can
+fix (:class:`~rdmem.errors.InvalidInput`) is a 4xx: 400, or 409 for an id
+the session already has and 404 for one it does not. A store that cannot be
+used is a 503 and a missing optional part a 501. Anything else is a bug: a
+500 with an error id, its traceback logged under that id, and nothing of
+its message sent to the client.
 """
 
 from __future__ import annotations
 
 import logging
 import re
+import uuid
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from ..store import DuplicateIdError, StoreError, UnknownIdError
+from ..errors import DuplicateIdError, InvalidInput, MissingDependency, StoreError, UnknownIdError, VersionConflict
 
-__all__ = ["ApiError", "error_body", "install_error_handlers"]
+__all__ = ["ApiError", "error_body", "install_error_handlers", "ERROR_ID_HEADER"]
+
+#: The header (and ``error.id`` field) of a 500 or 503: the id its log line carries.
+ERROR_ID_HEADER = "X-Rdmem-Error-Id"
 
 log = logging.getLogger("rdmem.server")
 
@@ -39,12 +48,54 @@ class ApiError(Exception):
         self.headers = headers
 
 
-def error_body(code: str, message: str) -> dict[str, Any]:
-    return {"error": {"code": code, "message": message}, "detail": message}
+def error_body(code: str, message: str, error_id: str | None = None) -> dict[str, Any]:
+    error = {"code": code, "message": message} if error_id is None else {"code": code, "message": message, "id": error_id}
+    return {"error": error, "detail": message}
 
 
-def _json(status: int, code: str, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
-    return JSONResponse(error_body(code, message), status_code=status, headers=headers)
+def _json(status: int, code: str, message: str, headers: dict[str, str] | None = None,
+          error_id: str | None = None) -> JSONResponse:
+    if error_id is not None:
+        headers = {**(headers or {}), ERROR_ID_HEADER: error_id}
+    return JSONResponse(error_body(code, message, error_id), status_code=status, headers=headers)
+
+
+def _new_error_id() -> str:
+    return uuid.uuid4().hex[:16]
+
+
+class InternalErrorMiddleware:
+    """What no handler mapped is a bug: a 500 with an error id, the traceback logged once under that id.
+
+    (Starlette's own handler for ``Exception`` answers too, but then raises
+    the error again, so the server logs a second traceback without the id.)
+    A failure after the answer started (a stream) is logged the same way;
+    the client's connection is then cut, as nothing else can be sent.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def sending(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, sending)
+        except Exception:
+            error_id = _new_error_id()
+            log.exception("internal error %s on %s %s", error_id, scope.get("method"), scope.get("path"))
+            if not started:
+                response = _json(500, "internal_error", f"internal error {error_id}; see the server's log",
+                                 error_id=error_id)
+                await response(scope, receive, send)
 
 
 _UNION_STEP = re.compile(r"^[\w-]+\[.*\]$")  # pydantic's name for a branch of a union: 'list[...]', 'tagged-union[...]'
@@ -112,6 +163,12 @@ def install_error_handlers(app: FastAPI) -> None:
             headers = {**(headers or {}), "Allow": ", ".join(_allowed(request))}
         return _json(exc.status_code, _CODES.get(exc.status_code, "error"), message, headers)
 
+    # Starlette picks the handler of the most specific class in the error's MRO: DuplicateIdError is a
+    # StoreError and an InvalidInput, and its own handler wins over both.
+    @app.exception_handler(InvalidInput)
+    async def invalid_input(request: Request, exc: InvalidInput) -> JSONResponse:
+        return _json(400, "invalid_request", str(exc))
+
     @app.exception_handler(DuplicateIdError)
     async def duplicate(request: Request, exc: DuplicateIdError) -> JSONResponse:
         return _json(409, "conflict", str(exc))
@@ -120,27 +177,23 @@ def install_error_handlers(app: FastAPI) -> None:
     async def unknown_id(request: Request, exc: UnknownIdError) -> JSONResponse:
         return _json(404, "not_found", str(exc))
 
+    @app.exception_handler(VersionConflict)
+    async def conflict(request: Request, exc: VersionConflict) -> JSONResponse:
+        # The manager retries conflicts itself; one that escapes means the session kept changing: retry later.
+        return _json(409, "conflict", str(exc))
+
     @app.exception_handler(StoreError)
     async def store_error(request: Request, exc: StoreError) -> JSONResponse:
-        log.error("store error on %s %s: %s", request.method, request.url.path, exc)
-        return _json(503, "store_unavailable", "the store is unavailable; see the server's log")
+        error_id = _new_error_id()
+        log.error("store error %s on %s %s: %s", error_id, request.method, request.url.path, exc)
+        return _json(503, "store_unavailable", f"the store is unavailable (error {error_id}; see the server's log)",
+                     headers={"Retry-After": "1"}, error_id=error_id)
 
-    @app.exception_handler(ImportError)
-    async def missing_dependency(request: Request, exc: ImportError) -> JSONResponse:
+    @app.exception_handler(MissingDependency)
+    async def missing_dependency(request: Request, exc: MissingDependency) -> JSONResponse:
         # An optional part the request needs is not installed (the embedding model of a policy): say which.
         log.error("missing dependency on %s %s: %s", request.method, request.url.path, exc)
         return _json(501, "missing_dependency", str(exc))
 
-    @app.exception_handler(ValueError)
-    async def bad_value(request: Request, exc: ValueError) -> JSONResponse:
-        return _json(400, "invalid_request", str(exc))
-
-    @app.exception_handler(TypeError)
-    async def bad_type(request: Request, exc: TypeError) -> JSONResponse:
-        return _json(400, "invalid_request", str(exc))
-
-    @app.exception_handler(Exception)
-    async def unexpected(request: Request, exc: Exception) -> JSONResponse:  # pragma: no cover - a bug
-        log.exception("internal error on %s %s", request.method, request.url.path)
-        return _json(500, "internal_error", "internal error; see the server's log")
+    app.add_middleware(InternalErrorMiddleware)  # the first added is the innermost: metrics count its 500s
 

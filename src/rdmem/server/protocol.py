@@ -133,6 +133,7 @@ class MessagePage(BaseModel):
 class ErrorBody(BaseModel):
     code: str
     message: str
+    id: str | None = Field(None, description="a 500's or 503's error id: the server's log has its line")
 
 
 class ErrorResponse(BaseModel):

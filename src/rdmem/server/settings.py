@@ -8,6 +8,7 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from ..errors import InvalidInput
 from ..policies import get_policy
 from ..store import check_tenant
 from ..tokens import check_budget
@@ -98,29 +99,29 @@ class ServerSettings:
             check_budget(getattr(self, name), name)
         get_policy(self.policy)
         if self.reply_reserve >= self.context_window:
-            raise ValueError(f"reply_reserve ({self.reply_reserve}) must be smaller than context_window "
+            raise InvalidInput(f"reply_reserve ({self.reply_reserve}) must be smaller than context_window "
                              f"({self.context_window})")
         if self.upstream is not None and not self.upstream.startswith(("http://", "https://")):
-            raise ValueError(f"upstream must be an http(s) URL such as http://127.0.0.1:8000/v1, got {self.upstream!r}")
+            raise InvalidInput(f"upstream must be an http(s) URL such as http://127.0.0.1:8000/v1, got {self.upstream!r}")
         if not isinstance(self.ui, bool):
-            raise ValueError(f"ui must be True or False, got {self.ui!r}")
+            raise InvalidInput(f"ui must be True or False, got {self.ui!r}")
         if not self.upstream_timeout > 0:
-            raise ValueError(f"upstream_timeout must be > 0 seconds, got {self.upstream_timeout!r}")
+            raise InvalidInput(f"upstream_timeout must be > 0 seconds, got {self.upstream_timeout!r}")
         for name, unit in (("rate_requests", "requests per minute"), ("rate_tokens", "tokens per minute")):
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value <= 0):
-                raise ValueError(f"{name} must be a whole number of {unit} > 0 (or None: no limit), got {value!r}")
+                raise InvalidInput(f"{name} must be a whole number of {unit} > 0 (or None: no limit), got {value!r}")
         if isinstance(self.allowed_hosts, str) or not all(isinstance(h, str) for h in self.allowed_hosts):
-            raise ValueError(f"allowed_hosts must be a list of host names, got {self.allowed_hosts!r}")
+            raise InvalidInput(f"allowed_hosts must be a list of host names, got {self.allowed_hosts!r}")
         object.__setattr__(self, "allowed_hosts", tuple(check_host_name(h) for h in self.allowed_hosts))
         if self.metrics_tenant is not None:
             try:
                 check_tenant(self.metrics_tenant)
             except ValueError as exc:
-                raise ValueError(f"metrics_tenant: {exc}") from None
+                raise InvalidInput(f"metrics_tenant: {exc}") from None
         if isinstance(self.header_timeout, bool) or not isinstance(self.header_timeout, (int, float)) or \
                 not self.header_timeout > 0:
-            raise ValueError(f"header_timeout must be > 0 seconds, got {self.header_timeout!r}")
+            raise InvalidInput(f"header_timeout must be > 0 seconds, got {self.header_timeout!r}")
 
     def store_url(self) -> str:
         """The store to open (the default SQLite file is created in ``data_dir``)."""

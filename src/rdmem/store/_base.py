@@ -18,15 +18,16 @@ from typing import Any, Self
 
 import numpy as np
 
+from ..errors import InvalidInput, InvalidType
 from ..tokens import message_payload
-from ._keys import KeysMixin, check_tenant
+from ._keys import KeysMixin, check_name, check_tenant
 from ._types import (
     TIERS, Changes, DuplicateIdError, NewUnit, SessionInfo, StoredUnit, StoreError, Tier, Written,
 )
 
 __all__ = [
-    "BaseStore", "Encoded", "check_session", "check_tenant", "damaged_unit", "decode_unit", "dumps", "allocate_ids",
-    "state_patch", "AUTO_PREFIX",
+    "BaseStore", "Encoded", "check_name", "check_session", "check_tenant", "searchable", "damaged_unit",
+    "decode_unit", "dumps", "allocate_ids", "state_patch", "AUTO_PREFIX",
 ]
 
 #: Automatic ids are ``m0``, ``m1``, ... (after every id of that form the session has had).
@@ -37,29 +38,36 @@ def dumps(obj: Any) -> str:
 
 
 def check_session(session: object) -> None:
-    """A session id is a non-empty string."""
+    """A session id is a non-empty string without NUL (see :func:`check_name`)."""
     if not isinstance(session, str) or not session:
-        raise ValueError(f"session must be a non-empty string, got {session!r}")
+        raise InvalidInput(f"session must be a non-empty string, got {session!r}")
+    check_name(session, "session")
+
+
+def searchable(text: str) -> str:
+    """A message's text as the full-text indexes read it: a NUL is a space there (the message itself keeps
+    it, escaped in its JSON)."""
+    return text.replace("\x00", " ")
 
 
 def _check_tier(tier: object, *, optional: bool = False) -> None:
     if tier in TIERS or (optional and tier is None):
         return
-    raise ValueError(f"tier must be one of {', '.join(TIERS)}{' or None' if optional else ''}, got {tier!r}")
+    raise InvalidInput(f"tier must be one of {', '.join(TIERS)}{' or None' if optional else ''}, got {tier!r}")
 
 
 def _check_ids(ids: object, what: str = "ids") -> list[str]:
     if isinstance(ids, (str, bytes)) or not isinstance(ids, Sequence):
-        raise TypeError(f"{what} must be a list of message ids, got {type(ids).__name__}")
+        raise InvalidType(f"{what} must be a list of message ids, got {type(ids).__name__}")
     bad = [i for i in ids if not isinstance(i, str)]
     if bad:
-        raise TypeError(f"{what} must be strings, got {bad[0]!r}")
-    return list(ids)
+        raise InvalidType(f"{what} must be strings, got {bad[0]!r}")
+    return [i for i in ids if "\x00" not in i]  # no unit has such an id (check_name): it is not in the session
 
 
 def _check_expect(expect: object) -> None:
     if expect is not None and (isinstance(expect, bool) or not isinstance(expect, int) or expect < 0):
-        raise ValueError(f"expect must be a session version (an int >= 0) or None, got {expect!r}")
+        raise InvalidInput(f"expect must be a session version (an int >= 0) or None, got {expect!r}")
 
 
 @dataclass(frozen=True)
@@ -78,27 +86,29 @@ class Encoded:
 def _encode(u: object, n: int) -> Encoded:
     where = f"unit {n}"
     if not isinstance(u, NewUnit):
-        raise TypeError(f"{where}: expected a NewUnit, got {type(u).__name__}")
+        raise InvalidType(f"{where}: expected a NewUnit, got {type(u).__name__}")
     if u.id is not None and (not isinstance(u.id, str) or not u.id):
-        raise ValueError(f"{where}: id must be a non-empty string or None (allocated by the store), got {u.id!r}")
+        raise InvalidInput(f"{where}: id must be a non-empty string or None (allocated by the store), got {u.id!r}")
+    if u.id is not None:
+        check_name(u.id, f"{where}: id")
     if not isinstance(u.message, dict) or u.message.get("role") not in _VALID_ROLES:
-        raise ValueError(f"{where}: message must be a dict with a valid 'role' ({', '.join(_VALID_ROLES)})")
+        raise InvalidInput(f"{where}: message must be a dict with a valid 'role' ({', '.join(_VALID_ROLES)})")
     if isinstance(u.tokens, bool) or not isinstance(u.tokens, (int, np.integer)) or u.tokens < 0:
-        raise ValueError(f"{where}: tokens must be an int >= 0, got {u.tokens!r}")
+        raise InvalidInput(f"{where}: tokens must be an int >= 0, got {u.tokens!r}")
     if not isinstance(u.features, dict):
-        raise TypeError(f"{where}: features must be a dict, got {type(u.features).__name__}")
+        raise InvalidType(f"{where}: features must be a dict, got {type(u.features).__name__}")
     _check_tier(u.tier)
     emb = None
     if u.embedding is not None:
         emb = np.array(u.embedding, dtype=np.float32).reshape(-1)  # a copy: the caller's array may change
         if not emb.size or not np.isfinite(emb).all():
-            raise ValueError(f"{where}: embedding must be a non-empty vector of finite numbers")
+            raise InvalidInput(f"{where}: embedding must be a non-empty vector of finite numbers")
     message = {k: v for k, v in u.message.items() if k != "id"}
     try:
         text, feats = dumps(message), dumps(u.features)
     except (TypeError, ValueError) as exc:
-        raise ValueError(f"{where}: message and features must be JSON ({exc})") from None
-    return Encoded(u.id, text, int(u.tokens), feats, emb, u.tier, message_payload(message))
+        raise InvalidInput(f"{where}: message and features must be JSON ({exc})") from None
+    return Encoded(u.id, text, int(u.tokens), feats, emb, u.tier, searchable(message_payload(message)))
 
 
 def allocate_ids(
@@ -205,7 +215,7 @@ class BaseStore(KeysMixin):
 
     def _init_base(self, cache_size: int) -> None:
         if isinstance(cache_size, bool) or not isinstance(cache_size, int) or cache_size < 0:
-            raise ValueError(f"cache_size must be an int >= 0, got {cache_size!r}")
+            raise InvalidInput(f"cache_size must be an int >= 0, got {cache_size!r}")
         self.cache_size = cache_size
         self._lock = threading.RLock()
         self._results: dict[str, tuple[int, OrderedDict[tuple[Any, ...], list[tuple[str, float]]]]] = {}
@@ -220,7 +230,7 @@ class BaseStore(KeysMixin):
         """
         check_session(session)
         if isinstance(units, (str, bytes, Mapping)) or not isinstance(units, Sequence):
-            raise TypeError(f"units must be a list of NewUnit, got {type(units).__name__}")
+            raise InvalidType(f"units must be a list of NewUnit, got {type(units).__name__}")
         encoded = [_encode(u, n) for n, u in enumerate(units)]
         if not encoded:
             v = self.version(session)
@@ -251,12 +261,12 @@ class BaseStore(KeysMixin):
         if needed. With ``expect``, only if the session is still at that version."""
         check_session(session)
         if not isinstance(patch, Mapping):
-            raise TypeError(f"patch must be a dict, got {type(patch).__name__}")
+            raise InvalidType(f"patch must be a dict, got {type(patch).__name__}")
         _check_expect(expect)
         try:
             dumps(dict(patch))
         except (TypeError, ValueError) as exc:
-            raise ValueError(f"session state must be JSON ({exc})") from None
+            raise InvalidInput(f"session state must be JSON ({exc})") from None
         return self._update_state(session, dict(patch), expect)
 
     def log_compaction(self, session: str, record: Mapping[str, Any]) -> None:
@@ -267,11 +277,11 @@ class BaseStore(KeysMixin):
     @staticmethod
     def _record(record: Mapping[str, Any]) -> str:
         if not isinstance(record, Mapping):
-            raise TypeError(f"a log record must be a dict, got {type(record).__name__}")
+            raise InvalidType(f"a log record must be a dict, got {type(record).__name__}")
         try:
             return dumps(dict(record))
         except (TypeError, ValueError) as exc:
-            raise ValueError(f"a log record must be JSON ({exc})") from None
+            raise InvalidInput(f"a log record must be JSON ({exc})") from None
 
     def delete_session(self, session: str) -> None:
         """Delete ``session``: its units, their index entries, its state and its log. Irreversible."""
@@ -285,9 +295,9 @@ class BaseStore(KeysMixin):
         """Units of ``session`` in order, from the ``offset``-th on, at most ``limit`` of them."""
         check_session(session)
         if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
-            raise ValueError(f"offset must be an int >= 0, got {offset!r}")
+            raise InvalidInput(f"offset must be an int >= 0, got {offset!r}")
         if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
-            raise ValueError(f"limit must be an int >= 0 or None, got {limit!r}")
+            raise InvalidInput(f"limit must be an int >= 0 or None, got {limit!r}")
         return self._load(session, offset, limit)
 
     def changes(self, session: str, since: int = 0) -> Changes:
@@ -313,15 +323,15 @@ class BaseStore(KeysMixin):
         fused by reciprocal rank. ``(id, score)`` pairs, best first; cached until the session changes."""
         check_session(session)
         if not isinstance(query, str):
-            raise TypeError(f"query must be a string, got {type(query).__name__}")
+            raise InvalidType(f"query must be a string, got {type(query).__name__}")
         if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 0:
-            raise ValueError(f"k must be an int >= 0, got {k!r}")
+            raise InvalidInput(f"k must be an int >= 0, got {k!r}")
         _check_tier(tier, optional=True)
         qvec = None
         if query_embedding is not None:
             qvec = np.asarray(query_embedding, dtype=np.float32).reshape(-1)
             if not qvec.size or not np.isfinite(qvec).all():
-                raise ValueError("query_embedding must be a non-empty vector of finite numbers")
+                raise InvalidInput("query_embedding must be a non-empty vector of finite numbers")
         if k == 0:
             return []
         version = self._version(session)

@@ -7,9 +7,10 @@ import re
 import secrets
 import time
 
+from ..errors import InvalidInput
 from ._types import ApiKey
 
-__all__ = ["KeysMixin", "check_tenant", "key_hash", "TENANT"]
+__all__ = ["KeysMixin", "check_name", "check_tenant", "key_hash", "TENANT"]
 
 #: A tenant's name: what a key belongs to and what the service scopes sessions by.
 TENANT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$")
@@ -18,8 +19,15 @@ _KEY_PREFIX = "rdmem_"
 
 def check_tenant(tenant: object) -> str:
     if not isinstance(tenant, str) or not TENANT.match(tenant):
-        raise ValueError(f"tenant must be 1-64 letters, digits, '_', '.' or '-' (not first), got {tenant!r}")
+        raise InvalidInput(f"tenant must be 1-64 letters, digits, '_', '.' or '-' (not first), got {tenant!r}")
     return tenant
+
+
+def check_name(name: str, what: str) -> None:
+    """Ids and names are keys to find things by, not text to keep: a NUL in one is refused on every store
+    (PostgreSQL's ``text`` cannot hold it; what a message *says* may, see :func:`~._base.searchable`)."""
+    if "\x00" in name:
+        raise InvalidInput(f"{what} must not contain a NUL character, got {name!r}")
 
 
 def key_hash(secret: str) -> str:
@@ -34,7 +42,8 @@ class KeysMixin:
         """A new API key for ``tenant``: the listing record and the secret (shown once, stored hashed)."""
         check_tenant(tenant)
         if not isinstance(name, str) or len(name) > 200:
-            raise ValueError(f"name must be a string of at most 200 characters, got {name!r}")
+            raise InvalidInput(f"name must be a string of at most 200 characters, got {name!r}")
+        check_name(name, "name")
         secret = _KEY_PREFIX + secrets.token_urlsafe(32)
         key = ApiKey("key_" + secrets.token_hex(6), tenant, name, time.time())
         self._insert_key(key, key_hash(secret))
@@ -49,7 +58,9 @@ class KeysMixin:
     def revoke_key(self, key_id: str) -> bool:
         """Revoke a key at once (``False`` if there is no such key, or it was revoked already)."""
         if not isinstance(key_id, str) or not key_id:
-            raise ValueError(f"key_id must be a non-empty string, got {key_id!r}")
+            raise InvalidInput(f"key_id must be a non-empty string, got {key_id!r}")
+        if "\x00" in key_id:  # no key has one (ids are hex): the same answer from every store
+            return False
         return self._revoke_key(key_id, time.time())
 
     def key_tenant(self, secret: str) -> str | None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, MutableMapping
 from typing import Any, TypeVar
 
 import numpy as np
@@ -21,7 +21,7 @@ class PgSearchMixin:
     ``_ef_search`` and ``lexical_rows``)."""
 
     _dims: set[int]
-    _ef_search: int | None
+    _ef_search: MutableMapping[Any, int]  # per connection (a session setting)
     lexical_rows: int
     _run: Callable[..., Any]
 
@@ -37,15 +37,15 @@ class PgSearchMixin:
                 id_of.update(hits)
             return [(id_of[uid], score) for uid, score in rank_fusion(rankings)[:k]]
 
-        return self._run(run, session)
+        return self._run(run, session, read=True)
 
     def _dense(self, conn: Any, session: str, qvec: np.ndarray, k: int, tier: Tier | None) -> list[tuple[int, str]]:
         """HNSW cosine ranking of the session's units."""
         d = qvec.shape[0]
         ef = min(max(k, 40), 1000)
-        if ef != self._ef_search:
+        if self._ef_search.get(conn) != ef:
             conn.execute(f"SET hnsw.ef_search = {ef}")
-            self._ef_search = ef
+            self._ef_search[conn] = ef
         tier_filt = " AND tier = %s" if tier is not None else ""
         return [
             (int(uid), i)

@@ -51,7 +51,8 @@ def in_transaction(conn: sqlite3.Connection, fn: Callable[[sqlite3.Connection], 
     return out
 
 
-def open_file(path: str, *, where: str, timeout: float, synchronous: str, readonly: bool) -> sqlite3.Connection:
+def open_file(path: str, *, where: str, timeout: float, synchronous: str, readonly: bool,
+              create: bool = True) -> sqlite3.Connection:
     """A connection to the store file ``path``, its schema created or upgraded (unless ``readonly``).
 
     Refused with :class:`StoreError`, before anything is written to them: a
@@ -65,7 +66,7 @@ def open_file(path: str, *, where: str, timeout: float, synchronous: str, readon
     if not p.parent.exists():
         raise StoreError(f"{where}: directory {str(p.parent)!r} does not exist")
     exists = p.exists() and p.stat().st_size > 0
-    if readonly and not exists:
+    if (readonly or not create) and not exists:
         raise StoreError(f"{where}: no such store file")
     if exists:
         try:

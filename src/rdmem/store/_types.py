@@ -8,29 +8,15 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 import numpy as np
 
+from ..errors import DuplicateIdError, StoreError, UnknownIdError, VersionConflict
+
 __all__ = [
     "Tier", "TIERS", "NewUnit", "StoredUnit", "Written", "Changes", "SessionInfo", "ApiKey", "Store",
-    "StoreError", "DuplicateIdError", "VersionConflict",
+    "StoreError", "DuplicateIdError", "UnknownIdError", "VersionConflict",
 ]
 
 Tier = Literal["working", "archive"]
 TIERS: tuple[Tier, ...] = ("working", "archive")
-
-
-class StoreError(RuntimeError):
-    """The store cannot be used: unreachable, corrupt, read-only, or written by a newer rdmem."""
-
-
-class DuplicateIdError(StoreError, ValueError):
-    """A message id the session already has (nothing was written; the session is unchanged and usable)."""
-
-
-class UnknownIdError(ValueError):
-    """Message ids the session does not have (nothing was changed)."""
-
-
-class VersionConflict(StoreError):
-    """The session changed since the version a conditional write expected (nothing was written)."""
 
 
 @dataclass

@@ -4,7 +4,9 @@ Many processes and machines may share one database: every write is one
 transaction that locks its session's row (so places and ids are allocated in
 commit order), versions come from one sequence, and reads that must agree
 with each other run in one repeatable-read snapshot. The layout is described
-in :mod:`rdmem.store._pg_schema`.
+in :mod:`rdmem.store._pg_schema`; the connections (a pool that replaces
+broken ones, so a restarted database is served again at once) in
+:mod:`rdmem.store._pg_pool`.
 """
 
 from __future__ import annotations
@@ -12,12 +14,14 @@ from __future__ import annotations
 import json
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
-
+from ..errors import InvalidInput
 from ._base import BaseStore, Encoded, allocate_ids, decode_unit, dumps, state_patch
+from ._pg_pool import Connections, import_psycopg, one_line
 from ._pg_schema import LOCK_KEY, SCHEMA_VERSION, TS_CONFIG, register_vector, setup
 from ._pg_search import PgSearchMixin
 from ._types import ApiKey, Changes, SessionInfo, StoredUnit, StoreError, Tier, VersionConflict, Written
@@ -29,14 +33,6 @@ _T = TypeVar("_T")
 _COLUMNS = "id, seq, message, tokens, features, embedding, tier"
 
 
-def _import_psycopg() -> Any:
-    try:
-        import psycopg
-    except ImportError as exc:  # pragma: no cover - depends on the environment
-        raise ImportError("the PostgreSQL store needs psycopg 3: pip install 'rdmem[postgres]'") from exc
-    return psycopg
-
-
 class PostgresStore(PgSearchMixin, BaseStore):
     """Every unit of every session in PostgreSQL; dense search by pgvector HNSW, lexical by ``tsvector``.
 
@@ -45,7 +41,14 @@ class PostgresStore(PgSearchMixin, BaseStore):
     url:
         A libpq URL, e.g. ``postgresql://user:pass@host:5432/db``.
     connect_timeout:
-        Seconds to wait for the server before :class:`StoreError`.
+        Seconds to wait for the server when opening a connection.
+    timeout:
+        Seconds a call waits for a connection (the database is down, or
+        every connection is busy) before :class:`StoreError`.
+    pool_size:
+        Connections kept at most (one is opened at first; more as calls
+        overlap). A connection that breaks is replaced: a database that
+        restarts is served again as soon as it is back.
     cache_size:
         Search results kept per session (checked against the session's
         version on every search, so other writers invalidate them too).
@@ -60,29 +63,37 @@ class PostgresStore(PgSearchMixin, BaseStore):
     """
 
     def __init__(
-        self, url: str, *, connect_timeout: float = 10.0, cache_size: int = 256, lexical_rows: int = 1000
+        self, url: str, *, connect_timeout: float = 10.0, timeout: float = 5.0, pool_size: int = 10,
+        cache_size: int = 256, lexical_rows: int = 1000,
     ) -> None:
         if not isinstance(url, str) or not url:
-            raise ValueError(f"url must be a non-empty PostgreSQL URL, got {url!r}")
-        if isinstance(connect_timeout, bool) or not isinstance(connect_timeout, (int, float)) or connect_timeout <= 0:
-            raise ValueError(f"connect_timeout must be a number of seconds > 0, got {connect_timeout!r}")
+            raise InvalidInput(f"url must be a non-empty PostgreSQL URL, got {url!r}")
+        for name, seconds in (("connect_timeout", connect_timeout), ("timeout", timeout)):
+            if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not seconds > 0:
+                raise InvalidInput(f"{name} must be a number of seconds > 0, got {seconds!r}")
+        if isinstance(pool_size, bool) or not isinstance(pool_size, int) or pool_size < 1:
+            raise InvalidInput(f"pool_size must be an int >= 1, got {pool_size!r}")
         if isinstance(lexical_rows, bool) or not isinstance(lexical_rows, int) or lexical_rows < 1:
-            raise ValueError(f"lexical_rows must be an int >= 1, got {lexical_rows!r}")
+            raise InvalidInput(f"lexical_rows must be an int >= 1, got {lexical_rows!r}")
         self._init_base(cache_size)
         self.url = url
         self.connect_timeout = connect_timeout
+        self.timeout = timeout
+        self.pool_size = pool_size
         self.lexical_rows = lexical_rows
         self._lock = threading.RLock()
-        self._dims: set[int] = set()
-        self._ef_search: int | None = None
+        # hnsw.ef_search as last set on each connection (a session setting; connections come and go).
+        self._ef_search: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
         self.location = self._describe()
         self.where = f"PostgreSQL store at {self.location}"
-        self._conn: Any = self._connect()
+        self._dims: set[int] = self._prepare()
+        self._connections = Connections(url, where=self.where, size=pool_size, timeout=timeout,
+                                        connect_timeout=connect_timeout, configure=self._configure)
 
     # -- connecting ------------------------------------------------------------
     def _describe(self) -> str:
         """``host:port/db`` for messages (never the password)."""
-        _import_psycopg()
+        import_psycopg()
         from psycopg.conninfo import conninfo_to_dict
 
         try:
@@ -93,58 +104,42 @@ class PostgresStore(PgSearchMixin, BaseStore):
         port = info.get("port") or "5432"
         return f"{host}:{port}/{info.get('dbname') or info.get('user') or 'postgres'}"
 
-    def _scrub(self, text: str) -> str:
-        from psycopg.conninfo import conninfo_to_dict
-
-        password = conninfo_to_dict(self.url).get("password")
-        text = " ".join(str(text).split())
-        return text.replace(password, "***") if password else text
-
-    def _connect(self) -> Any:
-        psycopg = _import_psycopg()
+    def _prepare(self) -> set[int]:
+        """Connect once (a clear error if the database cannot be reached), create or upgrade the tables, and
+        read which embedding dimensions have an HNSW index."""
+        psycopg = import_psycopg()
         try:
             conn = psycopg.connect(self.url, autocommit=True, connect_timeout=max(int(self.connect_timeout), 1))
         except psycopg.Error as exc:
-            raise StoreError(f"cannot connect to PostgreSQL at {self.location}: {self._scrub(str(exc))}") from None
+            raise StoreError(f"cannot connect to PostgreSQL at {self.location}: {one_line(exc)}") from None
         try:
             setup(conn, self.where)
-            register_vector(conn)
-            # Filtered HNSW scans (one session, one tier) keep going until they have enough rows.
-            conn.execute("SET hnsw.iterative_scan = relaxed_order")
-            self._dims = {
+            return {
                 int(r[0].rsplit("_", 1)[1])
                 for r in conn.execute("SELECT indexname FROM pg_indexes WHERE tablename = 'rdmem_units' "
                                       "AND indexname LIKE 'rdmem_units_hnsw_%%'")
             }
         except StoreError as exc:
-            conn.close()
             raise StoreError(str(exc) if str(exc).startswith(self.where) else f"{self.where}: {exc}") from None
         except psycopg.Error as exc:
+            raise StoreError(f"{self.where}: setup failed: {one_line(exc)}") from None
+        finally:
             conn.close()
-            raise StoreError(f"{self.where}: setup failed: {self._scrub(str(exc))}") from None
-        return conn
+
+    @staticmethod
+    def _configure(conn: Any) -> None:
+        """A new connection of the pool: pgvector's adapters, and the session settings every search wants."""
+        register_vector(conn)
+        # Filtered HNSW scans (one session, one tier) keep going until they have enough rows.
+        conn.execute("SET hnsw.iterative_scan = relaxed_order")
 
     # -- plumbing ----------------------------------------------------------------
-    @property
-    def _db(self) -> Any:
-        if self._conn is None:
-            raise StoreError(f"{self.where}: used after close()")
-        return self._conn
-
     def _close(self) -> None:
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
+        self._connections.close()
 
-    def _run(self, fn: Callable[[Any], _T], session: str | None = None) -> _T:
-        """Run ``fn(conn)`` under the lock, turning database errors into :class:`StoreError`."""
-        psycopg = _import_psycopg()
-        with self._lock:
-            try:
-                return fn(self._db)
-            except psycopg.Error as exc:
-                where = self.where + (f", session {session!r}" if session else "")
-                raise StoreError(f"{where}: {self._scrub(str(exc))}") from None
+    def _run(self, fn: Callable[[Any], _T], session: str | None = None, *, read: bool = False) -> _T:
+        """``fn(conn)`` on a live connection of the pool (see :class:`~._pg_pool.Connections`)."""
+        return self._connections.run(fn, session, read=read)
 
     @contextmanager
     def _snapshot(self, conn: Any) -> Iterator[None]:
@@ -157,7 +152,7 @@ class PostgresStore(PgSearchMixin, BaseStore):
         if dim in self._dims:
             return
         if not 0 < dim <= _MAX_DIM:
-            raise ValueError(f"embedding dimension must be in 1..{_MAX_DIM} for pgvector HNSW, got {dim}")
+            raise InvalidInput(f"embedding dimension must be in 1..{_MAX_DIM} for pgvector HNSW, got {dim}")
         with conn.transaction():
             conn.execute("SELECT pg_advisory_xact_lock(%s)", (LOCK_KEY,))
             conn.execute(
@@ -313,7 +308,7 @@ class PostgresStore(PgSearchMixin, BaseStore):
                     (session, limit, offset),
                 ).fetchall()
 
-        return self._decode(session, self._run(read, session))
+        return self._decode(session, self._run(read, session, read=True))
 
     def _changes(self, session: str, since: int) -> Changes:
         def read(conn: Any) -> Changes:
@@ -331,22 +326,23 @@ class PostgresStore(PgSearchMixin, BaseStore):
                                    (session,) if full else (session, since)).fetchall()
             return Changes(version, full, self._decode(session, rows), state)
 
-        return self._run(read, session)
+        return self._run(read, session, read=True)
 
     def _version(self, session: str) -> int:
         row = self._run(lambda conn: conn.execute(
-            "SELECT version FROM rdmem_sessions WHERE session = %s", (session,)).fetchone(), session)
+            "SELECT version FROM rdmem_sessions WHERE session = %s", (session,)).fetchone(), session, read=True)
         return int(row[0]) if row is not None else 0
 
     def _read_log(self, session: str) -> list[tuple[float, str]]:
         return self._run(lambda conn: conn.execute(
-            "SELECT time, record FROM rdmem_compactions WHERE session = %s ORDER BY n", (session,)).fetchall(), session)
+            "SELECT time, record FROM rdmem_compactions WHERE session = %s ORDER BY n", (session,)).fetchall(), session,
+            read=True)
 
     def _sessions(self) -> list[SessionInfo]:
         rows = self._run(lambda conn: conn.execute(
             "SELECT s.session, count(u.uid), count(u.uid) FILTER (WHERE u.tier = 'working'), s.created, s.updated "
             "FROM rdmem_sessions s LEFT JOIN rdmem_units u ON u.session = s.session "
-            "WHERE s.version > 0 GROUP BY s.session ORDER BY s.session").fetchall())
+            "WHERE s.version > 0 GROUP BY s.session ORDER BY s.session").fetchall(), read=True)
         return [SessionInfo(s, int(n), int(w), int(n) - int(w), c, up) for s, n, w, c, up in rows]
 
     # -- API keys ------------------------------------------------------------------
@@ -357,7 +353,7 @@ class PostgresStore(PgSearchMixin, BaseStore):
 
     def _keys(self) -> list[ApiKey]:
         rows = self._run(lambda conn: conn.execute(
-            "SELECT id, tenant, name, created, revoked FROM rdmem_keys ORDER BY created, id").fetchall())
+            "SELECT id, tenant, name, created, revoked FROM rdmem_keys ORDER BY created, id").fetchall(), read=True)
         return [ApiKey(*r) for r in rows]
 
     def _revoke_key(self, key_id: str, when: float) -> bool:
@@ -366,14 +362,14 @@ class PostgresStore(PgSearchMixin, BaseStore):
 
     def _key_tenant(self, digest: str) -> str | None:
         row = self._run(lambda conn: conn.execute(
-            "SELECT tenant FROM rdmem_keys WHERE hash = %s AND revoked IS NULL", (digest,)).fetchone())
+            "SELECT tenant FROM rdmem_keys WHERE hash = %s AND revoked IS NULL", (digest,)).fetchone(), read=True)
         return row[0] if row else None
 
     def disk_bytes(self) -> int:
         """Bytes of rdmem's tables and their indexes (all sessions)."""
         return int(self._run(lambda conn: conn.execute(
             "SELECT sum(pg_total_relation_size(c)) FROM unnest(ARRAY['rdmem_units', 'rdmem_sessions', "
-            "'rdmem_compactions', 'rdmem_meta']::regclass[]) c").fetchone()[0]))
+            "'rdmem_compactions', 'rdmem_meta']::regclass[]) c").fetchone()[0], read=True))
 
     def __repr__(self) -> str:
         return f"PostgresStore({self.location!r})"

@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from ..errors import InvalidInput
 from ..tokens import message_payload
 from ._base import BaseStore, Encoded, allocate_ids, damaged_unit, decode_unit, dumps, state_patch
 from ._dense import Dense
@@ -59,6 +60,9 @@ class SQLiteStore(SearchMixin, BaseStore):
     readonly:
         Open for reading only (nothing is ever written, not even the WAL
         switch); works in a read-only directory too.
+    create:
+        ``False``: the file must exist already (else :class:`StoreError`
+        "no such store file"; nothing is created).
 
     Opening checks the file (``PRAGMA quick_check``) before anything is
     written: a damaged file is refused with an error naming it. Several
@@ -84,13 +88,14 @@ class SQLiteStore(SearchMixin, BaseStore):
         cache_size: int = 256,
         lexical_rows: int = 1000,
         readonly: bool = False,
+        create: bool = True,
     ) -> None:
         if synchronous not in _SYNCHRONOUS:
-            raise ValueError(f"synchronous must be one of {', '.join(_SYNCHRONOUS)}, got {synchronous!r}")
+            raise InvalidInput(f"synchronous must be one of {', '.join(_SYNCHRONOUS)}, got {synchronous!r}")
         if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0:
-            raise ValueError(f"timeout must be a number of seconds > 0, got {timeout!r}")
+            raise InvalidInput(f"timeout must be a number of seconds > 0, got {timeout!r}")
         if isinstance(lexical_rows, bool) or not isinstance(lexical_rows, int) or lexical_rows < 1:
-            raise ValueError(f"lexical_rows must be an int >= 1, got {lexical_rows!r}")
+            raise InvalidInput(f"lexical_rows must be an int >= 1, got {lexical_rows!r}")
         self._init_base(cache_size)
         self.path = os.fspath(path)
         self.where = f"SQLite store {self.path}"
@@ -101,7 +106,8 @@ class SQLiteStore(SearchMixin, BaseStore):
         self._caches: dict[str, SessionCache] = {}
         self._versions: dict[str, tuple[int, int]] = {}  # session -> (version, reset), while data_version holds
         self._conn: sqlite3.Connection | None = open_file(
-            self.path, where=self.where, timeout=self.timeout, synchronous=synchronous, readonly=self.readonly)
+            self.path, where=self.where, timeout=self.timeout, synchronous=synchronous, readonly=self.readonly,
+            create=create)
         self._data_version = self._pragma("data_version")
 
     # -- plumbing --------------------------------------------------------------

@@ -1,0 +1,170 @@
+"""The PostgreSQL store's connections: a pool that replaces broken ones, and what an error tells the caller.
+
+A server restarted, a backend terminated (``pg_terminate_backend``), a
+network cut: the connections a pool holds die without it knowing. Every
+call takes a connection from the pool and checks it with an empty query
+first; a dead one is dropped (so are the pool's other idle ones, checked at
+once), and the call goes on with a live one: nothing was sent on the dead
+one, so a write is as safe to retry there as a read. A connection that dies
+*during* a call fails a write (it may have committed, or not: the caller
+gets a :class:`StoreError` and decides), and repeats a read (twice at most:
+a server that ends every connection ends them one by one, so the next one
+may be the next to go). While the database is away, a call waits at most ``timeout`` seconds for a connection,
+asking the pool again every quarter of a second: each ask starts a
+connection attempt if none is under way (the pool gives a failing attempt
+up after half a second), so a connection is tried about twice a second and
+the calls waiting when the database comes back are served at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, TypeVar
+from urllib.parse import urlsplit, urlunsplit
+
+from ..errors import InvalidInput, MissingDependency, StoreError
+
+__all__ = ["Connections", "import_psycopg", "one_line", "redact", "redact_url"]
+
+log = logging.getLogger("rdmem.store")
+_T = TypeVar("_T")
+
+#: How long the pool keeps retrying a connection it lost before it gives up and lets the next call try again.
+_RECONNECT_SECONDS = 0.5
+#: A call waiting for a connection asks the pool again this often (each ask may start a new attempt).
+_ASK_SECONDS = 0.25
+#: Dead connections a call skips before it gives up (each is dropped; the pool's other idle ones are checked too).
+_DEAD_SKIPPED = 3
+#: How often a read whose connection died under it is run again.
+_READ_REPEATS = 2
+_PASSWORD_KEYWORD = re.compile(r"(\bpassword\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)", re.IGNORECASE)
+_URL = re.compile(r"\b(postgres(?:ql)?://)([^\s:/@]*):([^\s@]*)@")
+
+
+def import_psycopg() -> Any:
+    try:
+        import psycopg
+        import psycopg_pool  # noqa: F401 - the same extra brings both
+    except ImportError as exc:  # pragma: no cover - depends on the environment
+        raise MissingDependency("the PostgreSQL store needs psycopg 3 and psycopg-pool: "
+                                "pip install 'rdmem[postgres]'") from exc
+    return psycopg
+
+
+def redact_url(url: str) -> str:
+    """``url`` with its password field masked (``postgresql://bob:***@host/db``); other text as it was.
+
+    >>> redact_url("postgresql://bob:p@db:5432/agents?sslmode=require")
+    'postgresql://bob:***@db:5432/agents?sslmode=require'
+    >>> redact_url("sqlite:///memory.db")
+    'sqlite:///memory.db'
+    """
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return redact(url)
+    if parts.password is None:
+        return redact(url)
+    host = parts.netloc.rpartition("@")[2]
+    user = parts.netloc.rpartition("@")[0].partition(":")[0]
+    return redact(urlunsplit(parts._replace(netloc=f"{user}:***@{host}")))
+
+
+def redact(text: str) -> str:
+    """``text`` with every password *field* masked: a URL's ``user:password@`` and a ``password=`` keyword.
+
+    The password's characters elsewhere are left alone: masking them
+    everywhere would mangle the message (a password ``p`` turned "port"
+    into "***ort") and show how short the password is.
+
+    >>> redact('connection to "postgresql://bob:p@db/x" failed: port 5432, password=p sslmode=disable')
+    'connection to "postgresql://bob:***@db/x" failed: port 5432, password=*** sslmode=disable'
+    """
+    text = _URL.sub(lambda m: f"{m.group(1)}{m.group(2)}:***@", str(text))
+    return _PASSWORD_KEYWORD.sub(lambda m: f"{m.group(1)}***", text)
+
+
+def one_line(text: str) -> str:
+    return redact(" ".join(str(text).split()))
+
+
+class Connections:
+    """A pool of autocommit connections to one database, each set up by ``configure`` when it is opened."""
+
+    def __init__(self, url: str, *, where: str, size: int, timeout: float, connect_timeout: float,
+                 configure: Callable[[Any], None]) -> None:
+        import_psycopg()
+        from psycopg_pool import ConnectionPool
+
+        self.where = where
+        self.timeout = timeout
+        self._pool = ConnectionPool(
+            url, min_size=1, max_size=size, open=False, name="rdmem", timeout=timeout,
+            kwargs={"autocommit": True, "connect_timeout": max(int(connect_timeout), 1)},
+            configure=configure, reconnect_timeout=_RECONNECT_SECONDS,
+        )
+        self._pool.open(wait=False)
+
+    def run(self, fn: Callable[[Any], _T], session: str | None = None, *, read: bool = False) -> _T:
+        """``fn(conn)`` on a live connection; database errors become :class:`StoreError` (a value the
+        database refuses: :class:`InvalidInput`). ``read``: ``fn`` only reads, and is run again (twice at most)
+        if its connection dies under it."""
+        psycopg = import_psycopg()
+        from psycopg_pool import PoolClosed, PoolTimeout
+
+        where = self.where + (f", session {session!r}" if session else "")
+        dead = repeated = 0
+        while True:
+            conn, live = None, False
+            try:
+                with self._lease() as conn:
+                    conn.execute("")  # the connection answers: nothing of fn's was sent on a dead one
+                    live = True
+                    return fn(conn)
+            except PoolTimeout:
+                raise StoreError(f"{where}: no connection to the database within {self.timeout:g} s "
+                                 "(it is unreachable, or every connection is busy)") from None
+            except PoolClosed:
+                raise StoreError(f"{self.where}: used after close()") from None
+            except psycopg.DataError as exc:
+                raise InvalidInput(f"{where}: the database refused a value: {one_line(exc)}") from None
+            except psycopg.Error as exc:
+                lost = conn is not None and (conn.closed or conn.broken)
+                if lost and not live and dead < _DEAD_SKIPPED:
+                    dead += 1
+                    if dead == 1:
+                        self._pool.check()  # the other idle connections died with it, most likely
+                    continue
+                if lost and live and read and repeated < _READ_REPEATS:
+                    repeated += 1
+                    log.info("%s: the connection was lost during a read; reading again", where)
+                    continue
+                raise StoreError(f"{where}: {one_line(exc)}") from None
+
+    @contextmanager
+    def _lease(self) -> Iterator[Any]:
+        """A connection of the pool for one call (as ``pool.connection()``, waiting in short slices: a pool
+        whose reconnection attempt gave up starts another only when asked)."""
+        from psycopg_pool import PoolTimeout
+
+        deadline = time.monotonic() + self.timeout
+        while True:
+            left = deadline - time.monotonic()
+            try:
+                conn = self._pool.getconn(timeout=max(min(_ASK_SECONDS, left), 0.001))
+                break
+            except PoolTimeout:
+                if left <= _ASK_SECONDS:
+                    raise
+        try:
+            with conn:  # a pooled connection is not closed here: committed or rolled back, then returned
+                yield conn
+        finally:
+            self._pool.putconn(conn)
+
+    def close(self) -> None:
+        self._pool.close()

@@ -1,0 +1,132 @@
+"""The PostgreSQL store outlives its connections: backends terminated, the server restarted, a read cut off."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from rdmem.errors import StoreError
+from rdmem.store import NewUnit
+from rdmem.store._pg_pool import Connections
+from rdmem.store.postgres import PostgresStore
+
+from .._pg import OwnPostgres
+
+pytestmark = pytest.mark.slow  # starts its own PostgreSQL server
+
+
+@pytest.fixture(scope="module")
+def own_pg(tmp_path_factory):
+    pg = OwnPostgres(tmp_path_factory.mktemp("own-pg"))
+    yield pg
+    pg.close()
+
+
+@pytest.fixture
+def running(own_pg):
+    """The test's server, running when the test starts and when it ends."""
+    if not own_pg.running:
+        own_pg.start()
+    yield own_pg
+    if not own_pg.running:
+        own_pg.start()
+
+
+def _unit(i: int) -> NewUnit:
+    return NewUnit({"role": "user", "content": f"note {i}"}, 3, id=f"u{i}")
+
+
+def _busy(store: PostgresStore, session: str, n: int) -> None:
+    """Calls from ``n`` threads at once, so the pool holds several connections."""
+    barrier = threading.Barrier(n)
+
+    def call() -> None:
+        barrier.wait()
+        for _ in range(5):
+            store.load(session)
+
+    threads = [threading.Thread(target=call) for _ in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+
+def test_terminated_backends_are_replaced_and_no_call_fails(running, session_name):
+    store = PostgresStore(running.url, pool_size=4)
+    version = store.append(session_name, [_unit(0)]).version
+    _busy(store, session_name, 4)
+    assert running.terminate_backends() >= 2  # every connection the pool holds is dead now
+    # reads and writes go on at once, on fresh connections: none was sent on a dead one
+    assert store.version(session_name) == version
+    store.append(session_name, [_unit(1)])
+    assert [u.id for u in store.load(session_name)] == ["u0", "u1"]
+    running.terminate_backends()
+    store.append(session_name, [_unit(2)])
+    assert [u.id for u in store.load(session_name)] == ["u0", "u1", "u2"]
+    store.close()
+
+
+def test_a_restarted_database_is_served_again_as_soon_as_it_is_back(running, session_name):
+    store = PostgresStore(running.url, timeout=1.0)
+    patient = PostgresStore(running.url, timeout=20.0)
+    store.append(session_name, [_unit(0)])
+    running.stop()
+    with pytest.raises(StoreError, match=r"PostgreSQL store at 127\.0\.0\.1:\d+/postgres, session '.*': "
+                       r"no connection to the database within 1 s \(it is unreachable"):
+        store.append(session_name, [_unit(1)])
+    with pytest.raises(StoreError, match="no connection to the database within 1 s"):
+        store.load(session_name)
+    # a call that waits through the outage is served once the database is back
+    waited: dict[str, float] = {}
+
+    def wait_for_it() -> None:
+        patient.append(session_name, [_unit(1)])
+        waited["done"] = time.monotonic()
+
+    waiter = threading.Thread(target=wait_for_it)
+    waiter.start()
+    time.sleep(3)  # the pool's attempts fail meanwhile, and are given up
+    running.start()
+    back = time.monotonic()
+    store.append(session_name, [_unit(2)])  # so is the first call after the restart
+    served = time.monotonic() - back
+    waiter.join(timeout=30)
+    assert sorted(u.id for u in store.load(session_name)) == ["u0", "u1", "u2"]  # u1 and u2 in either order
+    store.close()
+    patient.close()
+    assert served < 5, f"the first write after the restart took {served:.1f} s"
+    assert waited["done"] - back < 5, f"the waiting write was served {waited['done'] - back:.1f} s after the return"
+
+
+def test_a_read_cut_off_is_read_again_and_a_write_is_not_repeated(running):
+    """A connection that dies during a call: a read runs again on a fresh one; a write fails (it may have
+    committed or not), and says so."""
+    conns = Connections(running.url, where="PostgreSQL store at test", size=2, timeout=5.0, connect_timeout=5.0,
+                        configure=lambda conn: None)
+    calls: list[int] = []
+
+    def slow_read(conn) -> int:
+        calls.append(conn.info.backend_pid)
+        if len(calls) == 1:
+            conn.execute("SELECT pg_sleep(3)")
+        return int(conn.execute("SELECT 41 + 1").fetchone()[0])
+
+    cutter = threading.Timer(0.5, running.terminate_backends)
+    cutter.start()
+    assert conns.run(slow_read, read=True) == 42
+    # read again on another connection (twice at most: the next one may have been ended too)
+    assert len(calls) in (2, 3) and calls[-1] != calls[0]
+
+    calls.clear()
+    cutter = threading.Timer(0.5, running.terminate_backends)
+    cutter.start()
+    with pytest.raises(StoreError, match=r"PostgreSQL store at test, session 'w': terminating connection due to "
+                       "administrator command"):
+        conns.run(slow_read, "w")
+    assert len(calls) == 1
+    conns.close()
+    with pytest.raises(StoreError, match="PostgreSQL store at test: used after close"):
+        conns.run(slow_read)
