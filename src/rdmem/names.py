@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import re
 
+from .errors import InvalidInput, InvalidType
+
 __all__ = ["MAX_SESSION_CHARS", "SESSION_NAME_PATTERN", "check_session_name", "printable"]
 
 MAX_SESSION_CHARS = 256
@@ -33,18 +35,18 @@ def _shown(name: str) -> str:
 
 
 def check_session_name(name: object, field: str = "session") -> str:
-    """``name`` if it is a session name; else a ``ValueError`` naming ``field``, the value and the rule."""
+    """``name`` if it is a session name; else an ``InvalidInput`` naming ``field``, the value and the rule."""
     if not isinstance(name, str):
-        raise ValueError(f"{field} must be a string, got {type(name).__name__}")
+        raise InvalidType(f"{field} must be a string, got {type(name).__name__}")
     if not 1 <= len(name) <= MAX_SESSION_CHARS:
-        raise ValueError(f"{field} {_shown(name)}: a session name is 1 to {MAX_SESSION_CHARS} characters, "
+        raise InvalidInput(f"{field} {_shown(name)}: a session name is 1 to {MAX_SESSION_CHARS} characters, "
                          f"got {len(name)}")
     bad = _BAD.search(name)
     if bad is not None:
-        raise ValueError(f"{field} {_shown(name)}: a session name may not hold control characters or line "
+        raise InvalidInput(f"{field} {_shown(name)}: a session name may not hold control characters or line "
                          f"separators (found {bad.group()!r} at {bad.start()})")
     if not name.strip():
-        raise ValueError(f"{field} {_shown(name)}: a session name may not be only whitespace")
+        raise InvalidInput(f"{field} {_shown(name)}: a session name may not be only whitespace")
     return name
 
 

@@ -202,7 +202,7 @@ def _tool_error() -> Iterator[None]:
     try:
         yield
     except ApiError as exc:
-        raise ValueError(exc.message) from None
+        raise InvalidInput(exc.message) from None
 
 
 async def _mcp_tenant(request: Request) -> str:

@@ -21,6 +21,7 @@ from urllib.parse import urlsplit
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from ..errors import InvalidInput
 from .errors import error_body
 
 __all__ = ["HostRule", "HostGuardMiddleware", "JsonOnlyMiddleware", "is_loopback", "check_host_name"]
@@ -53,7 +54,7 @@ def check_host_name(name: str) -> str:
     if not bare or len(bare) > 253 or not all(
             label and len(label) <= 63 and label.replace("-", "").replace("_", "").isalnum() and label.isascii()
             for label in labels):
-        raise ValueError(f"allowed host {name!r}: give a host name or IP address without a port "
+        raise InvalidInput(f"allowed host {name!r}: give a host name or IP address without a port "
                          "(mem.example.com, 192.168.1.5), or * for any")
     return bare
 

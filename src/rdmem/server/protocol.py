@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, fiel
 
 from pydantic_core import PydanticCustomError
 
+from ..errors import InvalidInput
 from .._wire import (  # the chat messages: one home for the service and MCP
     AssistantMessage, ChatMessage, FunctionCall, JsonPositiveInt, PlainMessage, SessionSummary, TextPart, ToolCall,
     ToolMessage, message_dict,
@@ -162,7 +163,7 @@ class Mem0Add(_Strict):
     @classmethod
     def _no_inference(cls, value: Any) -> Any:
         if value is True:
-            raise ValueError("rdmem stores each message as given and extracts no facts with an LLM (mem0's "
+            raise InvalidInput("rdmem stores each message as given and extracts no facts with an LLM (mem0's "
                              "infer=false): leave infer out or send false")
         if value is not None and not isinstance(value, bool):  # 0 is not false
             raise PydanticCustomError("bool_type", "Input should be a valid boolean")
