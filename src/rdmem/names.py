@@ -12,7 +12,7 @@ OpenAPI document); :func:`printable` shows any text safely on a terminal.
 >>> check_session_name("a\\x1b[31mb", "user_id")
 Traceback (most recent call last):
 ...
-ValueError: user_id 'a\\x1b[31mb': a session name may not hold control characters or line separators (found '\\x1b' at 1)
+rdmem.errors.InvalidInput: user_id 'a\\x1b[31mb': a session name may not hold control characters or line separators (found '\\x1b' at 1)
 """
 
 from __future__ import annotations

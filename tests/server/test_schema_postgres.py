@@ -43,7 +43,8 @@ def pg_schema(pg_server, pg_url):
         conn.execute(f"CREATE DATABASE {name}")
     store = open_store(pg_server.get_uri(name))
     _, key = store.create_key("fuzz")
-    app = create_app(ServerSettings(budget=300, max_messages=20, max_message_chars=2000, max_budget=5000),
+    app = create_app(ServerSettings(budget=300, max_messages=20, max_message_chars=2000, max_budget=5000,
+                                    allowed_hosts=("testserver",), metrics_tenant="fuzz"),
                      store=store, embedder=HashingEmbedder())
     schema = schemathesis.openapi.from_asgi("/openapi.json", app)
     schema.config.update(headers={"Authorization": f"Bearer {key}", "X-Rdmem-Key": key})

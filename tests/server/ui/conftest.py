@@ -18,7 +18,7 @@ def chromium_path() -> str | None:
     return shutil.which("chromium") or shutil.which("chromium-browser")
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def chromium():
     """Debian's chromium under Playwright (never a downloaded browser)."""
     if importlib.util.find_spec("playwright") is None:
