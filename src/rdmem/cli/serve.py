@@ -59,6 +59,9 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     if args.upstream:
         print(f"rdmem serve: proxy to {args.upstream} (window {args.context_window} tokens): "
               f"OPENAI_BASE_URL={where}/v1", file=sys.stderr)
+    from ..server._workers import share_cores
+
+    print(f"rdmem serve: {share_cores(args.workers)}", file=sys.stderr)
     print(f"rdmem serve: listening on {where} (docs at {where}/docs)", file=sys.stderr, flush=True)
     os.environ[SETTINGS_ENV] = settings.to_env()
     config = {"app": "rdmem.server.app:app_from_env", "factory": True, "host": args.host, "port": args.port,
@@ -68,9 +71,8 @@ def _cmd_serve(args: argparse.Namespace) -> int:
             server = uvicorn.Server(uvicorn.Config(**config))
             server.run()
             return 0 if server.started else 1  # uvicorn logged why (a port in use, say)
-        from ..server._workers import run_workers, share_cores
+        from ..server._workers import run_workers
 
-        share_cores(args.workers)
         run_workers(config, args.host, args.port, args.workers)
     except KeyboardInterrupt:
         pass
