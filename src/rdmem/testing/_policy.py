@@ -101,7 +101,7 @@ def check_system_message_in_the_middle_moves_first(policy: str | Policy, embedde
 def check_the_newest_user_message_is_cut_when_it_alone_overflows(policy: str | Policy, embedder: Embedder) -> None:
     tok = _tokenizer()
     text = "Summarise: " + " ".join(f"word{i} about the harbour" for i in range(400))
-    history = [{"id": f"t{i}", "role": "user" if i % 2 == 0 else "assistant", "content": f"short turn {i}"}
+    history: list[dict[str, Any]] = [{"id": f"t{i}", "role": "user" if i % 2 == 0 else "assistant", "content": f"short turn {i}"}
                for i in range(10)] + [{"id": "big", "role": "user", "content": text}]
     budget = 200
     with warns(RuntimeWarning, "the newest user message 'big' .* was cut to .* tokens, and older",
@@ -119,7 +119,7 @@ def check_the_newest_user_message_is_cut_when_it_alone_overflows(policy: str | P
 def check_single_oversized_message_is_cut_with_a_marker(policy: str | Policy, embedder: Embedder) -> None:
     tok = _tokenizer()
     text = " ".join(f"word{i} about the harbour" for i in range(400))
-    history = [{"id": "big", "role": "assistant", "content": text}]
+    history: list[dict[str, Any]] = [{"id": "big", "role": "assistant", "content": text}]
     budget = 60
     result = _run(history, budget, policy, embedder)
     check_compaction(result, history, budget, tok)
@@ -135,7 +135,7 @@ def check_single_oversized_message_is_cut_with_a_marker(policy: str | Policy, em
 def check_budget_smaller_than_any_message(policy: str | Policy, embedder: Embedder) -> None:
     tok = _tokenizer()
     para = " ".join(["The committee discussed the quarterly budget for the new harbour bridge."] * 12)
-    history = [
+    history: list[dict[str, Any]] = [
         {"id": "s", "role": "system", "content": "You are terse. " + para},
         {"id": "u1", "role": "user", "content": "First: " + para},
         {"id": "a1", "role": "assistant", "content": "Reply: " + para},
@@ -153,7 +153,7 @@ def check_budget_smaller_than_any_message(policy: str | Policy, embedder: Embedd
 
 
 def check_oversized_tool_group_never_half_sent(policy: str | Policy, embedder: Embedder) -> None:
-    history = [
+    history: list[dict[str, Any]] = [
         {"id": "u", "role": "user", "content": "Fetch the table."},
         {"id": "a", "role": "assistant", "content": None, "tool_calls": [
             {"id": "c1", "type": "function", "function": {"name": "fetch", "arguments": "{\"table\": \"sales\"}"}}]},
@@ -165,7 +165,7 @@ def check_oversized_tool_group_never_half_sent(policy: str | Policy, embedder: E
 
 
 def check_orphan_tool_messages_never_emitted(policy: str | Policy, embedder: Embedder) -> None:
-    history = [
+    history: list[dict[str, Any]] = [
         {"id": "t0", "role": "tool", "tool_call_id": "gone", "content": "result of a call that left earlier"},
         {"id": "u", "role": "user", "content": "And now?"},
         {"id": "a", "role": "assistant", "content": None, "tool_calls": [
@@ -191,7 +191,7 @@ def check_markers_off(policy: str | Policy, embedder: Embedder) -> None:
 
 
 def check_content_parts_and_names(policy: str | Policy, embedder: Embedder) -> None:
-    history = [
+    history: list[dict[str, Any]] = [
         {"id": "1", "role": "user", "name": "ana", "content": [{"type": "text", "text": "Book the 9:15 train."}]},
         {"id": "2", "role": "assistant", "content": "Booked the 9:15 to Porto."},
         {"id": "3", "role": "user", "name": "ben", "content": [{"type": "text", "text": "And a table for 4 at 8pm."}]},
@@ -204,7 +204,7 @@ def check_content_parts_and_names(policy: str | Policy, embedder: Embedder) -> N
 def check_the_turn_in_progress_travels_with_the_newest_user_message(policy: str | Policy, embedder: Embedder) -> None:
     """An agent between its tool calls and its answer sees the question and the calls made since."""
     tok = _tokenizer()
-    history = [{"id": f"t{i}", "role": "user" if i % 2 == 0 else "assistant",
+    history: list[dict[str, Any]] = [{"id": f"t{i}", "role": "user" if i % 2 == 0 else "assistant",
                 "content": f"Earlier turn {i}: a long digression about harbours, ferries and timetables, again."}
                for i in range(30)]
     history += [
@@ -239,7 +239,7 @@ def check_a_tool_result_too_large_for_the_budget_is_cut_not_dropped(policy: str 
     """An agent that fetched a long page reads a cut of it, in at most half of the budget."""
     tok = _tokenizer()
     page = " ".join(f"Paragraph {i}: the harbour of Naxos has ferries, cafes and a castle." for i in range(300))
-    history = [{"id": f"t{i}", "role": "user", "content": f"Earlier {i}: remember the ferry leaves at {i}:15."}
+    history: list[dict[str, Any]] = [{"id": f"t{i}", "role": "user", "content": f"Earlier {i}: remember the ferry leaves at {i}:15."}
                for i in range(20)]
     history += [
         {"id": "q", "role": "user", "content": "Summarise the page about Naxos."},

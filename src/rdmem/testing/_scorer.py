@@ -98,7 +98,7 @@ def check_empty_and_single(scorer: Scorer, embedder: Embedder) -> None:
 
 def check_edge_texts(scorer: Scorer, embedder: Embedder) -> None:
     """Empty content, a tool call without text, no words at all, a long message, another script."""
-    messages = [
+    messages: list[dict[str, Any]] = [
         {"role": "user", "content": ""},
         {"role": "assistant", "content": None, "tool_calls": [
             {"id": "c", "type": "function", "function": {"name": "f", "arguments": "{}"}}]},

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from ..store import DuplicateIdError, NewUnit, Store, VersionConflict
+from ..store import DuplicateIdError, NewUnit, Store, Tier, VersionConflict
 from ._assert import equal, expect, raises
 
 __all__ = ["STORE_CHECKS", "StoreCheck"]
@@ -43,7 +43,7 @@ def topic(t: int, variant: int = 0) -> np.ndarray:
     return v / np.float32(np.linalg.norm(v))
 
 
-def units_of(rows: list[tuple[str, str, str]], *, tier: str = "working") -> list[NewUnit]:
+def units_of(rows: list[tuple[str, str, str]], *, tier: Tier = "working") -> list[NewUnit]:
     """Rows of ``PETS`` as units, with made-up vectors: each pair of turns (a topic) has its own direction."""
     order = [r[0] for r in PETS]
     out = []
@@ -54,7 +54,7 @@ def units_of(rows: list[tuple[str, str, str]], *, tier: str = "working") -> list
     return out
 
 
-def plain(text: str, uid: str | None = None, tier: str = "working") -> NewUnit:
+def plain(text: str, uid: str | None = None, tier: Tier = "working") -> NewUnit:
     return NewUnit({"role": "user", "content": text}, 5, tier=tier, id=uid)
 
 
@@ -68,7 +68,7 @@ def check_is_a_store(store: Store, session: str) -> None:
 
 def check_roundtrip_keeps_everything(store: Store, session: str) -> None:
     call = {"id": "call_1", "type": "function", "function": {"name": "weather", "arguments": '{"city": "Köln"}'}}
-    msgs = [
+    msgs: list[dict[str, Any]] = [
         {"role": "system", "content": "Be brief. Ünïcödé ✓ 漢字"},
         {"role": "assistant", "content": None, "tool_calls": [call]},
         {"role": "tool", "tool_call_id": "call_1", "content": "12 C, rain"},
@@ -200,7 +200,8 @@ def check_set_tier_moves_units_and_ignores_unknown_ids(store: Store, session: st
     equal({u.id: u.tier for u in store.load(session)}["a0"], "working", "a0's tier after moving it back")
 
 
-BAD_CALLS: list[tuple[Callable[[Store, str], object], type[Exception], str]] = [
+# Deliberately wrong calls: the store is Any here so that a type checker lets them through.
+BAD_CALLS: list[tuple[Callable[[Any, str], object], type[Exception], str]] = [
     (lambda s, n: s.set_tier(n, ["u0"], "cold"), ValueError, "tier must be one of working, archive, got 'cold'"),
     (lambda s, n: s.set_tier(n, "u0", "archive"), TypeError, "ids must be a list of message ids, got str"),
     (lambda s, n: s.delete(n, [1]), TypeError, "ids must be strings, got 1"),
