@@ -22,6 +22,8 @@ demo: $(STAMP)
 	HF_HUB_OFFLINE=1 $(BIN)/python examples/demo.py
 
 test: $(STAMP) browser
+	# The types py.typed promises (rdmem's public names and rdmem.testing; config in pyproject.toml).
+	$(BIN)/python -m mypy
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q
 
 # The inspector's browser tests drive Debian's chromium with Playwright (the pip package comes with the test

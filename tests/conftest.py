@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import importlib.util
-import json
 import os
 import uuid
 import warnings
@@ -15,6 +14,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from rdmem.embed import CachedEmbedder, SentenceTransformerEmbedder  # noqa: E402
 from rdmem.tokens import get_tokenizer  # noqa: E402
+
+from rdmem.testing._history import agent_history as testing_agent_history  # noqa: E402
 
 from ._checks import HashingEmbedder  # noqa: E402
 from ._fake_openai import FakeOpenAI  # noqa: E402
@@ -78,43 +79,10 @@ def smollm():
     return lm
 
 
-
-def _call(cid: str, name: str, args: dict) -> dict:
-    return {"id": cid, "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}
-
-
-AGENT_HISTORY = [
-    {"id": "sys", "role": "system", "content": "You are a travel assistant. Answer briefly and cite prices in EUR."},
-    {"id": "u1", "role": "user", "content": "Hi! I want to plan a weekend in Lisbon in May."},
-    {"id": "a1", "role": "assistant", "content": "Great choice. Which dates, and how many people?"},
-    {"id": "u2", "role": "user", "content": "Remember that I'm allergic to peanuts. Two people, 16-18 May 2025."},
-    {"id": "a2", "role": "assistant", "content": None,
-     "tool_calls": [_call("call_1", "search_hotels", {"city": "Lisbon", "from": "2025-05-16", "to": "2025-05-18"})]},
-    {"id": "t1", "role": "tool", "tool_call_id": "call_1",
-     "content": "Hotel Alfama 120 EUR/night; Baixa Suites 95 EUR/night; Belem Inn 80 EUR/night. Remember to book early."},
-    {"id": "a3", "role": "assistant", "content": "Three options: Alfama 120, Baixa 95, Belem 80 EUR per night."},
-    {"id": "u3", "role": "user", "content": "Baixa sounds good. What is the weather usually like?"},
-    {"id": "a4", "role": "assistant", "content": None, "tool_calls": [
-        _call("call_2", "weather", {"city": "Lisbon", "month": "May"}),
-        _call("call_3", "sunset", {"city": "Lisbon", "date": "2025-05-17"}),
-    ]},
-    {"id": "t2", "role": "tool", "tool_call_id": "call_2", "content": "Average high 22 C, low 14 C, 6 rainy days."},
-    {"id": "t3", "role": "tool", "tool_call_id": "call_3", "content": "Sunset 20:41."},
-    {"id": "a5", "role": "assistant", "content": "Mild: about 22 C by day, sunset around 20:41."},
-    {"id": "u4", "role": "user", "content": "From now on, always give walking times instead of taxi times."},
-    {"id": "a6", "role": "assistant", "content": "Noted: walking times from now on."},
-    {"id": "u5", "role": "user", "content": "Actually, make it three people, my sister Ana joins us."},
-    {"id": "a7", "role": "assistant", "content": "Updated to three people; Baixa Suites has a triple room at 130 EUR."},
-    {"id": "u6", "role": "user", "content": "lol ok, thanks"},
-    {"id": "a8", "role": "assistant", "content": "You're welcome!"},
-    {"id": "u7", "role": "user", "content": "Which restaurants near Baixa are safe for my allergy?"},
-]
-
-
 @pytest.fixture
 def agent_history():
     """A small agent conversation: system prompt, directives, tool calls (one with two results), a correction."""
-    return json.loads(json.dumps(AGENT_HISTORY))
+    return testing_agent_history()
 
 
 @pytest.fixture(scope="session")

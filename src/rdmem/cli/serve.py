@@ -61,6 +61,9 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     if args.upstream:
         print(f"rdmem serve: proxy to {args.upstream} (window {args.context_window} tokens): "
               f"OPENAI_BASE_URL={where}/v1", file=sys.stderr)
+    from ..server._workers import share_cores
+
+    print(f"rdmem serve: {share_cores(args.workers)}", file=sys.stderr)
     print(f"rdmem serve: listening on {where} (docs at {where}/docs"
           + ("" if args.no_ui else f", inspector at {where}/ui") + ")", file=sys.stderr, flush=True)
     os.environ[SETTINGS_ENV] = settings.to_env()
@@ -71,9 +74,8 @@ def _cmd_serve(args: argparse.Namespace) -> int:
             server = uvicorn.Server(uvicorn.Config(**config))
             server.run(sockets=sockets)
             return 0 if server.started else 1  # uvicorn logged why
-        from ..server._workers import run_workers, share_cores
+        from ..server._workers import run_workers
 
-        share_cores(args.workers)
         run_workers(config, sockets)
     except KeyboardInterrupt:
         pass

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from .._threads import THREAD_VARIABLES
 from ..datasets import Conversation, Probe
 from ..embed import CachedEmbedder, Embedder
 from ..manager import MemoryManager
@@ -89,7 +90,7 @@ def one_thread_per_worker() -> Iterator[None]:
     The workers already use every core; a BLAS pool per worker only adds
     threads that spin between small matrix products and take CPU from them.
     """
-    names = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+    names = THREAD_VARIABLES
     saved = {n: os.environ.get(n) for n in names}
     if any(v is not None for v in saved.values()):
         yield

@@ -16,6 +16,11 @@ from .summary_buffer import SummaryBuffer
 __all__ = ["POLICIES", "get_policy", "register_policy"]
 
 
+def _rd_in_mode(mode: str) -> Callable[[], Policy]:
+    return lambda: RDPolicy(name=f"rd-{mode}", description=f"rd in {mode} mode: {TASK_MODES[mode].description}",
+                            mode=mode)
+
+
 def _builtin() -> dict[str, Callable[[], Policy]]:
     return {
         "window": lambda: ScoredPolicy(
@@ -49,14 +54,7 @@ def _builtin() -> dict[str, Callable[[], Policy]]:
         ),
         "rd": RDPolicy,
         "rd-ladder": LadderPolicy,
-        **{
-            f"rd-{mode}": (
-                lambda mode=mode: RDPolicy(
-                    name=f"rd-{mode}", description=f"rd in {mode} mode: {TASK_MODES[mode].description}", mode=mode
-                )
-            )
-            for mode in ("task", "roleplay", "creative")
-        },
+        **{f"rd-{mode}": _rd_in_mode(mode) for mode in ("task", "roleplay", "creative")},
     }
 
 

@@ -98,7 +98,7 @@ def _ladder_plan(
     choice = _fit_markers(v, c, problem)
     contents: dict[int, str] = {}
     rungs: dict[int, Rung] = {}
-    for b in np.flatnonzero(choice > 0):
+    for b in map(int, np.flatnonzero(choice > 0)):
         i = int(problem.blocks[int(groups[b][0])][0])
         contents[i] = texts[(int(b), int(choice[b]))]
         rungs[i] = Rung.COMPRESSED if choice[b] == 1 else Rung.SUMMARY

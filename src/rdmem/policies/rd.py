@@ -119,8 +119,8 @@ class RDPolicy:
             else:
                 budget = max(problem.budget - problem.marker_tokens, 0)
                 chosen = get_selector("knapsack")(block_values, block_costs, budget)
-            chosen = self._one_copy(problem, chosen, values, v.protected, reasons, set())
-            return Plan(chosen=[int(b) for b in chosen], scores=values, breakdown=v.parts, fill=True, reasons=reasons)
+            kept = self._one_copy(problem, chosen, values, v.protected, reasons, set())
+            return Plan(chosen=kept, scores=values, breakdown=v.parts, fill=True, reasons=reasons)
         # Linked blocks (a correction and what it corrects) are one item of the knapsack.
         merged = v.merged
         gv, gc = group_totals(merged, block_values, block_costs)
@@ -142,8 +142,8 @@ class RDPolicy:
                         reasons.setdefault(int(i), "travels with the message it corrects")
         together = [[int(b) for b in g] for g in merged if len(g) > 1]
         linked = {b for g in together for b in g}
-        chosen = self._one_copy(problem, chosen, values, v.protected, reasons, linked)
-        return Plan(chosen=[int(b) for b in chosen], scores=values, breakdown=v.parts, fill=True, reasons=reasons,
+        kept = self._one_copy(problem, chosen, values, v.protected, reasons, linked)
+        return Plan(chosen=kept, scores=values, breakdown=v.parts, fill=True, reasons=reasons,
                     together=together)
 
     def _dependency_groups(self, problem: Problem) -> list[np.ndarray] | None:

@@ -192,6 +192,7 @@ class Scorer(Protocol):
     ``ctx.embeddings`` (so policies that do not need a model never load one).
     """
 
-    needs_embeddings: bool
+    @property
+    def needs_embeddings(self) -> bool: ...  # read-only: a frozen dataclass's field qualifies
 
     def score(self, ctx: ScoringContext) -> np.ndarray: ...

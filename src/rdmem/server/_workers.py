@@ -24,21 +24,35 @@ import socket
 import time
 from typing import Any
 
-__all__ = ["bind", "listen", "run_workers", "share_cores"]
+from .._threads import available_cores, limit_threads, set_by_user
+
+__all__ = ["bind", "listen", "run_workers", "share_cores", "worker_threads"]
 
 log = logging.getLogger("rdmem.server")
 
-_BLAS_THREADS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+
+def worker_threads(workers: int, cores: int | None = None) -> int:
+    """Math threads (numpy's BLAS, torch) per worker: its share of the cores less one, and at least one.
+
+    The one left is for the worker's own Python (the event loop, request threads, the store's driver). A
+    BLAS thread that finds its core taken spins and waits, so more threads than free cores is slower than
+    one (``benchmarks/threads_bench.py``), and N workers with every core each oversubscribe the cores N
+    times (2 workers on 2 cores, 16 clients: 7 instead of 45 requests/s).
+    """
+    cores = available_cores() if cores is None else cores
+    return max(1, cores // max(1, workers) - 1)
 
 
-def share_cores(workers: int) -> None:
-    """Each worker's numpy gets its share of the cores (unless the user set it): with every worker's BLAS
-    using all of them, N workers' matrix products oversubscribe the cores N times, and OpenBLAS's
-    spinning threads then slow everything (measured, 2 workers on 2 cores, 16 clients: 7 instead of 45
-    requests/s). The workers are new interpreters, so the variables reach them before numpy loads."""
-    threads = str(max(1, (os.cpu_count() or 1) // workers))
-    for name in _BLAS_THREADS:
-        os.environ.setdefault(name, threads)
+def share_cores(workers: int) -> str:
+    """Set each worker's math threads (unless the user set them) here and for the workers it starts; say what."""
+    chosen = set_by_user()
+    if chosen:
+        return f"math threads as set ({', '.join(chosen)})"
+    cores = available_cores()
+    threads = worker_threads(workers, cores)
+    limit_threads(threads)  # this process serves the requests itself when there is one worker
+    return (f"{threads} math thread{'s' if threads > 1 else ''} per worker ({cores} cores, {workers} "
+            f"worker{'s' if workers > 1 else ''}; OMP_NUM_THREADS=N to choose)")
 
 
 def listen(host: str, port: int, *, reuse_port: bool = False) -> socket.socket:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from ..errors import InvalidInput, InvalidType
 from ._base import check_session, check_tenant
 from ._pg_pool import redact_url
@@ -71,7 +73,7 @@ def _parse(url: object) -> tuple[str, object, dict[str, str]]:
     raise InvalidInput(f"unknown store URL {redact_url(url)!r}; use one of {', '.join(_SCHEMES)}")
 
 
-def _query_options(url: str, params: str, *, allowed: tuple[str, ...]) -> dict[str, str]:
+def _query_options(url: str, params: str, *, allowed: tuple[str, ...]) -> dict[str, Any]:
     from urllib.parse import parse_qsl
 
     options = dict(parse_qsl(params, keep_blank_values=True))

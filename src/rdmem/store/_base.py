@@ -140,11 +140,11 @@ def allocate_ids(
         if n is not None and n >= next_auto:
             next_auto = n + 1
     out = []
-    for i in wanted:
-        if i is None:
-            i = f"{AUTO_PREFIX}{next_auto}"
+    for uid in wanted:
+        if uid is None:
+            uid = f"{AUTO_PREFIX}{next_auto}"
             next_auto += 1
-        out.append(i)
+        out.append(uid)
     return out, next_auto
 
 

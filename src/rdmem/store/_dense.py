@@ -55,7 +55,7 @@ class Dense:
         start, d = self.n, self.dim
         with_vec = [i for i, (*_, blob) in enumerate(rows) if blob and d is not None and len(blob) == 4 * d]
         if with_vec:
-            block = np.frombuffer(b"".join(rows[i][3] for i in with_vec), dtype="<f4").reshape(len(with_vec), -1)
+            block = np.frombuffer(b"".join(rows[i][3] or b"" for i in with_vec), dtype="<f4").reshape(len(with_vec), -1)
             cols = np.asarray(with_vec, dtype=np.int64) + start
             self.columns[:, cols] = block.T
             self.has[cols] = True

@@ -78,7 +78,8 @@ def rarest_terms(matches: dict[str, int], cap: int) -> tuple[list[str], int]:
     >>> rarest_terms({"paris": 3, "trip": 40, "the": 900, "zzz": 0}, 100)
     (['paris', 'trip'], 43)
     """
-    kept, total = [], 0
+    kept: list[str] = []
+    total = 0
     for w in sorted((w for w in matches if matches[w]), key=lambda w: (matches[w], w)):
         if kept and total + matches[w] > cap:
             break

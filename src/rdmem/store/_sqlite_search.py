@@ -5,6 +5,8 @@ from __future__ import annotations
 import hashlib
 import re
 import sqlite3
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 
 import numpy as np
 
@@ -41,6 +43,8 @@ class SearchMixin:
 
     _caches: dict[str, SessionCache]
     lexical_rows: int
+    _reading: Callable[..., AbstractContextManager[sqlite3.Connection]]
+    _current: Callable[[sqlite3.Connection, str], tuple[int, int]]
 
     def _search(
         self, session: str, query: str, qvec: np.ndarray | None, k: int, tier: Tier | None

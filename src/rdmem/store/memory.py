@@ -182,7 +182,7 @@ class MemoryStore(BaseStore):
             dims = np.array([u.embedding is not None and u.embedding.shape[0] == qvec.shape[0] for u in units])
             if dims.any():
                 matrix = np.zeros((len(units), qvec.shape[0]), dtype=np.float32)
-                matrix[dims] = np.stack([u.embedding for u, ok in zip(units, dims, strict=True) if ok])
+                matrix[dims] = np.stack([np.asarray(u.embedding) for u, ok in zip(units, dims, strict=True) if ok])
                 rankings.append(top_k(matrix @ qvec, k, dims).tolist())
         return [(units[i].id, score) for i, score in rank_fusion(rankings)[:k]]
 

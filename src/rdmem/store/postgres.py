@@ -161,6 +161,14 @@ class PostgresStore(PgSearchMixin, BaseStore):
             )
         self._dims.add(dim)
 
+    @classmethod
+    def _upsert_session(cls, conn: Any, session: str) -> tuple[Any, ...]:
+        """The session's row, created first if need be, locked for this transaction."""
+        row = cls._lock_session(conn, session, create=True)
+        if row is None:  # pragma: no cover - INSERT ... RETURNING always returns the row
+            raise StoreError(f"internal error: session {session!r} has no row after its upsert")
+        return row
+
     @staticmethod
     def _lock_session(conn: Any, session: str, *, create: bool) -> tuple[Any, ...] | None:
         """The session's row, locked for this transaction (created first if ``create``), in one statement."""
@@ -202,7 +210,7 @@ class PostgresStore(PgSearchMixin, BaseStore):
             for d in dims:
                 self._ensure_index(conn, d)
             with conn.transaction():
-                row = self._lock_session(conn, session, create=True)
+                row = self._upsert_session(conn, session)
                 next_seq, next_auto = int(row[2]), int(row[3])
 
                 def taken(ids: list[str]) -> set[str]:
@@ -275,7 +283,7 @@ class PostgresStore(PgSearchMixin, BaseStore):
                     if row is None:
                         raise VersionConflict(f"session {session!r} does not exist (expected version {expect})")
                 else:
-                    row = self._lock_session(conn, session, create=True)
+                    row = self._upsert_session(conn, session)
                 state = state_patch(json.loads(row[4]), patch)
                 prev, version = self._bump(conn, session, row, expect, state=dumps(state))
             return Written(prev, version)

@@ -1,0 +1,78 @@
+"""``AsyncMemoryManager`` stays in step with ``MemoryManager``: every public name, with the same parameters."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+
+import pytest
+
+from rdmem import AsyncMemoryManager, MemoryManager
+
+from ._checks import HashingEmbedder
+
+#: What the async face cannot have, and why.
+NOT_AWAITABLE = {"__len__": "len() cannot await: await mem.stats()"}
+#: Sync names and their async counterparts.
+RENAMED = {"__enter__": "__aenter__", "__exit__": "__aexit__"}
+
+
+def public_names() -> set[str]:
+    settings = {name for name in vars(MemoryManager(budget=100, policy="window")) if not name.startswith("_")}
+    methods = {name for name in dir(MemoryManager) if not name.startswith("_")}
+    dunders = {name for name in vars(MemoryManager) if name.startswith("__") and name.endswith("__")
+               and name not in ("__init__", "__doc__", "__module__", "__dict__", "__weakref__", "__annotations__")}
+    return settings | methods | dunders
+
+
+def test_every_public_name_has_its_async_counterpart():
+    missing = sorted(n for n in public_names() - set(NOT_AWAITABLE)
+                     if not hasattr(AsyncMemoryManager, RENAMED.get(n, n)))
+    assert missing == [], f"AsyncMemoryManager lacks {missing}"
+
+
+@pytest.mark.parametrize("name", sorted(n for n in public_names() if callable(getattr(MemoryManager, n, None))
+                                        and n not in NOT_AWAITABLE and n not in RENAMED))
+def test_each_method_is_a_coroutine_with_the_same_parameters(name):
+    sync, aio = getattr(MemoryManager, name), getattr(AsyncMemoryManager, name)
+    assert inspect.iscoroutinefunction(aio), f"AsyncMemoryManager.{name} is not a coroutine function"
+    s, a = inspect.signature(sync), inspect.signature(aio)
+    assert list(s.parameters.values()) == list(a.parameters.values()), f"{name}: {s} != {a}"
+    assert s.return_annotation == a.return_annotation, f"{name} returns {s.return_annotation}, async {a.return_annotation}"
+
+
+@pytest.mark.parametrize("name", sorted(n for n in public_names() if not callable(getattr(MemoryManager, n, None))))
+def test_each_setting_reads_the_same(name):
+    mem = MemoryManager(budget=100, policy="window", embedder=HashingEmbedder())
+    assert isinstance(getattr(AsyncMemoryManager, name), property), f"AsyncMemoryManager.{name} is not a property"
+    assert getattr(AsyncMemoryManager(mem), name) is getattr(mem, name)
+
+
+def test_the_parity_test_sees_a_missing_method(monkeypatch):
+    monkeypatch.delattr(AsyncMemoryManager, "resent")
+    with pytest.raises(AssertionError, match=r"AsyncMemoryManager lacks \['resent'\]"):
+        test_every_public_name_has_its_async_counterpart()
+
+
+def test_the_new_methods_await_the_managers():
+    async def main():
+        async with AsyncMemoryManager(budget=100, policy="window") as mem:
+            await mem.extend([{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}])
+            resent = await mem.resent([{"role": "user", "content": "a"}, {"role": "assistant", "content": "c"}])
+            return resent, mem.tokenizer.message_tokens({"role": "user", "content": "a"})
+
+    (new, dropped), tokens = asyncio.run(main())
+    assert (new, dropped, tokens) == ([1], ["m1"], 5)
+
+
+def test_reset_feedback_is_awaited(hashing_embedder):
+    async def main():
+        mem = AsyncMemoryManager(budget=200, policy="rd", embedder=hashing_embedder)
+        ids = await mem.extend([{"role": "user", "content": f"My locker is number {i}."} for i in range(6)])
+        await mem.feedback(ids[:2], 1.0, learning_rate=0.5, max_shift=2.0)
+        shifted = mem.sync._feedback.values()
+        await mem.reset_feedback()
+        return shifted, mem.sync._feedback.values()
+
+    shifted, reset = asyncio.run(main())
+    assert any(v != 0 for v in shifted) and not any(reset)

@@ -1,0 +1,111 @@
+"""``rdmem.testing``: the shipped contracts pass on rdmem's own parts, and fail, saying why, on broken ones."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+
+from rdmem.contract import Plan, Problem
+from rdmem.scoring import Recency, ScoringContext
+from rdmem.store import MemoryStore
+from rdmem.testing import POLICY_CHECKS, check_policy, check_scorer, check_store
+
+
+def test_rdmems_own_parts_pass():
+    check_store(MemoryStore)
+    check_policy("window")
+    check_scorer(Recency())
+
+
+class ForgetfulStore(MemoryStore):
+    """Drops the fields the chat API does not know (the metadata users store with their messages)."""
+
+    def append(self, session, units):
+        for u in units:
+            u.message = {k: v for k, v in u.message.items() if k in ("role", "content", "tool_calls", "tool_call_id",
+                                                                     "name")}
+        return super().append(session, units)
+
+
+class TierBlindStore(MemoryStore):
+    """Searches every tier whatever it is asked."""
+
+    def _search(self, session, query, qvec, k, tier):
+        return super()._search(session, query, qvec, k, None)
+
+
+@pytest.mark.parametrize(("store", "check", "why"), [
+    (ForgetfulStore, "check_roundtrip_keeps_everything", "messages loaded"),
+    (TierBlindStore, "check_search_respects_tier_and_k", "search of the archive tier"),
+])
+def test_a_broken_store_fails_naming_the_check(store, check, why):
+    with pytest.raises(AssertionError, match=f"the store fails {check}: {why}"):
+        check_store(store)
+
+
+@dataclass(frozen=True)
+class Dice:
+    """Keeps what a fresh random generator picks: not the same on the same input."""
+
+    name: str = "dice"
+    description: str = "random"
+    needs_embeddings: bool = False
+
+    def plan(self, problem: Problem) -> Plan:
+        chosen = [i for i in range(len(problem.blocks)) if random.random() < 0.5]
+        return Plan(chosen=chosen, scores=np.zeros(len(problem.units)))
+
+
+def test_a_nondeterministic_policy_fails():
+    deterministic = [c for c in POLICY_CHECKS if c.__name__ == "check_deterministic"]
+    with pytest.raises(AssertionError, match="policy 'dice' fails check_deterministic: two runs on the same input"):
+        check_policy(Dice(), checks=deterministic)
+
+
+@dataclass(frozen=True)
+class Shouting:
+    needs_embeddings: bool = False
+
+    def score(self, ctx: ScoringContext) -> np.ndarray:
+        return np.full(len(ctx), np.inf)
+
+
+@dataclass(frozen=True)
+class Peeking:
+    """Uses the query's vector but says it needs no embeddings (a policy would not give it a model)."""
+
+    needs_embeddings: bool = False
+
+    def score(self, ctx: ScoringContext) -> np.ndarray:
+        q = ctx.query_embedding
+        return np.zeros(len(ctx)) if q is None else ctx.embeddings @ q
+
+
+@dataclass(frozen=True)
+class OneNumber:
+    needs_embeddings: bool = False
+
+    def score(self, ctx: ScoringContext) -> np.ndarray:
+        return np.zeros(1)
+
+
+@pytest.mark.parametrize(("scorer", "check", "why"), [
+    (Shouting(), "check_one_finite_utility_per_unit", "score\\(\\) returned non-finite values"),
+    (Peeking(), "check_no_embeddings_unless_declared", "embedded texts although its needs_embeddings is False"),
+    (OneNumber(), "check_one_finite_utility_per_unit", "the shape of score\\(\\)"),
+])
+def test_a_broken_scorer_fails_naming_the_check(scorer, check, why):
+    with pytest.raises(AssertionError, match=f"scorer {type(scorer).__name__} fails {check}: .*{why}"):
+        check_scorer(scorer)
+
+
+def test_bad_arguments_are_named():
+    with pytest.raises(TypeError, match="factory must be a callable that returns a Store, got MemoryStore"):
+        check_store(MemoryStore())
+    with pytest.raises(TypeError, match="policy must be a registered name or a Policy .*, got int"):
+        check_policy(3)
+    with pytest.raises(TypeError, match="scorer must have a score\\(ctx\\) method, got str"):
+        check_scorer("recency")
