@@ -6,6 +6,7 @@ from collections.abc import Callable
 
 from ._base import Scorer, ScoringContext, embed_text
 from .information import Information
+from .informativeness import Informativeness, query_specificity
 from .lexical import Lexical
 from .metadata import Metadata
 from .recency import Recency
@@ -22,6 +23,8 @@ __all__ = [
     "ScoringContext",
     "embed_text",
     "Information",
+    "Informativeness",
+    "query_specificity",
     "Lexical",
     "Metadata",
     "Recency",
