@@ -70,7 +70,8 @@ def _job(job: tuple[int, int]) -> list[dict]:
     assert _ARGS is not None
     conv = [c.select([1, 2, 3, 4]) for c in load_locomo(_ARGS.data)][ci]
     mem = MemoryManager(budget=budget, policy="rd", tokenizer=get_tokenizer("cl100k_base"), embedder=cached_embedder())
-    mem.extend(conv.messages)
+    for m in conv.messages:  # one by one, as rdmem eval streams them (extend() would compact once)
+        mem.add(m)
     working = set(mem.working_ids())
     out = []
     for p in conv.probes:
