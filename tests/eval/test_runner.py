@@ -12,6 +12,8 @@ import pytest
 from rdmem import MemoryManager
 from rdmem.cli import main
 from rdmem.eval import EvalConfig, load_locomo, parse_jsonl, run_eval, write_outputs
+from rdmem.eval._jobs import latest_points
+from rdmem.eval.report import to_markdown
 
 from .conftest import SMALL_CONVERSATIONS
 
@@ -90,6 +92,51 @@ def test_outputs(window_result, tmp_path):
     assert len(lines) == 5 * 152 + 150
 
 
+@pytest.fixture(scope="module")
+def latest_result(conv26, hashing_embedder):
+    config = EvalConfig(budgets=(BUDGET,), policies=("window",), regimes=("streaming", "latest"), latest_points=4,
+                        calibrate_embedding=False, n_bootstrap=100)
+    return run_eval([conv26], config, embedder=hashing_embedder, dataset="conv-26")
+
+
+def test_latest_regime_matches_an_independent_computation(conv26, latest_result, hashing_embedder):
+    """At each point: the context with the latest user turn as its query, every question scored on its evidence
+    seen so far; the last point is the streaming regime's memory asked the last user turn."""
+    n = len(conv26.messages)
+    points = [round(n * j / 4) for j in (1, 2, 3, 4)]
+    mem = MemoryManager(budget=BUDGET, policy="window", embedder=hashing_embedder)
+    expected = []
+    for k, m in enumerate(conv26.messages, start=1):
+        mem.add(m)
+        if k in points:
+            query = next(x["content"] for x in reversed(conv26.messages[:k]) if x["role"] == "user")
+            kept = set(mem.context(query=query).kept_ids)
+            seen = set(conv26.ids[:k])
+            for p in conv26.probes:
+                ev = [e for e in p.evidence if e in seen]
+                if ev:
+                    expected.append(sum(e in kept for e in ev) / len(ev))
+    row = latest_result.row("latest", "window", BUDGET)
+    assert row.n_questions == len(expected) and row.n_contexts == 4
+    assert row.evidence_recall == pytest.approx(float(np.mean(expected)), abs=1e-9)
+    assert 0.0 < row.evidence_recall < 1.0
+    records = [q for q in latest_result.questions if q["regime"] == "latest" and q["policy"] == "window"]
+    assert sorted({q["point"] for q in records}) == points
+    assert sum(q["point"] == n for q in records) == 150  # every question with evidence, at the end
+    oracle, full = latest_result.row("latest", "oracle", BUDGET), latest_result.row("latest", "full", None)
+    assert oracle.evidence_recall >= row.evidence_recall and full.evidence_recall == 1.0
+    assert oracle.tokens_max <= BUDGET and row.tokens_max <= BUDGET
+    assert row.ms_per_query > 0
+    md = to_markdown(latest_result)
+    assert "## Latest-turn regime (context(query=the latest user turn) at 4 points" in md
+
+
+def test_latest_points_are_evenly_spaced_and_end_with_the_conversation():
+    assert latest_points(10, 3) == [3, 7, 10]
+    assert latest_points(2, 10) == [1, 2]
+    assert latest_points(0, 10) == []
+
+
 def test_config_validation_names_the_valid_choices():
     with pytest.raises(ValueError, match=r"unknown policy 'nope'; choose one of .*importance.*window"):
         EvalConfig(policies=("window", "nope"))
@@ -99,6 +146,9 @@ def test_config_validation_names_the_valid_choices():
         EvalConfig(regimes=("batch",))
     with pytest.raises(ValueError, match="workers must be an int >= 1"):
         EvalConfig(workers=0)
+    with pytest.raises(ValueError, match="latest_points must be an int >= 1, got 0"):
+        EvalConfig(latest_points=0)
+    assert EvalConfig().regimes == ("streaming", "query")  # the latest-turn regime is asked for by name
     assert EvalConfig(budgets=(800, 200, 800)).budgets == (200, 800)
 
 
@@ -122,12 +172,14 @@ def test_cli_end_to_end(tmp_path, capsys, monkeypatch):
     path.write_text("\n".join(json.dumps(c) for c in SMALL_CONVERSATIONS) + "\n")
     out = tmp_path / "out"
     code = main(["eval", "jsonl", str(path), "--budgets", "60,400", "--policies", "window,importance",
-                 "--out", str(out), "--workers", "1", "--no-progress", "--bootstrap", "50"])
+                 "--out", str(out), "--workers", "1", "--no-progress", "--bootstrap", "50", "--regime", "all",
+                 "--latest-points", "3"])
     assert code == 0
     captured = capsys.readouterr()
     assert f"embeddings are cached in {tmp_path / 'cache' / 'embeddings'}" in captured.err
     assert "rm -rf" in captured.err
     assert "streaming: evidence recall by budget" in captured.out
+    assert "latest: evidence recall by budget" in captured.out
     assert {p.name for p in out.iterdir()} == {"results.json", "results.csv", "results.md", "questions.jsonl",
                                                "rd_curve.png"}
     assert any(p.suffix == ".npz" for p in (tmp_path / "cache" / "embeddings").iterdir())

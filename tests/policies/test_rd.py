@@ -209,3 +209,30 @@ def test_near_duplicates_do_not_both_take_budget() -> None:
 def test_duplicates_threshold_is_checked() -> None:
     with pytest.raises(ValueError, match=r"duplicates must be a cosine similarity in \(0, 1\] or None, got 1.5"):
         RDPolicy(duplicates=1.5)
+
+
+def test_an_uninformative_query_leaves_the_prior_in_charge() -> None:
+    core = [
+        ("pet", "user", "Our dog Biscuit is a three-year-old beagle who loves the beach."),
+        ("car", "assistant", "You said the car needs new brakes before the trip in June."),
+        ("job", "user", "I started a new job as a nurse at the city hospital last week."),
+    ]
+    msgs = _history(core, 20)
+    alone = compact(msgs, budget=70, policy="rd")
+    for small_talk in ("ok, thanks", "go on", "Cool cool, sounds good to me!"):
+        weighed = compact(msgs, budget=70, policy="rd", query=small_talk)
+        assert weighed.kept_ids == alone.kept_ids
+        assert {d.breakdown["query_weight"] for d in weighed.report} == {0.0}  # the report says why
+    # A pointed question decides alone, as relevance did before queries were weighed ...
+    pointed = "What breed is Biscuit the dog?"
+    weighed = compact(msgs, budget=70, policy="rd", query=pointed)
+    assert weighed.kept_ids == compact(msgs, budget=70, policy=RDPolicy(query_weight=1.0), query=pointed).kept_ids
+    assert "pet" in weighed.kept_ids
+    assert all("query_weight" not in d.breakdown for d in weighed.report)  # weight 1: nothing blended
+    # ... and a fixed weight of 0 ignores any query.
+    assert compact(msgs, budget=70, policy=RDPolicy(query_weight=0.0), query=pointed).kept_ids == alone.kept_ids
+
+
+def test_query_weight_is_checked() -> None:
+    with pytest.raises(ValueError, match=r"query_weight must be an Informativeness or a number in \[0, 1\], got 1.5"):
+        RDPolicy(query_weight=1.5)

@@ -85,6 +85,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     from ..datasets import load_jsonl, load_locomo
     from ..eval.llm import LLMConfig
     from ..eval.report import write_outputs
+    from ..eval.defaults import REGIMES
     from ..eval.runner import EvalConfig, run_eval
 
     if args.dataset == "locomo":
@@ -92,7 +93,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     else:
         conversations = load_jsonl(args.path)
     llm = LLMConfig.from_env(args.llm_base_url, args.llm_model, timeout=args.llm_timeout)
-    regimes = ("streaming", "query") if args.regime == "both" else (args.regime,)
+    regimes = {"both": ("streaming", "query"), "all": REGIMES}.get(args.regime, (args.regime,))
     proxies = args.proxies if args.proxies is not None else args.dataset == "jsonl"
     cfg = EvalConfig(
         budgets=args.budgets,
@@ -106,6 +107,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         proxies=proxies,
         llm=llm,
         lm=_lm_config(args),
+        latest_points=args.latest_points,
     )
     cache = _cache_dir(args)
     print(
@@ -174,7 +176,7 @@ def _print_lm_summary(result: Any) -> None:
 
 
 def _add_arguments(p: argparse.ArgumentParser, *, locomo: bool) -> None:
-    from ..eval.defaults import DEFAULT_BUDGETS, DEFAULT_POLICIES
+    from ..eval.defaults import DEFAULT_BUDGETS, DEFAULT_LATEST_POINTS, DEFAULT_POLICIES, REGIMES
 
     p.add_argument("path", help="LoCoMo JSON file (locomo10.json format)" if locomo else
                    "JSONL: one conversation per line, {\"id\", \"messages\", \"probes\"?}")
@@ -182,8 +184,12 @@ def _add_arguments(p: argparse.ArgumentParser, *, locomo: bool) -> None:
                    help=f"comma-separated token budgets (default {','.join(map(str, DEFAULT_BUDGETS))})")
     p.add_argument("--policies", type=_names, default=DEFAULT_POLICIES,
                    help=f"comma-separated policy names (see 'rdmem policies'; default {','.join(DEFAULT_POLICIES)})")
-    p.add_argument("--regime", choices=("streaming", "query", "both"), default="both",
-                   help="streaming: the working set after the last message; query: context(query) per question")
+    p.add_argument("--regime", choices=(*REGIMES, "both", "all"), default="both",
+                   help="streaming: the working set after the last message; query: context(query) per question; "
+                        "latest: context(query=the latest user turn) at points through the conversation, every "
+                        "question scored on its evidence so far; both: streaming and query (default); all: the three")
+    p.add_argument("--latest-points", type=int, default=DEFAULT_LATEST_POINTS,
+                   help=f"points per conversation of the latest regime (default {DEFAULT_LATEST_POINTS})")
     p.add_argument("--categories", type=_categories, default=(1, 2, 3, 4) if locomo else None,
                    help="question categories to score, comma-separated, or 'all' "
                         f"(default {'1,2,3,4: LoCoMo without adversarial' if locomo else 'all'})")

@@ -7,6 +7,7 @@ the conversations, the config and an embedder (:func:`init_worker`).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import time
 import warnings
@@ -39,7 +40,7 @@ from .metrics import (
 )
 
 __all__ = ["init_worker", "release_worker", "run_job", "oracle_records", "history_texts", "one_thread_per_worker",
-           "EmbedderFactory"]
+           "EmbedderFactory", "latest_points", "latest_query", "seen_probes"]
 
 
 class _TimedEmbedder:
@@ -138,6 +139,35 @@ def _proxies(ci: int, messages: Sequence[Mapping[str, Any]]) -> dict[str, float]
     return {"information_coverage": info, "embedding_coverage": embedding_coverage(hist_vecs, ctx_vecs)}
 
 
+def latest_points(n: int, count: int) -> list[int]:
+    """The message counts (1..``n``, the last one ``n``) at which the latest-turn regime builds a context.
+
+    >>> latest_points(100, 4), latest_points(3, 10)
+    ([25, 50, 75, 100], [1, 2, 3])
+    """
+    return sorted({max(1, round(n * j / count)) for j in range(1, count + 1)}) if n else []
+
+
+def latest_query(messages: Sequence[Mapping[str, Any]]) -> str | None:
+    """The text of the latest user message (what the proxy and the adapters take as the query), else ``None``."""
+    for m in reversed(messages):
+        if m.get("role") == "user" and isinstance(m.get("content"), str) and m["content"].strip():
+            return str(m["content"])
+    return None
+
+
+def seen_probes(conv: Conversation, seen: int) -> list[Probe]:
+    """The probes with evidence among the first ``seen`` messages, each with only that evidence: what a
+    question asked after that point can be answered from."""
+    before = set(conv.ids[:seen])
+    out = []
+    for p in conv.probes:
+        ev = tuple(e for e in p.evidence if e in before)
+        if ev:
+            out.append(dataclasses.replace(p, evidence=ev))
+    return out
+
+
 def _question_record(
     conv: Conversation, probe: Probe, regime: str, policy: str, budget: int | None,
     present: set[str], words: frozenset[str], tokens: int,
@@ -188,14 +218,17 @@ def _run_stream(ci: int, policy: str, budget: int) -> tuple[Records, Records, Re
     turn_ms = np.zeros(len(conv.messages))
     items: Records = []
     cuts = set(plan.cuts) if "streaming" in cfg.regimes else set()
+    points = set(latest_points(len(conv.messages), cfg.latest_points)) if "latest" in cfg.regimes else set()
+    questions: Records = []
+    contexts: Records = []
     for k, message in enumerate(conv.messages):
         e0, t0 = timed.seconds, time.perf_counter()
         mem.add(message)
         turn_ms[k] = (time.perf_counter() - t0 - (timed.seconds - e0)) * 1000.0
         if k + 1 in cuts:
             items.append(_lm_item("turn", conv, "streaming", policy, budget, mem.context().messages, cut=k + 1))
-    questions: Records = []
-    contexts: Records = []
+        if k + 1 in points:
+            _latest_point(mem, timed, conv, policy, budget, k + 1, questions, contexts)
     if "streaming" in cfg.regimes:
         working = set(mem.working_ids())
         ctx = mem.context()
@@ -233,6 +266,27 @@ def _run_stream(ci: int, policy: str, budget: int) -> tuple[Records, Records, Re
     return questions, contexts, items
 
 
+def _latest_point(
+    mem: MemoryManager, timed: _TimedEmbedder, conv: Conversation, policy: str, budget: int, seen: int,
+    questions: Records, contexts: Records,
+) -> None:
+    """The latest-turn regime at one point: the context with the latest user turn as its query, scored on
+    every question's evidence seen so far."""
+    query = latest_query(conv.messages[:seen])
+    probes = seen_probes(conv, seen)
+    if query is None or not probes:
+        return
+    e0, t0 = timed.seconds, time.perf_counter()
+    ctx = mem.context(query=query, warn=False)
+    ms = (time.perf_counter() - t0 - (timed.seconds - e0)) * 1000.0
+    kept, words = set(ctx.kept_ids), context_words(ctx.messages)
+    for probe in probes:
+        rec = _question_record(conv, probe, "latest", policy, budget, kept, words, ctx.tokens)
+        questions.append({**rec, "point": seen})
+    contexts.append({"conversation": conv.id, "regime": "latest", "policy": policy, "budget": budget,
+                     "point": seen, "tokens": ctx.tokens, "ms_per_query": ms})
+
+
 def _run_full(ci: int) -> tuple[Records, Records, Records]:
     """The full history as the context: the right end of every curve (and the LLM's reference)."""
     w = _worker()
@@ -244,7 +298,7 @@ def _run_full(ci: int) -> tuple[Records, Records, Records]:
     contexts: Records = []
     items: Records = []
     llm_fields: dict[str, dict[str, Any]] = {}
-    for regime in cfg.regimes:
+    for regime in (r for r in cfg.regimes if r != "latest"):
         if plan.probes:  # the language model reads as much of it as its window holds, newest first
             items.append(_lm_item("qa", conv, regime, FULL, None, messages, probes=sorted(plan.probes)))
         contexts.append({"conversation": conv.id, "regime": regime, "policy": FULL, "budget": None, "tokens": tokens})
@@ -261,6 +315,17 @@ def _run_full(ci: int) -> tuple[Records, Records, Records]:
             questions.append(rec)
     if "streaming" in cfg.regimes:
         items += [_lm_item("turn", conv, "streaming", FULL, None, messages[:cut], cut=cut) for cut in plan.cuts]
+    if "latest" in cfg.regimes:
+        for seen in latest_points(len(messages), cfg.latest_points):
+            if latest_query(messages[:seen]) is None:
+                continue
+            head = messages[:seen]
+            size, head_words = w.tokenizer.messages_tokens(head), context_words(head)
+            contexts.append({"conversation": conv.id, "regime": "latest", "policy": FULL, "budget": None,
+                             "point": seen, "tokens": size})
+            for probe in seen_probes(conv, seen):
+                rec = _question_record(conv, probe, "latest", FULL, None, set(conv.ids[:seen]), head_words, size)
+                questions.append({**rec, "point": seen})
     return questions, contexts, items
 
 
@@ -270,8 +335,9 @@ def _run_full(ci: int) -> tuple[Records, Records, Records]:
 def oracle_records(
     conversations: Sequence[Conversation], cfg: EvalConfig, tok: Tokenizer
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """The oracle's points: streaming (one knapsack per conversation knowing every question) and
-    query (one knapsack per question, knowing its evidence)."""
+    """The oracle's points: streaming (one knapsack per conversation knowing every question), query (one
+    knapsack per question, knowing its evidence) and latest (one knapsack per point, knowing every question's
+    evidence seen so far)."""
     questions, contexts = [], []
     for conv in conversations:
         ids = conv.ids
@@ -289,6 +355,8 @@ def oracle_records(
                                  "budget": budget, "tokens": tokens})
                 for p in conv.probes:
                     questions.append(_question_record(conv, p, "streaming", ORACLE, budget, kept_set, words, tokens))
+            if "latest" in cfg.regimes:
+                _latest_oracle(conv, ids, costs, cost_of, text_of, budget, cfg.latest_points, questions, contexts)
             if "query" in cfg.regimes:
                 for p in labelled:
                     ev = list(p.evidence)
@@ -299,6 +367,25 @@ def oracle_records(
                     contexts.append({"conversation": conv.id, "regime": "query", "policy": ORACLE,
                                      "budget": budget, "probe": p.id, "tokens": tokens})
     return questions, contexts
+
+
+def _latest_oracle(
+    conv: Conversation, ids: list[str], costs: list[int], cost_of: dict[str, int], text_of: dict[str, Any],
+    budget: int, count: int, questions: Records, contexts: Records,
+) -> None:
+    """The latest-turn regime's oracle: at each point, one knapsack over the messages so far that knows the
+    evidence seen so far of every question."""
+    for seen in latest_points(len(ids), count):
+        probes = seen_probes(conv, seen)
+        if latest_query(conv.messages[:seen]) is None or not probes:
+            continue
+        kept = oracle_ids(ids[:seen], costs[:seen], [p.evidence for p in probes], budget)
+        tokens, words = sum(cost_of[i] for i in kept), context_words(text_of[i] for i in kept)
+        contexts.append({"conversation": conv.id, "regime": "latest", "policy": ORACLE, "budget": budget,
+                         "point": seen, "tokens": tokens})
+        for p in probes:
+            rec = _question_record(conv, p, "latest", ORACLE, budget, set(kept), words, tokens)
+            questions.append({**rec, "point": seen})
 
 
 def release_worker() -> None:

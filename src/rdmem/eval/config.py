@@ -18,7 +18,7 @@ import numpy as np
 from ..embed import CachedEmbedder, MiniLMEmbedder, default_cache_dir
 from ..errors import InvalidInput
 from ..policies import POLICIES
-from .defaults import DEFAULT_BUDGETS, DEFAULT_POLICIES, REGIMES
+from .defaults import DEFAULT_BUDGETS, DEFAULT_LATEST_POINTS, DEFAULT_POLICIES, DEFAULT_REGIMES, REGIMES
 from .distortion import LMEvalConfig
 from .llm import LLMConfig
 
@@ -42,7 +42,11 @@ class EvalConfig:
     policies:
         Names from :data:`rdmem.POLICIES`.
     regimes:
-        ``"streaming"`` and/or ``"query"``.
+        Any of ``"streaming"`` (the working set after the last message),
+        ``"query"`` (``context(query=question)`` per question) and ``"latest"``
+        (``context(query=<the latest user turn>)`` at ``latest_points`` points
+        through the conversation, as a proxy or an adapter asks it; each
+        question is scored there on its evidence seen so far).
     categories:
         Probe categories to keep (LoCoMo: 1 multi-hop, 2 temporal, 3
         open-domain, 4 single-hop, 5 adversarial); ``None`` keeps all.
@@ -62,6 +66,9 @@ class EvalConfig:
         A language model that measures distortion in its own terms (answer
         NLL, share of the full history's gain kept, coherence; ``None``:
         skipped). See :class:`~rdmem.eval.distortion.LMEvalConfig`.
+    latest_points:
+        Points (evenly spaced message counts, the last one the whole
+        conversation) at which the ``"latest"`` regime builds its contexts.
     calibrate_embedding:
         Time the embedding model on single messages, to report compaction
         time per turn with embedding.
@@ -69,7 +76,7 @@ class EvalConfig:
 
     budgets: tuple[int, ...] = DEFAULT_BUDGETS
     policies: tuple[str, ...] = DEFAULT_POLICIES
-    regimes: tuple[str, ...] = REGIMES
+    regimes: tuple[str, ...] = DEFAULT_REGIMES
     categories: tuple[int, ...] | None = (1, 2, 3, 4)
     tokenizer: str = "cl100k_base"
     seed: int = 0
@@ -79,6 +86,7 @@ class EvalConfig:
     llm: LLMConfig | None = None
     calibrate_embedding: bool = True
     lm: LMEvalConfig | None = None
+    latest_points: int = DEFAULT_LATEST_POINTS
 
     def __post_init__(self) -> None:
         budgets = tuple(self.budgets) if not isinstance(self.budgets, int) else (self.budgets,)
@@ -108,6 +116,8 @@ class EvalConfig:
             raise InvalidInput(f"workers must be an int >= 1, got {self.workers!r}")
         if isinstance(self.n_bootstrap, bool) or not isinstance(self.n_bootstrap, int) or self.n_bootstrap < 1:
             raise InvalidInput(f"n_bootstrap must be an int >= 1, got {self.n_bootstrap!r}")
+        if isinstance(self.latest_points, bool) or not isinstance(self.latest_points, int) or self.latest_points < 1:
+            raise InvalidInput(f"latest_points must be an int >= 1, got {self.latest_points!r}")
         if isinstance(self.seed, bool) or not isinstance(self.seed, int):
             raise InvalidInput(f"seed must be an int, got {self.seed!r}")
 

@@ -87,6 +87,14 @@ def _full_line(result: EvalResult, regime: str) -> str | None:
     return f"Full history: {', '.join(parts) + ' at ' if parts else ''}{size}."
 
 
+_TITLES = {
+    "streaming": "Streaming regime (working set after the last message)",
+    "query": "Query regime (context(query=question) per question)",
+    "latest": "Latest-turn regime (context(query=the latest user turn) at {points} points through each conversation; "
+              "every question scored on its evidence seen so far)",
+}
+
+
 def to_markdown(result: EvalResult) -> str:
     """A readable report: one section per regime, one table per metric (policies × budgets)."""
     cfg, meta = result.config, result.meta
@@ -102,7 +110,8 @@ def to_markdown(result: EvalResult) -> str:
         "Evidence recall: mean share of a question's evidence messages present verbatim in the context. "
         "Brackets: 95% bootstrap interval over questions "
         f"({cfg.n_bootstrap} resamples, seed {cfg.seed}). `oracle`: exact knapsack that knows every "
-        "question's evidence (streaming: one memory for all questions; query: one per question).",
+        "question's evidence (streaming: one memory for all questions; query: one per question; latest: one "
+        "per point, for every question's evidence seen so far).",
         "",
     ]
     has_ev = any(not math.isnan(r.evidence_recall) for r in result.rows)
@@ -110,9 +119,7 @@ def to_markdown(result: EvalResult) -> str:
     for regime in REGIMES:
         if regime not in cfg.regimes or not any(r.regime == regime for r in result.rows):
             continue
-        title = "Streaming regime (working set after the last message)" if regime == "streaming" else (
-            "Query regime (context(query=question) per question)"
-        )
+        title = _TITLES[regime].format(points=cfg.latest_points)
         out += [f"## {title}", ""]
         if has_ev:
             out += ["### Evidence recall", ""] + _table(result, regime, lambda r: _with_ci(r, "evidence_recall")) + [""]

@@ -193,8 +193,8 @@ def run_eval(
     lm_meta = None
     if lm is not None and plans is not None:
         lm_meta = score_items(lm, items, questions, contexts, convs, plans, progress=progress is True)
-    order = {j: i for i, j in enumerate(("streaming", "query"))}
-    questions.sort(key=lambda q: (order[q["regime"]], q["policy"], q["budget"] or 0, q["conversation"], q["probe"]))
+    questions.sort(key=lambda q: (REGIMES.index(q["regime"]), q["policy"], q["budget"] or 0, q["conversation"],
+                                  q.get("point", 0), q["probe"]))
     rows = _aggregate(cfg, questions, contexts, embed_ms)
     meta = {
         "dataset": dataset,

@@ -10,7 +10,7 @@ import numpy as np
 from ..contract import Plan, Problem, scores_of
 from ..deps import LINK_KINDS, find_links, merge_blocks
 from ..errors import InvalidInput
-from ..scoring import LearnedValue, Recency, Scorer
+from ..scoring import Informativeness, LearnedValue, Recency, Scorer
 from ..select import get_selector, group_totals, marker_aware, near_duplicate_groups
 from .modes import TASK_MODES, protected
 
@@ -18,6 +18,11 @@ __all__ = ["RDPolicy", "Valuation"]
 
 #: Above this many (blocks x budget) cells the marker-aware DP falls back to a marker reserve.
 _GAP_DP_CELLS = 40_000_000
+
+
+def _logit(p: np.ndarray) -> np.ndarray:
+    q = np.clip(p, 1e-12, 1.0 - 1e-12)
+    return np.log(q) - np.log1p(-q)
 
 
 @dataclass
@@ -62,8 +67,16 @@ class RDPolicy:
     #: on purpose: with MiniLM, restatements and repeated pleasantries reach 0.97, while different
     #: facts on one topic from one speaker can reach 0.96.
     duplicates: float | None = 0.97
+    #: How much a query's relevance counts against the prior: an :class:`~rdmem.scoring.Informativeness`
+    #: (measured per query), or a fixed weight in [0, 1] (1: relevance alone, as before queries were weighed).
+    query_weight: Informativeness | float = field(default_factory=Informativeness)
 
     def __post_init__(self) -> None:
+        if not isinstance(self.query_weight, Informativeness) and (
+            isinstance(self.query_weight, bool) or not isinstance(self.query_weight, (int, float))
+            or not 0 <= self.query_weight <= 1
+        ):
+            raise ValueError(f"query_weight must be an Informativeness or a number in [0, 1], got {self.query_weight!r}")
         if self.duplicates is not None and (
             isinstance(self.duplicates, bool) or not isinstance(self.duplicates, (int, float))
             or not 0 < self.duplicates <= 1
@@ -93,6 +106,8 @@ class RDPolicy:
         """Each unit's value (learned probability, recency, protection), and the blocks that travel together."""
         mode = TASK_MODES[self.mode]
         p, parts = scores_of(self.value, problem)
+        if problem.ctx.query:
+            p, parts = self._blend(problem, p, parts)
         recency = Recency(decay=self.recency_decay).score(problem.ctx)
         values = p + mode.recency * recency * (float(p.mean()) if len(p) else 0.0)
         keep = protected(problem.units, mode.protect)
@@ -103,6 +118,28 @@ class RDPolicy:
         parts["recency"] = values - p - np.where(keep, values - p, 0.0)
         reasons = {int(i): "protected (" + self.mode + " mode)" for i in np.flatnonzero(keep)}
         return Valuation(values, parts, keep, reasons, self._dependency_groups(problem))
+
+    def _blend(
+        self, problem: Problem, p: np.ndarray, parts: dict[str, np.ndarray]
+    ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """The query-aware values moved back towards the prior ones as far as the query is uninformative.
+
+        The query is evidence about what is needed: with probabilities (the
+        learned value model) its log-odds shift over the prior is scaled by
+        the weight, so weight 1 is the query model and 0 the prior; other
+        scorers' values are mixed linearly.
+        """
+        qw = self.query_weight
+        w = qw.weight(problem.ctx) if isinstance(qw, Informativeness) else float(qw)
+        if w >= 1.0:
+            return p, parts
+        prior, _ = scores_of(self.value, dataclasses.replace(problem, ctx=problem.ctx.without_query()))
+        if isinstance(self.value, LearnedValue):
+            lq, lp = _logit(p), _logit(prior)
+            blended = 1.0 / (1.0 + np.exp(-(lp + w * (lq - lp))))
+        else:
+            blended = w * p + (1.0 - w) * prior
+        return blended, {**parts, "query_weight": np.full(len(p), w)}
 
     def plan(self, problem: Problem) -> Plan:
         v = self.valuation(problem)

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from ..errors import InvalidInput
 from ._base import Scorer, ScoringContext, embed_text
 from .information import Information
+from .informativeness import Informativeness, query_specificity
 from .lexical import Lexical
 from .metadata import Metadata
 from .recency import Recency
@@ -23,6 +24,8 @@ __all__ = [
     "ScoringContext",
     "embed_text",
     "Information",
+    "Informativeness",
+    "query_specificity",
     "Lexical",
     "Metadata",
     "Recency",

@@ -38,6 +38,14 @@ class ScoringContext:
     def __len__(self) -> int:
         return len(self.units)
 
+    def without_query(self) -> ScoringContext:
+        """The same units without the query, sharing what is already computed (vectors, words, IDF)."""
+        if not self.query:
+            return self
+        other = ScoringContext(self.units, None, self.embedder, self.now, self.doc_freq)
+        other.__dict__.update({k: v for k, v in self.__dict__.items() if k not in _PER_QUERY})
+        return other
+
     @property
     def current_index(self) -> int:
         """The position of "now": one past the newest unit."""
@@ -152,6 +160,9 @@ class ScoringContext:
             out[i] = v
         return out
 
+
+#: What :meth:`ScoringContext.without_query` does not share: the query and what depends on it.
+_PER_QUERY = frozenset({"query", "query_embedding", "_cache"})
 
 # id(table) -> (weak reference to the table, its document count, {text: information}).
 _INFO_MEMO: dict[int, tuple[weakref.ref[Counter[str]], int, dict[str, float]]] = {}

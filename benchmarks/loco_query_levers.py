@@ -1,0 +1,218 @@
+"""Leave-one-conversation-out check of query-side ranking signals (issue 25, item 3), per question category.
+
+For each LoCoMo dev conversation: fit the prior and the query model on the
+other five (as ``loco_value_model.py`` does), the query model with the
+shipped query features plus the columns a variant names, and measure evidence
+recall of an exact knapsack on its predictions over the held-out conversation
+(selection only: overhead counted, no markers, the whole conversation as
+candidates), at 1,000 / 2,000 / 4,000 tokens, overall (95% bootstrap
+interval over questions) and per category (multi-hop, temporal, open-domain,
+single-hop).
+
+Signals (each computed from the question and the conversation only):
+  spk_cos_rank, spk_cos_z  the question's cosine ranked / z-scored among the turns of the speaker it names
+  other_spk                the turn is spoken by someone the question does not name
+  prfK_B_z, prfK_B_rank    Rocchio: the question's vector moved by B x the mean of the first pass's K best turns
+  rm3                      RM3: BM25-like match of the 10 best expansion words of the first pass's 5 best turns
+  ppr                      personalized PageRank on the turn-word graph (words with IDF >= 2), seeded by the
+                           question's words and its 5 nearest turns (HippoRAG's recipe without its LLM)
+  hopK                     second hop: z-scored best cosine to one of the first pass's K best turns
+  spk_x_cosz, spk_x_bm     speaker match x cosine z-score / BM25
+
+    HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/loco_query_levers.py [--data PATH] VARIANT ...
+
+A VARIANT is "" (the shipped features) or signals joined with "+", e.g. "spk_cos_rank+other_spk".
+The per-question feature rows are cached in eval-out/loco_query_rows.pkl (--rebuild to recompute).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import pickle
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+warnings.simplefilter("ignore", RuntimeWarning)
+
+from loco_value_model import _stack, locomo_setup, recall_weights  # noqa: E402
+from rdmem.features import content_words  # noqa: E402
+from rdmem.learn.train import salience_direction, training_rows, with_salience  # noqa: E402
+from rdmem.scoring import ScoringContext  # noqa: E402
+from rdmem.scoring.lexical import Lexical  # noqa: E402
+from rdmem.scoring.logistic import LogisticModel  # noqa: E402
+from rdmem.scoring.value_features import (  # noqa: E402
+    PRIOR_FEATURES, QUERY_FEATURES, _rank_feature, _speaker_of, model_prior_matrix, query_entities, query_matrix,
+)
+from rdmem.select import knapsack  # noqa: E402
+from rdmem.units import encode_units  # noqa: E402
+
+BUDGETS = (1000, 2000, 4000)
+CACHE = Path("eval-out/loco_query_rows.pkl")
+
+
+def _z(v: np.ndarray) -> np.ndarray:
+    sd = v.std()
+    return (v - v.mean()) / (sd if sd > 1e-6 else 1.0)
+
+
+def signals(ctx: ScoringContext) -> dict[str, np.ndarray]:
+    """Every candidate signal for ``ctx.query``, one value per unit."""
+    n, e, q = len(ctx), ctx.embeddings, ctx.query_embedding
+    cos, bm = e @ q, Lexical().score(ctx)
+    out: dict[str, np.ndarray] = {}
+    ents = query_entities(ctx.query or "")
+    spk = np.array([_speaker_of(u) for u in ctx.units])
+    named = np.isin(spk, list(ents)) if ents else np.zeros(n, bool)
+    if named.any() and not named.all():
+        out["spk_cos_rank"] = _rank_feature(np.where(named, cos + 2, 0))
+        sub = cos[named]
+        out["spk_cos_z"] = np.where(named, (cos - sub.mean()) / (sub.std() if sub.std() > 1e-6 else 1.0), 0.0)
+        out["other_spk"] = (~named & (spk != "")).astype(float)
+    else:
+        out["spk_cos_rank"], out["spk_cos_z"], out["other_spk"] = _rank_feature(cos + 2), _z(cos), np.zeros(n)
+    first = _z(cos) + _z(bm)
+    order = np.argsort(-first, kind="stable")
+    for k, beta in ((3, 0.7), (5, 0.7), (5, 1.5)):
+        q2 = q + beta * e[order[:k]].mean(axis=0)
+        c2 = e @ (q2 / np.linalg.norm(q2))
+        out[f"prf{k}_{beta}_z"], out[f"prf{k}_{beta}_rank"] = _z(c2), _rank_feature(c2 - c2.min() + 1e-3)
+    for k in (3, 5, 10):
+        sim = e @ e[order[:k]].T
+        sim[order[:k], np.arange(k)] = -1.0  # a turn is not its own second hop
+        out[f"hop{k}"] = _z(sim.max(axis=1))
+    out["rm3"] = _rm3(ctx, order[:5])
+    out["ppr"] = _ppr(ctx, cos)
+    sp = np.isin(spk, list(ents)).astype(float) if ents else np.zeros(n)
+    out["spk_x_cosz"], out["spk_x_bm"] = sp * _z(cos), sp * (bm / bm.max() if bm.max() > 0 else bm)
+    return out
+
+
+def _rm3(ctx: ScoringContext, top: np.ndarray, words: int = 10) -> np.ndarray:
+    counts, qterms, weight = ctx.word_counts, set(content_words(ctx.query or "")), {}
+    for i in top:
+        length = max(sum(counts[i].values()), 1)
+        for w, c in counts[i].items():
+            if w not in qterms and ctx.idf_of(w) > 1.0:
+                weight[w] = weight.get(w, 0.0) + c / length * ctx.idf_of(w)
+    expansion = sorted(weight, key=lambda w: (-weight[w], w))[:words]
+    s = np.zeros(len(ctx))
+    total = sum(weight[w] for w in expansion) or 1.0
+    for w in expansion:
+        s += weight[w] / total * ctx.idf_of(w) * np.fromiter((w in c for c in counts), float, count=len(ctx))
+    return s / s.max() if s.max() > 0 else s
+
+
+def _ppr(ctx: ScoringContext, cos: np.ndarray, alpha: float = 0.5, iters: int = 15) -> np.ndarray:
+    vocab: dict[str, int] = {}
+    rows, cols = [], []
+    for i, c in enumerate(ctx.word_counts):
+        for w in c:
+            if ctx.idf_of(w) >= 2.0:
+                rows.append(i)
+                cols.append(vocab.setdefault(w, len(vocab)))
+    n = len(ctx)
+    if not vocab:
+        return np.zeros(n)
+    a = np.zeros((n, len(vocab)))
+    a[rows, cols] = 1.0
+    seed_t = np.zeros(len(vocab))
+    for w in set(content_words(ctx.query or "")):
+        if w in vocab:
+            seed_t[vocab[w]] = ctx.idf_of(w)
+    seed_u = np.zeros(n)
+    seed_u[np.argsort(-cos, kind="stable")[:5]] = 1.0
+    seed_u, seed_t = 0.5 * seed_u / seed_u.sum(), 0.5 * seed_t / max(seed_t.sum(), 1e-12)
+    du, dt = np.maximum(a.sum(1), 1), np.maximum(a.sum(0), 1)
+    ru, rt = seed_u.copy(), seed_t.copy()
+    for _ in range(iters):
+        ru, rt = (1 - alpha) * seed_u + alpha * (a @ (rt / dt)), (1 - alpha) * seed_t + alpha * (a.T @ (ru / du))
+    return np.log1p(ru * n)
+
+
+def build(path: str) -> tuple[list[dict], list[np.ndarray], list[list[tuple]]]:
+    emb, tok, convs = locomo_setup(path)
+    rows = [training_rows(c, tok, emb) for c in convs]
+    boot = LogisticModel(PRIOR_FEATURES).fit(*_stack(rows, "xp", "yp"))
+    costs, _ = recall_weights(convs, tok)
+    data = []
+    for c in convs:
+        units = encode_units(c.messages, tok)
+        ctx = ScoringContext(units, embedder=emb)
+        pos = {u.id: i for i, u in enumerate(units)}
+        logit = boot.decision(model_prior_matrix(boot, ctx))
+        per = []
+        for p in (p for p in c.probes if p.evidence):
+            q = ScoringContext(units, query=p.question, embedder=emb)
+            q.__dict__["embeddings"] = ctx.embeddings
+            y = np.zeros(len(units))
+            y[[pos[e] for e in p.evidence if e in pos]] = 1.0
+            per.append((query_matrix(q, logit), signals(q), y, p.category))
+        data.append(per)
+    emb.save()
+    return rows, costs, data
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("variants", nargs="*", default=[""])
+    ap.add_argument("--data", default="../shared/data/locomo/locomo_dev.json")
+    ap.add_argument("--rebuild", action="store_true")
+    args = ap.parse_args()
+    t0 = time.time()
+    if CACHE.is_file() and not args.rebuild:
+        rows, costs, data = pickle.loads(CACHE.read_bytes())
+    else:
+        rows, costs, data = build(args.data)
+        CACHE.parent.mkdir(parents=True, exist_ok=True)
+        CACHE.write_bytes(pickle.dumps((rows, costs, data)))
+    qi = QUERY_FEATURES.index("prior_logit")
+    folds = range(len(rows))
+    logits = {}
+    for test in folds:  # the prior of each fold, with its salience direction learned on the other five
+        train = [j for j in folds if j != test]
+        direction = salience_direction([rows[i] for i in train])
+        xps = {i: with_salience(rows[i], direction) for i in folds}
+        prior = LogisticModel(PRIOR_FEATURES).fit(np.vstack([xps[i] for i in train]),
+                                                  np.concatenate([rows[i]["yp"] for i in train]))
+        logits[test] = {i: prior.decision(xps[i]) for i in folds}
+    print(f"query model, leave-one-conversation-out ({len(rows)} conversations, features built in "
+          f"{time.time() - t0:.0f} s); recall [95% CI] (multi-hop temporal open-domain single-hop)")
+    for variant in args.variants:
+        extra = [v for v in variant.split("+") if v]
+        names = QUERY_FEATURES + tuple(extra)
+
+        def matrix(ci: int, k: int, logit: np.ndarray) -> np.ndarray:
+            xq, sig, _, _ = data[ci][k]
+            xq = xq.copy()
+            xq[:, qi] = logit
+            return np.hstack([xq] + [sig[s][:, None] for s in extra])
+
+        recs = []
+        for test in folds:
+            train = [j for j in folds if j != test]
+            lg = logits[test]
+            model = LogisticModel(names).fit(
+                np.vstack([matrix(i, k, lg[i]) for i in train for k in range(len(data[i]))]),
+                np.concatenate([data[i][k][2] for i in train for k in range(len(data[i]))]),
+            )
+            for k, (_, _, y, cat) in enumerate(data[test]):
+                p = model.predict(matrix(test, k, lg[test]))
+                recs.append((cat, [y[knapsack(p, costs[test], b)].sum() / y.sum() for b in BUDGETS]))
+        cells = []
+        for j, b in enumerate(BUDGETS):
+            v = np.array([r[1][j] for r in recs])
+            boot = np.random.default_rng(0).choice(v, (1000, len(v))).mean(axis=1)
+            per = " ".join(f"{np.mean([r[1][j] for r in recs if r[0] == c]):.3f}" for c in (1, 2, 3, 4))
+            cells.append(f"{b}: {v.mean():.3f} [{np.percentile(boot, 2.5):.3f}, {np.percentile(boot, 97.5):.3f}] ({per})")
+        print(f"{variant or 'shipped features':<34} " + " | ".join(cells), flush=True)
+
+
+if __name__ == "__main__":
+    main()

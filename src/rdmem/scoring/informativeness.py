@@ -1,0 +1,73 @@
+"""How informative a query is: how far its relevance should outweigh the prior (0 small talk, near 1 a pointed question)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from ..features import content_words, extract_features
+from ..history import split_prefix
+from ._base import ScoringContext
+
+__all__ = ["Informativeness", "query_specificity"]
+
+# A request for something said before, phrased as an order rather than a question.
+_REQUEST = re.compile(
+    r"(?:^|[.!;:]\s+)(?:please\s+)?(?:tell|remind|show|list|find|recall|summari[sz]e|explain|describe|look\s+up)\b",
+    re.IGNORECASE,
+)
+
+
+_POSSESSIVE = re.compile(r"['\u2019]s$")
+
+
+def query_specificity(query: str, ctx: ScoringContext, *, rare_idf: float = 3.0) -> tuple[float, bool]:
+    """``(specificity, asks)`` of a query against the session in ``ctx``.
+
+    Specificity counts what the query names that the session can match:
+    its content words that occur in the session yet are rare there (IDF at
+    least ``rare_idf``), its names (twice: a person or a place picks out
+    few messages), and one for a date or a number. ``asks``: the query is a
+    question or a request ("tell me…", "remind me…"). A transcript line's
+    "[date] Speaker:" label is not part of what it asks.
+    """
+    body = split_prefix(query)[1]
+    features = extract_features(body, "user")
+    unseen = ctx.idf_of("\x00")  # a word the session never used can match nothing
+    rare = {w for w in content_words(body) if rare_idf <= ctx.idf_of(w) < unseen}
+    names = {n for n in (_POSSESSIVE.sub("", e).lower() for e in features.entities) if ctx.idf_of(n.split()[0]) < unseen}
+    rare -= {n for name in names for n in name.split()}
+    spec = len(rare) + 2 * len(names) + float(bool(features.dates)) + float(bool(features.numbers))
+    return spec, features.question or bool(_REQUEST.search(body))
+
+
+@dataclass(frozen=True)
+class Informativeness:
+    """The weight of a query's relevance against the prior, in ``[0, 1]``.
+
+    ``min(1, specificity / full)`` (see :func:`query_specificity`), times
+    ``statement`` when the query neither asks a question nor makes a request:
+    "ok, thanks" and "go on" name nothing, so the prior decides; "When did
+    Melanie paint a sunrise?" names a person and a thing the session
+    mentions, so relevance decides alone (one name or one word the session
+    rarely uses is enough for a question: ``full=1``); a statement ("I went hiking with Anna")
+    is a weaker sign of what the next answer needs than a question.
+    """
+
+    full: float = 1.0
+    statement: float = 0.25
+    rare_idf: float = 3.0
+
+    def __post_init__(self) -> None:
+        if isinstance(self.full, bool) or not isinstance(self.full, (int, float)) or not self.full > 0:
+            raise ValueError(f"full must be a number > 0, got {self.full!r}")
+        if isinstance(self.statement, bool) or not isinstance(self.statement, (int, float)) or not 0 <= self.statement <= 1:
+            raise ValueError(f"statement must be a number in [0, 1], got {self.statement!r}")
+
+    def weight(self, ctx: ScoringContext) -> float:
+        """The weight for ``ctx.query`` (0 without a query)."""
+        if not ctx.query or not ctx.query.strip():
+            return 0.0
+        spec, asks = query_specificity(ctx.query, ctx, rare_idf=self.rare_idf)
+        w = min(1.0, spec / self.full)
+        return w if asks else w * self.statement
