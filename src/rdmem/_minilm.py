@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import MissingDependency
+from .errors import InvalidInput, MissingDependency
 
 __all__ = ["NumpyMiniLM", "packaged_model_dir"]
 

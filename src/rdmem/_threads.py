@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import sys
 
+from .errors import InvalidInput
+
 __all__ = ["THREAD_VARIABLES", "available_cores", "set_by_user", "limit_threads"]
 
 #: Read by numpy's OpenBLAS, by MKL and by torch (OpenMP) when they load.
@@ -28,7 +30,7 @@ def limit_threads(threads: int) -> None:
     """``threads`` math threads in this process, whether its libraries are loaded yet or not, and in the
     processes it starts (through the environment, read before numpy or torch loads there)."""
     if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
-        raise ValueError(f"threads must be an int >= 1, got {threads!r}")
+        raise InvalidInput(f"threads must be an int >= 1, got {threads!r}")
     for name in THREAD_VARIABLES:
         os.environ[name] = str(threads)
     try:  # numpy is loaded already, its BLAS pool started with the variables as they were

@@ -62,6 +62,14 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def _without_thread_settings(environ) -> dict[str, str]:
+    """The environment less the math-thread variables: an in-process ``rdmem serve`` test (a refused port, say)
+    sets them in this process, and a server started afterwards would take them as the user's choice."""
+    from rdmem._threads import THREAD_VARIABLES
+
+    return {k: v for k, v in environ.items() if k not in THREAD_VARIABLES}
+
+
 class ServeProcess:
     """``rdmem serve ARGS`` as a user starts it: a separate process on a free loopback port."""
 
@@ -77,7 +85,7 @@ class ServeProcess:
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = tempfile.NamedTemporaryFile("w+", prefix="rdmem-serve-", suffix=".log", dir=log_dir, delete=False)
         cmd = [sys.executable, "-m", "rdmem.cli", "serve", "--port", str(self.port), "--log-level", "warning", *args]
-        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})})
+        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, env={**_without_thread_settings(os.environ), **(env or {})})
         deadline = time.monotonic() + timeout
         while True:
             if self.proc.poll() is not None:

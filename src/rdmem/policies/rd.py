@@ -76,7 +76,7 @@ class RDPolicy:
             isinstance(self.query_weight, bool) or not isinstance(self.query_weight, (int, float))
             or not 0 <= self.query_weight <= 1
         ):
-            raise ValueError(f"query_weight must be an Informativeness or a number in [0, 1], got {self.query_weight!r}")
+            raise InvalidInput(f"query_weight must be an Informativeness or a number in [0, 1], got {self.query_weight!r}")
         if self.duplicates is not None and (
             isinstance(self.duplicates, bool) or not isinstance(self.duplicates, (int, float))
             or not 0 < self.duplicates <= 1

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from ..errors import InvalidInput
 from ..features import content_words, extract_features
 from ..history import split_prefix
 from ._base import ScoringContext
@@ -60,9 +61,9 @@ class Informativeness:
 
     def __post_init__(self) -> None:
         if isinstance(self.full, bool) or not isinstance(self.full, (int, float)) or not self.full > 0:
-            raise ValueError(f"full must be a number > 0, got {self.full!r}")
+            raise InvalidInput(f"full must be a number > 0, got {self.full!r}")
         if isinstance(self.statement, bool) or not isinstance(self.statement, (int, float)) or not 0 <= self.statement <= 1:
-            raise ValueError(f"statement must be a number in [0, 1], got {self.statement!r}")
+            raise InvalidInput(f"statement must be a number in [0, 1], got {self.statement!r}")
 
     def weight(self, ctx: ScoringContext) -> float:
         """The weight for ``ctx.query`` (0 without a query)."""

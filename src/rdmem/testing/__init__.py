@@ -29,6 +29,7 @@ from typing import TypeVar
 
 from ..contract import Policy
 from ..embed import Embedder
+from ..errors import InvalidType
 from ..scoring import Scorer
 from ..store import Store
 from ._history import HashingEmbedder, agent_history, check_compaction, history_problems
@@ -59,7 +60,7 @@ def check_store(factory: Callable[[], Store], *, checks: Sequence[StoreCheck] = 
     ``factory`` may return stores on one shared database: every check uses a session name of its own.
     """
     if not callable(factory):
-        raise TypeError(f"factory must be a callable that returns a Store, got {type(factory).__name__}")
+        raise InvalidType(f"factory must be a callable that returns a Store, got {type(factory).__name__}")
 
     def run(check: StoreCheck) -> None:
         store = factory()
@@ -78,7 +79,7 @@ def check_policy(policy: str | Policy, *, embedder: Embedder | None = None,
     ``embedder``: what a policy that embeds is given (default :class:`HashingEmbedder`: quick, no model).
     """
     if not isinstance(policy, str) and not isinstance(policy, Policy):
-        raise TypeError(f"policy must be a registered name or a Policy (name, needs_embeddings, plan), "
+        raise InvalidType(f"policy must be a registered name or a Policy (name, needs_embeddings, plan), "
                         f"got {type(policy).__name__}")
     emb = embedder if embedder is not None else HashingEmbedder()
     label = policy if isinstance(policy, str) else policy.name
@@ -92,6 +93,6 @@ def check_scorer(scorer: Scorer, *, embedder: Embedder | None = None,
     ``embedder``: what the scoring contexts embed with (default :class:`HashingEmbedder`).
     """
     if not callable(getattr(scorer, "score", None)):
-        raise TypeError(f"scorer must have a score(ctx) method, got {type(scorer).__name__}")
+        raise InvalidType(f"scorer must have a score(ctx) method, got {type(scorer).__name__}")
     emb = embedder if embedder is not None else HashingEmbedder()
     _run(checks, lambda check: check(scorer, emb), f"scorer {type(scorer).__name__}")
