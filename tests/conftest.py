@@ -188,3 +188,4 @@ def _models_only_in_slow_tests(request, monkeypatch):
     monkeypatch.setattr("rdmem._minilm.NumpyMiniLM._load", refuse)
     monkeypatch.setattr("rdmem.embed._load_model", refuse)
     monkeypatch.setattr("rdmem.lm.model.LanguageModel._load", refuse)
+
