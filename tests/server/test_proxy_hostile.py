@@ -270,3 +270,28 @@ def test_max_tokens_larger_than_the_window_is_said_not_silent(open_proxy, fake_o
             model="fake-model", messages=[{"role": "user", "content": "hi"}], max_tokens=WINDOW + 1)
     assert "leaves no room" in raw.headers["x-rdmem-warning"]
     assert any("leaves no room" in r.getMessage() for r in caplog.records)
+
+
+def test_a_streamed_reply_stored_off_the_relay_is_stored_once_when_the_next_request_comes_at_once(
+        open_proxy, fake_openai, monkeypatch):
+    from rdmem.server import routes_proxy
+
+    slow = routes_proxy.store_reply
+
+    def store_reply(*args):  # a store slower than the client's next request
+        time.sleep(0.5)
+        slow(*args)
+
+    monkeypatch.setattr(routes_proxy, "store_reply", store_reply)
+    oai = client(open_proxy)
+    history = [{"role": "user", "content": "Tell me a story."}]
+    for n in range(3):
+        fake_openai.respond = lambda req, n=n: Reply(events=chunks(f"Story part {n}.", pieces=3))
+        text = "".join(c.choices[0].delta.content or "" for c in oai.chat.completions.create(
+            model="fake-model", messages=history, stream=True, user="once") if c.choices)
+        history += [{"role": "assistant", "content": text}, {"role": "user", "content": f"And then {n}?"}]
+    mem = open_proxy.app.state.rdmem.pool.manager("default", "once", budget=100)
+    sent = history[:-1]  # the last question was never asked
+    settled(lambda: len(mem.history()) >= len(sent))
+    time.sleep(0.2)
+    assert [h["content"] for h in mem.history()] == [m["content"] for m in sent]  # each once, in order

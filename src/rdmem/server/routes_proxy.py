@@ -113,23 +113,31 @@ def _budget(state: Any, body: dict[str, Any], headers: dict[str, str]) -> int:
     return budget
 
 
-async def _bounded(state: Any, fn: Any, *args: Any) -> Any:
-    """``fn(*args)`` in a worker thread, waited on for ``memory_timeout`` at most (it goes on in its thread)."""
-    job = asyncio.get_running_loop().run_in_executor(None, fn, *args)
+async def _bounded(state: Any, fn: Any, *args: Any, after: asyncio.Future[Any] | None = None) -> Any:
+    """``fn(*args)`` in a worker thread (once ``after`` is done), waited on for ``memory_timeout`` at most in
+    all (the work goes on in its thread)."""
+    async def run() -> Any:
+        if after is not None:
+            await asyncio.shield(after)
+        return await asyncio.shield(asyncio.get_running_loop().run_in_executor(None, fn, *args))
+
     try:
-        return await asyncio.wait_for(asyncio.shield(job), state.settings.memory_timeout)
+        return await asyncio.wait_for(run(), state.settings.memory_timeout)
     except asyncio.TimeoutError:
         raise TimeoutError(f"memory did not answer within {state.settings.memory_timeout} s") from None
 
 
-_pending: set[asyncio.Future[Any]] = set()  # reply stores under way (kept so that they are not collected)
+#: Reply stores under way, by (tenant, session): the session's next request waits for its reply to be stored
+#: (within its bound), so that a reply is never stored twice (once by the store, once as a resent message).
+_pending: dict[tuple[str, str], asyncio.Future[Any]] = {}
 
 
 def _store_later(state: Any, where: tuple[str, str, int], message: dict[str, Any] | None) -> None:
     """Store the reply in a worker thread, off the relay: the client's stream never waits on the store."""
+    key = (where[0], where[1])
     job = asyncio.get_running_loop().run_in_executor(None, store_reply, state, *where, message)
-    _pending.add(job)
-    job.add_done_callback(_pending.discard)
+    _pending[key] = job
+    job.add_done_callback(lambda done: _pending.pop(key, None) if _pending.get(key) is done else None)
 
 
 @router.post("/chat/completions", operation_id="chat_completions", responses=_ERRORS)
@@ -147,7 +155,8 @@ async def chat_completions(request: Request, tenant: ProxyTenant) -> Response:
     try:
         if tenant is None:
             raise RuntimeError("the rdmem key could not be checked")
-        done: Prepared = await _bounded(state, prepare, state, tenant, session, derived, body, budget)
+        done: Prepared = await _bounded(state, prepare, state, tenant, session, derived, body, budget,
+                                        after=_pending.get((tenant, session or "")))
         forward = {**body, "messages": done.messages}
         headers.update({"X-Rdmem-Tokens-Before": str(done.before), "X-Rdmem-Tokens-After": str(done.after),
                         "X-Rdmem-Compacted": "true" if done.compacted else "false"})
