@@ -127,14 +127,14 @@ async def _bounded(state: Any, fn: Any, *args: Any, after: asyncio.Future[Any] |
         raise TimeoutError(f"memory did not answer within {state.settings.memory_timeout} s") from None
 
 
-#: Reply stores under way, by (tenant, session): the session's next request waits for its reply to be stored
+#: Reply stores under way, by (server, tenant, session): the session's next request waits for its reply to be stored
 #: (within its bound), so that a reply is never stored twice (once by the store, once as a resent message).
-_pending: dict[tuple[str, str], asyncio.Future[Any]] = {}
+_pending: dict[tuple[int, str, str], asyncio.Future[Any]] = {}
 
 
 def _store_later(state: Any, where: tuple[str, str, int], message: dict[str, Any] | None) -> None:
     """Store the reply in a worker thread, off the relay: the client's stream never waits on the store."""
-    key = (where[0], where[1])
+    key = (id(state), where[0], where[1])
     job = asyncio.get_running_loop().run_in_executor(None, store_reply, state, *where, message)
     _pending[key] = job
     job.add_done_callback(lambda done: _pending.pop(key, None) if _pending.get(key) is done else None)
@@ -156,7 +156,7 @@ async def chat_completions(request: Request, tenant: ProxyTenant) -> Response:
         if tenant is None:
             raise RuntimeError("the rdmem key could not be checked")
         done: Prepared = await _bounded(state, prepare, state, tenant, session, derived, body, budget,
-                                        after=_pending.get((tenant, session or "")))
+                                        after=_pending.get((id(state), tenant, session or "")))
         forward = {**body, "messages": done.messages}
         headers.update({"X-Rdmem-Tokens-Before": str(done.before), "X-Rdmem-Tokens-After": str(done.after),
                         "X-Rdmem-Compacted": "true" if done.compacted else "false"})
