@@ -295,3 +295,12 @@ def test_a_streamed_reply_stored_off_the_relay_is_stored_once_when_the_next_requ
     settled(lambda: len(mem.history()) >= len(sent))
     time.sleep(0.2)
     assert [h["content"] for h in mem.history()] == [m["content"] for m in sent]  # each once, in order
+
+
+def test_rdmem_serve_takes_derive_sessions_and_memory_timeout(rdmem_serve, fake_openai):
+    server = rdmem_serve("--upstream", fake_openai.url, "--derive-sessions", "--memory-timeout", "30",
+                         "--policy", "window")
+    got = httpx.post(f"{server.url}/v1/chat/completions", timeout=60,
+                     json={"model": "m", "messages": [{"role": "user", "content": "hello"}]})
+    assert got.status_code == 200 and got.headers["x-rdmem-memory"] == "session"
+    assert got.headers["x-rdmem-session"].startswith("chat-") and got.headers["x-rdmem-compacted"] == "false"
