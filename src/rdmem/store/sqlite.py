@@ -291,6 +291,35 @@ class SQLiteStore(SearchMixin, BaseStore):
 
         return self._write_session(session, write)
 
+    def _claim_unembedded(self, worker: str, limit: int, lease: float) -> list[tuple[str, StoredUnit]]:
+        def write(conn: sqlite3.Connection) -> list[Any]:
+            now = time.time()
+            return conn.execute(
+                "UPDATE units SET claimed_by = ?, claimed_until = ? WHERE uid IN (SELECT uid FROM units "
+                "WHERE embedding IS NULL AND (claimed_until IS NULL OR claimed_until < ?) ORDER BY uid LIMIT ?) "
+                f"RETURNING session, {_COLUMNS}", (worker, now + lease, now, limit)).fetchall()
+
+        rows = sorted(self._write("", write), key=lambda r: r[1])
+        return [(r[0], self._decode(r[0], [r[1:]])[0]) for r in rows]
+
+    def _set_embeddings(self, session: str, vectors: dict[str, np.ndarray]) -> Written:
+        def write(conn: sqlite3.Connection) -> _Outcome:
+            marks = ",".join("?" * len(vectors))
+            rows = conn.execute(f"SELECT uid, id FROM units WHERE session = ? AND id IN ({marks}) "
+                                "AND embedding IS NULL", (session, *vectors)).fetchall()
+            row = self._session_row(conn, session)
+            if not rows or row is None:
+                v = int(row[0]) if row else 0
+                return Written(v, v), False, None
+            prev, version = self._bump(conn, session, row)
+            blobs = [(uid, i, vectors[i].astype("<f4").tobytes()) for uid, i in rows]
+            conn.executemany("UPDATE units SET embedding = ?, changed = ?, claimed_by = NULL, claimed_until = NULL "
+                             "WHERE uid = ?", [(b, version, uid) for uid, _, b in blobs])
+            landed = [(i, b) for _, i, b in blobs]
+            return Written(prev, version), False, lambda c: c.dense is not None and c.dense.set_vectors(landed)
+
+        return self._write_session(session, write)
+
     def _update_state(self, session: str, patch: dict[str, Any], expect: int | None) -> Written:
         def write(conn: sqlite3.Connection) -> _Outcome:
             row = self._session_row(conn, session)
