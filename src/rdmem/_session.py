@@ -81,6 +81,9 @@ class SessionView:
         for su in changes.units:
             if su.id in self.by_id:
                 self.set_tier(su.id, su.tier)
+                unit = self.by_id[su.id]
+                if unit.embedding is None and su.embedding is not None:  # its vector landed (a worker's)
+                    unit.embedding = np.array(su.embedding, dtype=np.float32)
             else:
                 self.append(self.unit_of(su), su.tier)
         self.version = changes.version

@@ -28,6 +28,7 @@ from .errors import InvalidType
 from .contract import Policy
 from .manager import MemoryManager
 from .result import Compaction
+from .store import Store
 from .summarize import Summarizer
 from .tokens import Tokenizer
 
@@ -80,6 +81,15 @@ class AsyncMemoryManager:
     @property
     def summarizer(self) -> Summarizer | None:
         return self.sync.summarizer
+
+    @property
+    def embedding(self) -> str:
+        return self.sync.embedding
+
+    @property
+    def store(self) -> Store:
+        """The session's store (the first read opens it, as with ``MemoryManager``)."""
+        return self.sync.store
 
     @property
     def tokenizer(self) -> Tokenizer:

@@ -20,6 +20,7 @@ import numpy as np
 
 from ..errors import InvalidInput, InvalidType
 from ..tokens import message_payload
+from ._embeddings import EmbeddingsMixin
 from ._keys import KeysMixin, check_name, check_tenant
 from ._types import (
     TIERS, Changes, DuplicateIdError, NewUnit, SessionInfo, StoredUnit, StoreError, Tier, Written,
@@ -200,7 +201,7 @@ def state_patch(state: Mapping[str, Any], patch: Mapping[str, Any]) -> dict[str,
     return out
 
 
-class BaseStore(KeysMixin):
+class BaseStore(EmbeddingsMixin, KeysMixin):
     """The public store methods, checked once for every backend (see :class:`~rdmem.store.Store`).
 
     A backend sets ``where`` (the store named in messages), ``_lock`` (an
@@ -268,41 +269,6 @@ class BaseStore(KeysMixin):
         except (TypeError, ValueError) as exc:
             raise InvalidInput(f"session state must be JSON ({exc})") from None
         return self._update_state(session, dict(patch), expect)
-
-    def claim_unembedded(self, worker: str, *, limit: int = 64, lease: float = 60.0) -> list[tuple[str, StoredUnit]]:
-        """Claim, for ``lease`` seconds, at most ``limit`` units of any session that have no vector and no
-        live claim by anyone (oldest first); ``(session, unit)`` pairs. Atomic: two workers (threads or
-        processes on one database) never get the same unit while a claim lives, so a unit is embedded once.
-        """
-        if not isinstance(worker, str) or not worker:
-            raise InvalidInput(f"worker must be a non-empty string naming the claimant, got {worker!r}")
-        check_name(worker, "worker")
-        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
-            raise InvalidInput(f"limit must be an int >= 0, got {limit!r}")
-        if isinstance(lease, bool) or not isinstance(lease, (int, float)) or not lease > 0:
-            raise InvalidInput(f"lease must be a number of seconds > 0, got {lease!r}")
-        return self._claim_unembedded(worker, limit, float(lease)) if limit else []
-
-    def set_embeddings(self, session: str, vectors: Mapping[str, Any]) -> Written:
-        """Write the vectors of units of ``session`` that have none yet (ids it does not have, and units that
-        already have one, are ignored), releasing their claims; a new version of the session if any landed,
-        with the units changed in it (readers pick the vectors up through :meth:`changes`)."""
-        check_session(session)
-        if not isinstance(vectors, Mapping):
-            raise InvalidType(f"vectors must be a dict of id -> vector, got {type(vectors).__name__}")
-        checked: dict[str, np.ndarray] = {}
-        for uid, v in vectors.items():
-            if not isinstance(uid, str):
-                raise InvalidType(f"vector ids must be strings, got {uid!r}")
-            vec = np.array(v, dtype=np.float32).reshape(-1)
-            if not vec.size or not np.isfinite(vec).all():
-                raise InvalidInput(f"unit {uid!r}: embedding must be a non-empty vector of finite numbers")
-            if "\x00" not in uid:
-                checked[uid] = vec
-        if not checked:
-            v = self.version(session)
-            return Written(v, v)
-        return self._set_embeddings(session, checked)
 
     def log_compaction(self, session: str, record: Mapping[str, Any]) -> None:
         """Append ``record`` (JSON) to the session's compaction log."""
@@ -410,12 +376,6 @@ class BaseStore(KeysMixin):
         raise NotImplementedError
 
     def _delete(self, session: str, ids: list[str]) -> Written:
-        raise NotImplementedError
-
-    def _claim_unembedded(self, worker: str, limit: int, lease: float) -> list[tuple[str, StoredUnit]]:
-        raise NotImplementedError
-
-    def _set_embeddings(self, session: str, vectors: dict[str, np.ndarray]) -> Written:
         raise NotImplementedError
 
     def _update_state(self, session: str, patch: dict[str, Any], expect: int | None) -> Written:

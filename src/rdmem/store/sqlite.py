@@ -22,6 +22,7 @@ from ..errors import InvalidInput
 from ..tokens import message_payload
 from ._base import BaseStore, Encoded, allocate_ids, damaged_unit, decode_unit, dumps, state_patch
 from ._dense import Dense
+from ._sqlite_embeddings import SQLiteEmbeddings
 from ._sqlite_open import in_transaction, open_file, retry
 from ._sqlite_schema import SCHEMA_VERSION
 from ._sqlite_search import FTS_CREATE, FTS_TOKENIZE, SearchMixin, SessionCache, fts_table
@@ -36,7 +37,7 @@ _COLUMNS = "uid, id, seq, message, tokens, features, embedding, tier"
 _Outcome = tuple[Written, bool, "Callable[[SessionCache], object] | None"]
 
 
-class SQLiteStore(SearchMixin, BaseStore):
+class SQLiteStore(SQLiteEmbeddings, SearchMixin, BaseStore):
     """Every unit of every session in one SQLite file.
 
     Parameters
@@ -288,35 +289,6 @@ class SQLiteStore(SearchMixin, BaseStore):
                              [(uid, message_payload(json.loads(m))) for uid, _, m in rows])
             conn.executemany("DELETE FROM units WHERE uid = ?", [(uid,) for uid, _, _ in rows])
             return Written(prev, version, deleted=[i for _, i, _ in rows]), True, None
-
-        return self._write_session(session, write)
-
-    def _claim_unembedded(self, worker: str, limit: int, lease: float) -> list[tuple[str, StoredUnit]]:
-        def write(conn: sqlite3.Connection) -> list[Any]:
-            now = time.time()
-            return conn.execute(
-                "UPDATE units SET claimed_by = ?, claimed_until = ? WHERE uid IN (SELECT uid FROM units "
-                "WHERE embedding IS NULL AND (claimed_until IS NULL OR claimed_until < ?) ORDER BY uid LIMIT ?) "
-                f"RETURNING session, {_COLUMNS}", (worker, now + lease, now, limit)).fetchall()
-
-        rows = sorted(self._write("", write), key=lambda r: r[1])
-        return [(r[0], self._decode(r[0], [r[1:]])[0]) for r in rows]
-
-    def _set_embeddings(self, session: str, vectors: dict[str, np.ndarray]) -> Written:
-        def write(conn: sqlite3.Connection) -> _Outcome:
-            marks = ",".join("?" * len(vectors))
-            rows = conn.execute(f"SELECT uid, id FROM units WHERE session = ? AND id IN ({marks}) "
-                                "AND embedding IS NULL", (session, *vectors)).fetchall()
-            row = self._session_row(conn, session)
-            if not rows or row is None:
-                v = int(row[0]) if row else 0
-                return Written(v, v), False, None
-            prev, version = self._bump(conn, session, row)
-            blobs = [(uid, i, vectors[i].astype("<f4").tobytes()) for uid, i in rows]
-            conn.executemany("UPDATE units SET embedding = ?, changed = ?, claimed_by = NULL, claimed_until = NULL "
-                             "WHERE uid = ?", [(b, version, uid) for uid, _, b in blobs])
-            landed = [(i, b) for _, i, b in blobs]
-            return Written(prev, version), False, lambda c: c.dense is not None and c.dense.set_vectors(landed)
 
         return self._write_session(session, write)
 
