@@ -116,12 +116,18 @@ class EmbeddingWorker:
         return self._thread is not None and self._thread.is_alive()
 
     def _loop(self) -> None:
+        failures = 0
         while not self._stop.is_set():
             self._wake.clear()
             try:
                 busy = self.run_once()
-            except Exception:  # a store or model failure must not end the worker: try again later
-                log.exception("embedding worker %s: a batch failed; retrying in %.1f s", self.name, self.idle)
-                busy = 0
+                failures = 0
+            except Exception:  # a store or model failure must not end the worker: try again later, less often
+                failures += 1
+                wait = min(self.idle * 2 ** failures, 300.0)
+                log.exception("embedding worker %s: a batch failed (%d in a row); retrying in %.0f s",
+                              self.name, failures, wait)
+                self._stop.wait(wait)
+                continue
             if not busy:
                 self._wake.wait(self.idle)
