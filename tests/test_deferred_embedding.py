@@ -60,13 +60,29 @@ def test_a_deferred_manager_stores_first_ranks_lexically_then_the_vectors_land(t
     after = mem.context(query)  # the pooled manager sees the vectors through changes()
     assert all(d.embedded for d in after.report) and "embedded" not in after.report[0].to_dict()
 
-    # Once the vectors have landed, the selection is the one an inline manager makes.
     inline = MemoryManager(budget=300, policy="rd", session="s", embedder=hashing_embedder)
-    assert inline.extend(chat(40)) == ids
-    assert inline.context(query).kept_ids == after.kept_ids
-    assert inline.working_ids() == mem.working_ids()
+    inline.extend(chat(40))
     for a, b in zip(store.load("s"), inline.store.load("s"), strict=True):
-        assert np.allclose(a.embedding, b.embedding)
+        assert np.allclose(a.embedding, b.embedding)  # the worker's vectors are the inline ones
+    assert ids == [u.id for u in store.load("s")]
+
+
+def test_once_the_vectors_have_landed_the_selections_are_the_inline_ones(hashing_embedder):
+    """Streamed one message at a time, the worker landing each vector and maintain() trimming then: the working
+    set after every message, and the context of a query, are an inline manager's."""
+    inline = MemoryManager(budget=200, policy="rd", embedder=hashing_embedder)
+    deferred = MemoryManager(budget=200, policy="rd", embedder=hashing_embedder, embedding="deferred")
+    worker = EmbeddingWorker(deferred.store, hashing_embedder, on_landed=lambda s: deferred.maintain())
+    trimmed = False
+    for m in chat(50):
+        inline.add(m)
+        deferred.add(m)
+        worker.drain()
+        assert deferred.working_ids() == inline.working_ids()
+        trimmed = trimmed or bool(inline.archived_ids())
+    assert trimmed
+    for q in ("when is the violin lesson?", "what is Max?"):
+        assert deferred.context(q).kept_ids == inline.context(q).kept_ids
 
 
 def test_a_memory_that_is_never_embedded_still_works(hashing_embedder):

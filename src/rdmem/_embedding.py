@@ -24,6 +24,7 @@ import os
 import threading
 import uuid
 from collections import defaultdict
+from collections.abc import Callable
 from typing import Self
 
 import numpy as np
@@ -53,10 +54,14 @@ class EmbeddingWorker:
         Seconds between looks at the store when there was nothing to do (:meth:`wake` looks at once).
     name:
         The claimant's name in the store (default: host, process and a random part).
+    on_landed:
+        Called with each session whose vectors this worker wrote (e.g. to run the working-set upkeep
+        that a deferred manager leaves until then: :meth:`~rdmem.MemoryManager.maintain`).
     """
 
     def __init__(self, store: Store, embedder: Embedder, *, batch: int = 64, lease: float = 120.0,
-                 idle: float = 1.0, name: str | None = None) -> None:
+                 idle: float = 1.0, name: str | None = None,
+                 on_landed: Callable[[str], object] | None = None) -> None:
         if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
             raise InvalidInput(f"batch must be an int >= 1, got {batch!r}")
         if isinstance(idle, bool) or not isinstance(idle, (int, float)) or not idle > 0:
@@ -64,6 +69,7 @@ class EmbeddingWorker:
         self.store, self.embedder = store, embedder
         self.batch, self.lease, self.idle = batch, float(lease), float(idle)
         self.name = name or f"{os.uname().nodename}/{os.getpid()}/{uuid.uuid4().hex[:8]}"
+        self.on_landed = on_landed
         self.embedded = 0  # units whose vector this worker wrote
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -80,6 +86,8 @@ class EmbeddingWorker:
             by_session[session][unit.id] = vec
         for session, vecs in by_session.items():
             self.store.set_embeddings(session, vecs)
+        for session in by_session if self.on_landed is not None else ():
+            self.on_landed(session)
         self.embedded += len(claimed)
         return len(claimed)
 

@@ -126,6 +126,9 @@ class AsyncMemoryManager:
     async def resent(self, messages: Sequence[Mapping[str, Any]]) -> tuple[list[int], list[str]]:
         return await asyncio.to_thread(self.sync.resent, messages)
 
+    async def maintain(self) -> None:
+        return await asyncio.to_thread(self.sync.maintain)
+
     async def working_ids(self) -> list[str]:
         return await asyncio.to_thread(self.sync.working_ids)
 

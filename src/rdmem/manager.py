@@ -223,7 +223,9 @@ class MemoryManager(OnlineLearning):
                     view.append(u, "working")
             self._restore_feedback(view)
             fresh = self._save_settings(view) and fresh
-            self._compact_working(fresh=fresh)
+            bound = 2 * self.high * self.budget  # deferred: trim once the working set's vectors landed (maintain)
+            if self.embedding == "inline" or view.vectors_landed(self.policy.needs_embeddings, bound):
+                self._compact_working(fresh=fresh)
             return [su.id for su in written.units]
 
     def _save_settings(self, view: SessionView) -> bool:
@@ -232,14 +234,8 @@ class MemoryManager(OnlineLearning):
         if self._settings_saved:
             return True
         self._settings_saved = True
-        settings = {"budget": self.budget, "high": self.high, "low": self.low, "policy": self.policy.name}
-        if view.state.get("settings") == settings:
-            return True
-        written = view.store.update_state(self.session, {"settings": settings})
-        if view.written(written.prev, written.version):
-            view.state["settings"] = settings
-            return True
-        return False
+        return view.save_state("settings", {"budget": self.budget, "high": self.high, "low": self.low,
+                                            "policy": self.policy.name})
 
     def delete(self, ids: Sequence[str]) -> list[str]:
         """Delete messages of the session for good (from both tiers); return the ids that were there.
@@ -284,6 +280,12 @@ class MemoryManager(OnlineLearning):
             view = self._session()
             view.store.delete_session(self.session)
             self._sync()
+
+    def maintain(self) -> None:
+        """Trim the working set if it passed the high watermark: with ``embedding="deferred"``, :meth:`add`
+        leaves that until the working set's vectors have landed, and the worker's owner calls this then."""
+        with self._lock:
+            self._compact_working()
 
     def _compact_working(self, *, fresh: bool = False) -> None:
         """Compact the working set if it passed the high watermark; the store takes the result only if the

@@ -75,7 +75,7 @@ class SessionPool:
             CachedEmbedder(BatchingEmbedder(MiniLMEmbedder()))
         self._managers: OrderedDict[tuple[str, str, int], MemoryManager] = OrderedDict()
         self._lock = threading.Lock()
-        self.worker = EmbeddingWorker(store, self.embedder)
+        self.worker = EmbeddingWorker(store, self.embedder, on_landed=self._landed)
 
     def start(self) -> None:
         """Start embedding in the background (first what earlier processes left unembedded)."""
@@ -83,6 +83,14 @@ class SessionPool:
 
     def stop(self) -> None:
         self.worker.stop()
+
+    def _landed(self, name: str) -> None:
+        """Vectors of store session ``name`` landed: its pooled managers trim their working sets now (in the
+        worker's thread, off the request path)."""
+        with self._lock:
+            managers = [m for k, m in self._managers.items() if k[0] == name]
+        for mem in managers:
+            mem.maintain()
 
     def manager(self, tenant: str, session: str, *, policy: str | None = None, budget: int | None = None) -> MemoryManager:
         name = store_session(tenant, session)
