@@ -53,9 +53,8 @@ def _digest(result) -> str:
 
 def calls(embedder, embedding: str = "inline"):
     """``(name, thunk)`` pairs; each thunk runs one call and returns its digest."""
-    from tests.conftest import AGENT_HISTORY  # the test suite's agent conversation
-
-    from rdmem import EmbeddingWorker, MemoryManager, compact
+    from rdmem import MemoryManager, compact
+    from rdmem.testing import agent_history  # the test suite's agent conversation
     from rdmem.datasets import load_locomo
     from rdmem.policies import POLICIES
 
@@ -76,13 +75,17 @@ def calls(embedder, embedding: str = "inline"):
             for query in (None, "Which restaurants are safe for my allergy?"):
                 name = f"compact/agent/{policy}/{budget}/{'q' if query else '-'}"
                 out.append((name, lambda p=policy, b=budget, q=query: _digest(
-                    compact(json.loads(json.dumps(AGENT_HISTORY)), budget=b, policy=p, query=q, embedder=embedder))))
+                    compact(agent_history(), budget=b, policy=p, query=q, embedder=embedder))))
     for conv in convs[:2]:
         for policy in policies:
             def stream(conv=conv, policy=policy) -> str:
                 kw = {"embedding": "deferred"} if embedding == "deferred" else {}
                 mem = MemoryManager(budget=1000, policy=policy, embedder=embedder, **kw)
-                worker = EmbeddingWorker(mem.store, embedder) if embedding == "deferred" else None
+                worker = None
+                if embedding == "deferred":
+                    from rdmem import EmbeddingWorker
+
+                    worker = EmbeddingWorker(mem.store, embedder)
                 seen = []
                 for n, m in enumerate(conv.messages[:300], 1):
                     mem.add(m)
