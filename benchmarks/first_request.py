@@ -70,6 +70,9 @@ def main() -> int:
     called: list[float] = []
 
     def respond(req: dict) -> Reply:
+        if not req["path"].endswith("/chat/completions"):
+            return Reply(body={"object": "list", "data": [{"id": "fake-model", "object": "model", "created": 0,
+                                                            "owned_by": "bench"}]})
         called.append(time.perf_counter())
         return Reply(body=completion("We first talked about your week."))
 

@@ -124,6 +124,10 @@ class EmbeddingWorker:
         return self._thread is not None and self._thread.is_alive()
 
     def _loop(self) -> None:
+        try:  # load the model now, not in the first request that embeds a query
+            self.embedder.embed(["rdmem"])
+        except Exception as exc:  # reported by the first batch that fails the same way
+            log.debug("embedding worker %s: warming the model failed: %s", self.name, exc)
         failures = 0
         while not self._stop.is_set():
             self._wake.clear()
