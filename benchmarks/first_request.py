@@ -14,7 +14,7 @@ loopback:
   real MiniLM embedder, a fresh SQLite file), in front of a fake
   OpenAI-compatible endpoint (tests/_fake_openai.py) that records when it
   is called;
-- one request through the ``openai`` client with ``--messages`` LoCoMo
+- ``--settle`` seconds (5) after the server answers, one request through the ``openai`` client with ``--messages`` LoCoMo
   turns (real texts, alternating user/assistant, a question last);
 - when the fake upstream was called, counted from the request's start;
   when the reply came back; then the store is read (read-only, this
@@ -59,6 +59,7 @@ def counts(path: Path, session: str) -> tuple[int, int]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--messages", type=int, default=1000)
+    ap.add_argument("--settle", type=float, default=5.0, help="seconds between the server's start and the request")
     ap.add_argument("--wait", type=float, default=180.0, help="seconds to wait for the vectors at most")
     args = ap.parse_args()
 
@@ -84,6 +85,7 @@ def main() -> int:
     try:
         client = openai.OpenAI(base_url=server.url + "/v1", api_key="unused", timeout=600, max_retries=0)
         client.models.list()  # the server is up and routes to the fake (not timed)
+        time.sleep(args.settle)  # a server that has been up a moment (its worker loaded the model)
         msgs = conversation(args.messages)
         t0 = time.perf_counter()
         client.chat.completions.create(model="fake-model", messages=msgs,  # type: ignore[arg-type]

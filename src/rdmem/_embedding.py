@@ -124,6 +124,10 @@ class EmbeddingWorker:
         return self._thread is not None and self._thread.is_alive()
 
     def _loop(self) -> None:
+        try:  # this thread (and the math threads it starts) yields the cores to requests: nice 10, on Linux
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 10)
+        except (AttributeError, OSError):
+            pass
         try:  # load the model now, not in the first request that embeds a query
             self.embedder.embed(["rdmem"])
         except Exception as exc:  # reported by the first batch that fails the same way
