@@ -86,8 +86,9 @@ class EmbeddingWorker:
             by_session[session][unit.id] = vec
         for session, vecs in by_session.items():
             self.store.set_embeddings(session, vecs)
-        for session in by_session if self.on_landed is not None else ():
-            self.on_landed(session)
+        if self.on_landed is not None:
+            for session in by_session:
+                self.on_landed(session)
         self.embedded += len(claimed)
         return len(claimed)
 
