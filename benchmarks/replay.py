@@ -20,6 +20,12 @@ rung, sent tokens, score, score breakdown and reason, and the warnings. The call
 Vectors are the real MiniLM's, cached under ``.rdmem-cache/replay`` (the
 first run computes them: about a minute on 2 cores). The output file holds
 one digest per call, so it is small; ``--check`` prints the calls that differ.
+
+``--embedding deferred`` runs the managers as ``rdmem serve`` does: messages
+stored without vectors, an ``EmbeddingWorker`` landing them and
+``maintain()`` trimming the working set then (after each message, so they
+have landed before the next step); checked against a run recorded inline,
+the selections must be the same.
 """
 
 from __future__ import annotations
@@ -45,11 +51,10 @@ def _digest(result) -> str:
     return hashlib.blake2b(blob.encode(), digest_size=12).hexdigest()
 
 
-def calls(embedder):
+def calls(embedder, embedding: str = "inline"):
     """``(name, thunk)`` pairs; each thunk runs one call and returns its digest."""
-    from tests.conftest import AGENT_HISTORY  # the test suite's agent conversation
-
     from rdmem import MemoryManager, compact
+    from rdmem.testing import agent_history  # the test suite's agent conversation
     from rdmem.datasets import load_locomo
     from rdmem.policies import POLICIES
 
@@ -70,14 +75,23 @@ def calls(embedder):
             for query in (None, "Which restaurants are safe for my allergy?"):
                 name = f"compact/agent/{policy}/{budget}/{'q' if query else '-'}"
                 out.append((name, lambda p=policy, b=budget, q=query: _digest(
-                    compact(json.loads(json.dumps(AGENT_HISTORY)), budget=b, policy=p, query=q, embedder=embedder))))
+                    compact(agent_history(), budget=b, policy=p, query=q, embedder=embedder))))
     for conv in convs[:2]:
         for policy in policies:
             def stream(conv=conv, policy=policy) -> str:
-                mem = MemoryManager(budget=1000, policy=policy, embedder=embedder)
+                kw = {"embedding": "deferred"} if embedding == "deferred" else {}
+                mem = MemoryManager(budget=1000, policy=policy, embedder=embedder, **kw)
+                worker = None
+                if embedding == "deferred":
+                    from rdmem import EmbeddingWorker
+
+                    worker = EmbeddingWorker(mem.store, embedder)
                 seen = []
                 for n, m in enumerate(conv.messages[:300], 1):
                     mem.add(m)
+                    if worker is not None:
+                        worker.drain()
+                        mem.maintain()
                     if n % 50 == 0:
                         seen.append(mem.working_ids())
                 for probe in conv.probes[:5]:
@@ -94,13 +108,15 @@ def main() -> int:
     mode.add_argument("--record", metavar="FILE", help="run every call and write the digests to FILE")
     mode.add_argument("--check", metavar="FILE", help="run every call and compare with FILE")
     ap.add_argument("--only", default="", help="run only the calls whose name contains this")
+    ap.add_argument("--embedding", choices=("inline", "deferred"), default="inline",
+                    help="how the managers embed (deferred: stored first, a worker lands the vectors)")
     args = ap.parse_args()
     warnings.simplefilter("ignore")
 
     from rdmem.embed import CachedEmbedder, SentenceTransformerEmbedder
 
     embedder = CachedEmbedder(SentenceTransformerEmbedder(), cache_dir=ROOT / ".rdmem-cache" / "replay")
-    todo = [(n, f) for n, f in calls(embedder) if args.only in n]
+    todo = [(n, f) for n, f in calls(embedder, args.embedding) if args.only in n]
     t0 = time.perf_counter()
     got = {}
     for name, fn in todo:

@@ -10,6 +10,7 @@ modules behind these names are implementation (see ARCHITECTURE.md).
 """
 
 from ._api import compact
+from ._embedding import EmbeddingWorker
 from .contract import Composed, LearnsOnline, Plan, Policy, Problem, scores_of
 from .embed import CachedEmbedder, Embedder, MiniLMEmbedder, SentenceTransformerEmbedder, get_embedder
 from .errors import InvalidInput, InvalidType, MissingDependency, RdmemError
@@ -31,7 +32,7 @@ __all__ = [
     # fitting a history to a budget
     "compact", "Compaction", "UnitDecision", "check_budget",
     # memory that lives in a store
-    "MemoryManager", "AsyncMemoryManager", "open_store", "Store", "StoreError", "DuplicateIdError", "UnknownIdError", "VersionConflict",
+    "MemoryManager", "AsyncMemoryManager", "EmbeddingWorker", "open_store", "Store", "StoreError", "DuplicateIdError", "UnknownIdError", "VersionConflict",
     # policies
     "POLICIES", "get_policy", "register_policy", "RDPolicy", "LadderPolicy", "ScoredPolicy", "SummaryBuffer",
     "TaskMode", "TASK_MODES", "LearnedValue", "Feedback",

@@ -81,6 +81,9 @@ class SessionView:
         for su in changes.units:
             if su.id in self.by_id:
                 self.set_tier(su.id, su.tier)
+                unit = self.by_id[su.id]
+                if unit.embedding is None and su.embedding is not None:  # its vector landed (a worker's)
+                    unit.embedding = np.array(su.embedding, dtype=np.float32)
             else:
                 self.append(self.unit_of(su), su.tier)
         self.version = changes.version
@@ -137,6 +140,24 @@ class SessionView:
             self._working_tokens -= unit.tokens
         self.archived += (tier != "working") - (self.tier[uid] != "working")
         self.tier[uid] = tier
+
+    def save_state(self, key: str, value: Any) -> bool:
+        """Set ``key`` of the session's state record to ``value`` (nothing written if it is already);
+        ``False`` if someone else wrote the session meanwhile (this view then caught up)."""
+        if self.state.get(key) == value:
+            return True
+        written = self.store.update_state(self.session, {key: value})
+        if self.written(written.prev, written.version):
+            self.state[key] = value
+            return True
+        return False
+
+    def vectors_landed(self, needed: bool, bound: float) -> bool:
+        """Whether a deferred manager may trim the working set now: every working unit has its vector (or
+        the policy needs none), or the working set passed ``bound`` tokens (it must not grow without end
+        when no worker runs)."""
+        return (not needed or self._working_tokens > bound
+                or all(u.embedding is not None for u in self._working.values()))
 
     def working_units(self) -> list[MemoryUnit]:
         return sorted(self._working.values(), key=lambda u: u.index)

@@ -28,6 +28,7 @@ from .errors import InvalidType
 from .contract import Policy
 from .manager import MemoryManager
 from .result import Compaction
+from .store import Store
 from .summarize import Summarizer
 from .tokens import Tokenizer
 
@@ -82,6 +83,15 @@ class AsyncMemoryManager:
         return self.sync.summarizer
 
     @property
+    def embedding(self) -> str:
+        return self.sync.embedding
+
+    @property
+    def store(self) -> Store:
+        """The session's store (the first read opens it, as with ``MemoryManager``)."""
+        return self.sync.store
+
+    @property
     def tokenizer(self) -> Tokenizer:
         """The session's tokenizer (the first read opens the session's store, as with ``MemoryManager``)."""
         return self.sync.tokenizer
@@ -115,6 +125,9 @@ class AsyncMemoryManager:
 
     async def resent(self, messages: Sequence[Mapping[str, Any]]) -> tuple[list[int], list[str]]:
         return await asyncio.to_thread(self.sync.resent, messages)
+
+    async def maintain(self) -> None:
+        return await asyncio.to_thread(self.sync.maintain)
 
     async def working_ids(self) -> list[str]:
         return await asyncio.to_thread(self.sync.working_ids)

@@ -30,7 +30,10 @@ from .units import MemoryUnit, Rung
 if TYPE_CHECKING:
     from .contract import Policy
 
-__all__ = ["Compaction", "UnitDecision", "Plan", "Problem", "compact_units", "dumps"]
+#: What the report says of a unit whose vector has not landed yet (a background worker embeds it).
+NOT_EMBEDDED = "not yet embedded: ranked by its lexical and prior terms"
+
+__all__ = ["NOT_EMBEDDED", "Compaction", "UnitDecision", "Plan", "Problem", "compact_units", "dumps"]
 
 
 @dataclass
@@ -58,15 +61,21 @@ def compact_units(
     now: int | None = None,
     doc_freq: tuple[Counter[str], int] | None = None,
     warn: bool = True,
+    embed_missing: bool = True,
 ) -> Compaction:
     """Fit already-encoded units to ``budget`` tokens with ``policy`` (see :func:`compact`).
 
     ``warn=False`` keeps the notes in ``warnings`` of the result without raising Python warnings
-    (a manager's own working-set compactions)."""
+    (a manager's own working-set compactions). ``embed_missing=False``: units without a vector are not
+    embedded here (a background worker will); they are ranked by their lexical and prior terms, and the
+    report says so (``embedded=False``)."""
     tok = tokenizer
     layout = Layout(units)
     head = fit_pinned(layout, budget, tok)
-    ctx = ScoringContext(layout.cand, query=query, embedder=embedder, now=now, doc_freq=doc_freq)
+    ctx = ScoringContext(layout.cand, query=query, embedder=embedder, now=now, doc_freq=doc_freq,
+                         embed_missing=embed_missing)
+    pending = frozenset() if embed_missing or not policy.needs_embeddings else \
+        frozenset(p for p, u in enumerate(units) if u.embedding is None)
     cost = RenderCost(layout, tok, np.zeros(len(layout.blocks), dtype=np.int64), markers=markers)
     problem = Problem(layout.cand, layout.local_blocks, head.avail, ctx, tok, cost.marker(10), layout.forced_gaps())
     cost.costs = problem.block_costs()
@@ -76,7 +85,7 @@ def compact_units(
     # The report shows the policy's scores and reasons; when it was not asked (everything fits), it is
     # asked only if someone reads the report.
     explained = plan if planned else _Lazy(lambda: policy.plan(problem))
-    return _result(units, layout, head, settled, tok, budget, policy, markers, explained, warn)
+    return _result(units, layout, head, settled, tok, budget, policy, markers, explained, warn, pending)
 
 
 class _Lazy:
@@ -265,7 +274,7 @@ def _unsendable_note(bad: Mapping[int, str]) -> list[str]:
 
 def _result(
     units: Sequence[MemoryUnit], layout: Layout, head: Head, settled: _Settled, tok: Tokenizer, budget: int,
-    policy: Policy, markers: bool, explained: Plan | _Lazy, warn: bool,
+    policy: Policy, markers: bool, explained: Plan | _Lazy, warn: bool, pending: frozenset[int] = frozenset(),
 ) -> Compaction:
     """Render the settled plan and build the result (its report is built when first read)."""
     contents = dict(head.contents)
@@ -291,14 +300,14 @@ def _result(
     # The same rule as the report's "kept": sent verbatim, not cut.
     kept_ids = [u.id for p, u in enumerate(units) if p in contents and contents[p] is None and p not in truncated]
     report = Report(lambda: _decisions(units, layout, explained if isinstance(explained, Plan) else explained.get(),
-                                       contents, truncated, summarized, tok))
+                                       contents, truncated, summarized, tok, pending))
     return Compaction(messages, n_tokens, kept_ids, report, budget, policy.name, settled.summary, notes,
                       [units[p].id if p is not None else None for p in sources])
 
 
 def _decisions(
     units: Sequence[MemoryUnit], layout: Layout, plan: Plan, contents: Mapping[int, str | None], truncated: set[int],
-    summarized: set[int], tok: Tokenizer,
+    summarized: set[int], tok: Tokenizer, pending: frozenset[int] = frozenset(),
 ) -> list[UnitDecision]:
     report = []
     # Python floats once, not one numpy scalar conversion per unit and term.
@@ -327,5 +336,8 @@ def _decisions(
         reason = layout.bad.get(p, "") or (plan.reasons.get(i, "") if i is not None else "")
         if u.pinned:
             reason = reason or "system message (pinned)"
-        report.append(UnitDecision(u.id, u.role, decision, rung, u.tokens, sent, score, parts, reason))
+        if p in pending:
+            reason = f"{reason}; {NOT_EMBEDDED}" if reason else NOT_EMBEDDED
+        report.append(UnitDecision(u.id, u.role, decision, rung, u.tokens, sent, score, parts, reason,
+                                   embedded=p not in pending))
     return report

@@ -79,6 +79,10 @@ class MemoryManager(OnlineLearning):
         compaction, which no policy has judged yet, in the working set.
     archive_candidates:
         How many archived units a query may bring back into competition.
+    embedding:
+        ``"inline"`` (default, deterministic): a message is embedded before :meth:`add` returns. ``"deferred"``
+        (``rdmem serve``): stored at once, embedded later by an :class:`~rdmem.EmbeddingWorker` on :attr:`store`;
+        until then it is ranked by its lexical and prior terms, and the report says so (``embedded=False``).
 
     >>> mem = MemoryManager(budget=60, policy="window")
     >>> for i in range(10):
@@ -104,6 +108,7 @@ class MemoryManager(OnlineLearning):
         low: float | None = None,
         markers: bool = True,
         archive_candidates: int = 200,
+        embedding: str = "inline",
     ) -> None:
         if args:
             if len(args) > 2 or (len(args) >= 1 and budget is not _UNSET) or (len(args) == 2 and policy is not _UNSET):
@@ -126,14 +131,12 @@ class MemoryManager(OnlineLearning):
         check_store(store)  # a store URL of the wrong form fails here, not at the first add()
         if isinstance(archive_candidates, bool) or not isinstance(archive_candidates, int) or archive_candidates < 0:
             raise InvalidInput(f"archive_candidates must be an int >= 0, got {archive_candidates!r}")
-        self.session = session
-        self.high = float(high)
-        self.low = float(low)
-        self.markers = markers
-        self.archive_candidates = archive_candidates
-        self.summarizer = summarizer
-        self._tokenizer_spec = tokenizer
-        self._overhead = message_overhead
+        if embedding not in ("inline", "deferred"):
+            raise InvalidInput(f"embedding must be 'inline' or 'deferred', got {embedding!r}")
+        self.session, self.embedding = session, embedding
+        self.high, self.low, self.markers = float(high), float(low), markers
+        self.archive_candidates, self.summarizer = archive_candidates, summarizer
+        self._tokenizer_spec, self._overhead = tokenizer, message_overhead
         self._embedder_spec = embedder
         self._embedder_obj: Any = _UNSET
         self._store_spec = store
@@ -160,6 +163,10 @@ class MemoryManager(OnlineLearning):
         if view.sync():
             self._restore_feedback(view)
         return view
+
+    @property
+    def store(self) -> Store:  # the store the session lives in (opened on first use)
+        return self._session().store
 
     @property
     def _embedder(self) -> Embedder | None:
@@ -202,7 +209,7 @@ class MemoryManager(OnlineLearning):
             view = self._session()
             tok = view.tokenizer
             units = [make_unit(m.id or "", m.chat, 0, tok) for m in parsed]
-            emb = self._embedder
+            emb = self._embedder if self.embedding == "inline" else None
             if emb is not None:
                 vecs = emb.embed([embed_text(u) for u in units])
                 for u, v in zip(units, vecs, strict=True):
@@ -216,7 +223,9 @@ class MemoryManager(OnlineLearning):
                     view.append(u, "working")
             self._restore_feedback(view)
             fresh = self._save_settings(view) and fresh
-            self._compact_working(fresh=fresh)
+            bound = 2 * self.high * self.budget  # deferred: trim once the working set's vectors landed (maintain)
+            if self.embedding == "inline" or view.vectors_landed(self.policy.needs_embeddings, bound):
+                self._compact_working(fresh=fresh)
             return [su.id for su in written.units]
 
     def _save_settings(self, view: SessionView) -> bool:
@@ -225,14 +234,8 @@ class MemoryManager(OnlineLearning):
         if self._settings_saved:
             return True
         self._settings_saved = True
-        settings = {"budget": self.budget, "high": self.high, "low": self.low, "policy": self.policy.name}
-        if view.state.get("settings") == settings:
-            return True
-        written = view.store.update_state(self.session, {"settings": settings})
-        if view.written(written.prev, written.version):
-            view.state["settings"] = settings
-            return True
-        return False
+        return view.save_state("settings", {"budget": self.budget, "high": self.high, "low": self.low,
+                                            "policy": self.policy.name})
 
     def delete(self, ids: Sequence[str]) -> list[str]:
         """Delete messages of the session for good (from both tiers); return the ids that were there.
@@ -277,6 +280,12 @@ class MemoryManager(OnlineLearning):
             view = self._session()
             view.store.delete_session(self.session)
             self._sync()
+
+    def maintain(self) -> None:
+        """Trim the working set if it passed the high watermark: with ``embedding="deferred"``, :meth:`add`
+        leaves that until the working set's vectors have landed, and the worker's owner calls this then."""
+        with self._lock:
+            self._compact_working()
 
     def _compact_working(self, *, fresh: bool = False) -> None:
         """Compact the working set if it passed the high watermark; the store takes the result only if the
@@ -408,6 +417,7 @@ class MemoryManager(OnlineLearning):
             now=len(view.units),
             doc_freq=(view.df, len(view.units)),
             warn=warn,
+            embed_missing=self.embedding == "inline",
         )
 
     @property

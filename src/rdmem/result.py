@@ -29,6 +29,9 @@ class UnitDecision:
     score: float
     breakdown: Mapping[str, float]
     reason: str = ""
+    #: ``False`` while the unit's vector has not landed (a background worker embeds it): it was ranked
+    #: by its lexical and prior terms only.
+    embedded: bool = True
 
     def to_dict(self, *, breakdown: bool = True) -> dict[str, Any]:
         """As JSON; ``breakdown=False`` leaves out the score's terms (most of the size)."""
@@ -45,6 +48,8 @@ class UnitDecision:
         }
         if not breakdown:
             del out["breakdown"]
+        if not self.embedded:
+            out["embedded"] = False
         return out
 
 

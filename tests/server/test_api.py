@@ -181,7 +181,11 @@ class _NoModel:
 
 def test_a_missing_embedding_model_is_a_json_error_that_says_what_to_install(serve, tmp_path):
     live = serve(create_app(ServerSettings(store=f"sqlite:///{tmp_path / 'm.db'}"), embedder=_NoModel()))
+    # Storing does not wait for the model (messages are embedded off the request path): it works.
     r = httpx.post(f"{live.url}/v1/sessions/alice/messages", json={"messages": [PEANUTS]}, timeout=30)
+    assert r.status_code == 201
+    # A query must be embedded to be answered: that is where the missing model shows.
+    r = httpx.post(f"{live.url}/v1/sessions/alice/search", json={"query": "peanuts"}, timeout=30)
     assert r.status_code == 501
     assert r.json()["error"] == {"code": "missing_dependency",
                                  "message": "the default embedder needs sentence-transformers: "

@@ -12,6 +12,8 @@ import pytest
 
 from rdmem import MemoryManager
 from rdmem.store import open_store
+from rdmem.store._pg_schema import SCHEMA_VERSION as PG_SCHEMA_VERSION
+from rdmem.store._sqlite_schema import SCHEMA_VERSION
 from rdmem.store._sqlite_search import fts_table
 
 V1_SQLITE = """
@@ -70,7 +72,7 @@ def test_an_sqlite_store_of_schema_1_is_upgraded(tmp_path):
         open_store(f"sqlite:///{path}", readonly=True)
     _check_upgraded(f"sqlite:///{path}")
     conn = sqlite3.connect(path)
-    assert conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone() == ("2",)
+    assert conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone() == (str(SCHEMA_VERSION),)
     conn.close()
 
 
@@ -106,4 +108,4 @@ def test_a_postgres_store_of_schema_1_is_upgraded(pg_fresh_url):
                      (now, json.dumps({"value_feedback": FEEDBACK})))
     _check_upgraded(pg_fresh_url)
     with psycopg.connect(pg_fresh_url) as conn:
-        assert conn.execute("SELECT value FROM rdmem_meta WHERE key = 'schema_version'").fetchone() == ("2",)
+        assert conn.execute("SELECT value FROM rdmem_meta WHERE key = 'schema_version'").fetchone() == (str(PG_SCHEMA_VERSION),)

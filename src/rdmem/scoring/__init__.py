@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ..errors import InvalidInput
-from ._base import Scorer, ScoringContext, embed_text
+from ._base import Scorer, ScoringContext, embed_text, message_embed_text
 from .information import Information
 from .informativeness import Informativeness, query_specificity
 from .lexical import Lexical
@@ -23,6 +23,7 @@ __all__ = [
     "Scorer",
     "ScoringContext",
     "embed_text",
+    "message_embed_text",
     "Information",
     "Informativeness",
     "query_specificity",

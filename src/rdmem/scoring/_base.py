@@ -5,15 +5,16 @@ from __future__ import annotations
 import math
 import weakref
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
 from ..embed import Embedder, get_embedder
 from ..features import text_words
+from ..tokens import content_text
 from ..units import MemoryUnit
 
 __all__ = ["Scorer", "ScoringContext"]
@@ -33,6 +34,9 @@ class ScoringContext:
     embedder: Embedder | None = None
     now: int | None = None
     doc_freq: tuple[Counter[str], int] | None = None
+    #: ``False``: a unit without a vector (its embedding not landed yet) is not embedded here: it gets a
+    #: zero vector (no dense relevance, no similarity to anything), so the lexical and prior terms rank it.
+    embed_missing: bool = True
     _cache: dict[str, object] = field(default_factory=dict, repr=False)
 
     def __len__(self) -> int:
@@ -42,7 +46,7 @@ class ScoringContext:
         """The same units without the query, sharing what is already computed (vectors, words, IDF)."""
         if not self.query:
             return self
-        other = ScoringContext(self.units, None, self.embedder, self.now, self.doc_freq)
+        other = ScoringContext(self.units, None, self.embedder, self.now, self.doc_freq, self.embed_missing)
         other.__dict__.update({k: v for k, v in self.__dict__.items() if k not in _PER_QUERY})
         return other
 
@@ -61,12 +65,22 @@ class ScoringContext:
     def embeddings(self) -> np.ndarray:
         """Unit vectors, one row per unit (computed for units that lack one)."""
         missing = [u for u in self.units if u.embedding is None]
-        if missing:
+        if missing and self.embed_missing:
             vecs = self._embedder.embed([embed_text(u) for u in missing])
             for u, v in zip(missing, vecs, strict=True):
                 u.embedding = v
         if not self.units:
             return np.zeros((0, 1), dtype=np.float32)
+        if missing and not self.embed_missing:
+            dim = next((len(u.embedding) for u in self.units if u.embedding is not None), None)
+            if dim is None:
+                q = self.query_embedding
+                dim = len(q) if q is not None else 1
+            out = np.zeros((len(self.units), dim), dtype=np.float32)
+            for i, u in enumerate(self.units):
+                if u.embedding is not None:
+                    out[i] = u.embedding
+            return out
         return np.array([u.embedding for u in self.units], dtype=np.float32)
 
     @cached_property
@@ -189,10 +203,19 @@ def _information_memo(doc_freq: tuple[Counter[str], int] | None) -> dict[str, fl
 
 def embed_text(unit: MemoryUnit) -> str:
     """The text embedded for a unit: its content, or its tool calls when it has none."""
-    if unit.text:
-        return unit.text
-    calls = unit.message.get("tool_calls") or ()
-    return " ".join(str((c.get("function") or {}).get("name", "")) for c in calls) or unit.role
+    return _embed_text(unit.text, unit.message)
+
+
+def message_embed_text(message: Mapping[str, Any]) -> str:
+    """:func:`embed_text` of a stored message (what a background embedding worker embeds): the same text."""
+    return _embed_text(content_text(message.get("content")), message)
+
+
+def _embed_text(text: str, message: Mapping[str, Any]) -> str:
+    if text:
+        return text
+    calls = message.get("tool_calls") or ()
+    return " ".join(str((c.get("function") or {}).get("name", "")) for c in calls) or str(message.get("role"))
 
 
 @runtime_checkable

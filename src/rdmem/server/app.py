@@ -74,12 +74,14 @@ def create_app(settings: ServerSettings | None = None, *, store: Store | None = 
 
             state.http = httpx.AsyncClient(base_url=settings.upstream.rstrip("/"), timeout=settings.upstream_timeout)
         app.state.rdmem = state
+        state.pool.start()
         try:
             async with AsyncExitStack() as stack:
                 if mcp is not None:
                     await stack.enter_async_context(mcp.run())
                 yield
         finally:
+            state.pool.stop()
             if state.http is not None:
                 await state.http.aclose()
             if store is None:

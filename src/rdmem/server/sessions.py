@@ -7,6 +7,13 @@ route reaches a session only through :meth:`SessionPool.manager` or
 tenant, session, policy and budget (least recently used first out): the
 store is the source of truth, so a pooled manager is as current as a new
 one, without reading the whole session again on every request.
+
+Messages are stored without waiting for their vectors (managers with
+``embedding="deferred"``): the pool's :class:`~rdmem.EmbeddingWorker` embeds
+them in batches off the request path, started and stopped with the app
+(:meth:`SessionPool.start`, :meth:`SessionPool.stop`), and woken by every
+store. Several processes on one store share the work through the store's
+leased claims.
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ from typing import Annotated, Any
 
 from fastapi import Path
 
+from .._embedding import EmbeddingWorker
 from ..embed import BatchingEmbedder, CachedEmbedder, Embedder, MiniLMEmbedder
 from ..manager import MemoryManager
 from ..messages import parse_messages
@@ -67,6 +75,22 @@ class SessionPool:
             CachedEmbedder(BatchingEmbedder(MiniLMEmbedder()))
         self._managers: OrderedDict[tuple[str, str, int], MemoryManager] = OrderedDict()
         self._lock = threading.Lock()
+        self.worker = EmbeddingWorker(store, self.embedder, on_landed=self._landed)
+
+    def start(self) -> None:
+        """Start embedding in the background (first what earlier processes left unembedded)."""
+        self.worker.start()
+
+    def stop(self) -> None:
+        self.worker.stop()
+
+    def _landed(self, name: str) -> None:
+        """Vectors of store session ``name`` landed: its pooled managers trim their working sets now (in the
+        worker's thread, off the request path)."""
+        with self._lock:
+            managers = [m for k, m in self._managers.items() if k[0] == name]
+        for mem in managers:
+            mem.maintain()
 
     def manager(self, tenant: str, session: str, *, policy: str | None = None, budget: int | None = None) -> MemoryManager:
         name = store_session(tenant, session)
@@ -79,7 +103,7 @@ class SessionPool:
             mem = self._managers.get(key)
             if mem is None:
                 mem = MemoryManager(budget=budget, policy=policy, store=self.store, session=name,
-                                    embedder=self.embedder)
+                                    embedder=self.embedder, embedding="deferred")
                 self._managers[key] = mem
             self._managers.move_to_end(key)
             while len(self._managers) > self.settings.pool_size:
@@ -94,7 +118,9 @@ class SessionPool:
         # Counted on the parsed messages, so a bad one gets the library's error, not the tokenizer's.
         with self.limiter.storing(tenant, lambda: mem.tokenizer.messages_tokens(
                 [m.chat for m in parse_messages(messages, json_extras=True)])):
-            return mem.extend(messages)
+            ids = mem.extend(messages)
+        self.worker.wake()
+        return ids
 
     def exists(self, tenant: str, session: str) -> bool:
         return self.store.version(store_session(tenant, session)) > 0

@@ -67,6 +67,19 @@ class Dense:
         self.n += len(rows)
         return [self.vector(start + i) for i in range(len(rows))]
 
+    def set_vectors(self, rows: Sequence[tuple[str, bytes | None]]) -> None:
+        """Give ``(id, blob)`` units already here the vectors that landed for them (an embedding worker's)."""
+        if self.dim is None:
+            self.dim = next((len(blob) // 4 for _, blob in rows if blob), None)
+            if self.dim is None:
+                return
+            self._reserve(0)
+        for uid, blob in rows:
+            r = self.row_of.get(uid)
+            if r is not None and blob and len(blob) == 4 * self.dim:
+                self.columns[:, r] = np.frombuffer(blob, dtype="<f4")
+                self.has[r] = True
+
     def vector(self, r: int) -> np.ndarray | None:
         if not self.has[r]:
             return None

@@ -1,6 +1,6 @@
 """The PostgreSQL store's layout, its creation and upgrades, and the pgvector adapters.
 
-Schema version 2 (recorded in ``rdmem_meta``): ``rdmem_units`` (the message
+Schema version 3 (recorded in ``rdmem_meta``): ``rdmem_units`` (the message
 as given, as JSON text, its place ``seq`` (unique per session), token cost,
 features, embedding as a pgvector ``vector``, tier, a ``tsvector`` of the
 text, and ``changed``: the version of the last write that touched it),
@@ -11,6 +11,9 @@ service's API keys: only each secret's SHA-256). Embeddings are
 indexed by HNSW with cosine distance, one partial index per dimension
 (created on first use). Version 1 lacked the clock, the counters and
 ``changed``, and let writers choose places; upgrading renumbers them.
+Version 3 added ``claimed_by``/``claimed_until`` on units: an embedding
+worker's lease on a unit that has no vector yet. Upgrades past 2 are
+numbered steps (:data:`MIGRATIONS`), applied in order.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from ._types import StoreError
 
 __all__ = ["SCHEMA_VERSION", "LOCK_KEY", "TS_CONFIG", "setup", "register_vector"]
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 LOCK_KEY = 0x7264_6D65_6D00  # "rdmem": serialises schema changes between clients
 TS_CONFIG = "english"
 
@@ -85,6 +88,16 @@ _TO_2 = (
     "SELECT setval('rdmem_clock', (SELECT coalesce(max(version), 0) + 1 FROM rdmem_sessions))",
 )
 
+# Version 2 -> 3: embedding workers' leases (units without a vector are found through a partial index).
+_TO_3 = (
+    "ALTER TABLE rdmem_units ADD COLUMN IF NOT EXISTS claimed_by text",
+    "ALTER TABLE rdmem_units ADD COLUMN IF NOT EXISTS claimed_until double precision",
+    "CREATE INDEX IF NOT EXISTS rdmem_units_unembedded ON rdmem_units (uid) WHERE embedding IS NULL",
+)
+
+#: The upgrade to each version from the one before, applied in order.
+MIGRATIONS: dict[int, tuple[str, ...]] = {3: _TO_3}
+
 # The planner's estimate of how many units match a query (from ANALYZE statistics): lets a search rank
 # the rare words of a query without first counting the matches of the common ones.
 _ESTIMATE_FUNCTION = """CREATE OR REPLACE FUNCTION rdmem_estimate_matches(q tsquery) RETURNS bigint
@@ -125,8 +138,13 @@ def setup(conn: Any, where: str) -> None:
             conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
             for statement in _TABLES:
                 conn.execute(statement)
-        for statement in (*_TO_2, _ESTIMATE_FUNCTION):
-            conn.execute(statement)
+        if version is None or version < 2:
+            for statement in _TO_2:
+                conn.execute(statement)
+        for step in range(max(version or 0, 2) + 1, SCHEMA_VERSION + 1):
+            for statement in MIGRATIONS[step]:
+                conn.execute(statement)
+        conn.execute(_ESTIMATE_FUNCTION)
         conn.execute(
             "INSERT INTO rdmem_meta (key, value) VALUES ('schema_version', %s) "
             "ON CONFLICT (key) DO UPDATE SET value = excluded.value",

@@ -1,6 +1,6 @@
 """The SQLite store's layout, its version checks, and the upgrades from older layouts.
 
-Schema version 2 (recorded in ``meta``):
+Schema version 3 (recorded in ``meta``):
 
 - ``clock``: one row, the store's version clock (every write takes the next value).
 - ``sessions``: per session its FTS table, times, current ``version``,
@@ -10,12 +10,14 @@ Schema version 2 (recorded in ``meta``):
 - ``units``: one row per message: id, place (``seq``, unique per session),
   the message as given (JSON), token cost, features (JSON), embedding
   (float32 blob, little-endian), tier, and ``changed``: the version of the
-  last write that touched it (what :meth:`changes` reads).
+  last write that touched it (what :meth:`changes` reads); ``claimed_by`` and
+  ``claimed_until``: an embedding worker's lease on a unit that has no vector yet.
 - ``fts_<hash>``: one contentless FTS5 index per session.
 - ``compactions``: the compaction log.
 - ``keys``: the service's API keys (id, tenant, name, the secret's SHA-256, created, revoked).
 
-Version 1 (rdmem 0.1) had no clock, no ``reset``/``next_*``/``state``/
+Upgrades are numbered steps (:data:`MIGRATIONS`), applied in order from the
+file's version. Version 1 (rdmem 0.1) had no clock, no ``reset``/``next_*``/``state``/
 ``changed`` columns, and places chosen by the writing process (two processes
 could share one); upgrading renumbers them in their order.
 """
@@ -29,7 +31,7 @@ from ._types import StoreError
 __all__ = ["SCHEMA_VERSION", "read_version", "create_or_upgrade"]
 
 #: The layout this code writes. A file with a higher version was written by a newer rdmem.
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 _TABLES = """
 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -106,6 +108,18 @@ INSERT INTO clock (n) SELECT coalesce(max(version), 0) + 1 FROM sessions;
 """
 
 
+# Version 2 -> 3: embedding workers' leases (units without a vector are found through a partial index).
+_TO_3 = """
+ALTER TABLE units ADD COLUMN claimed_by TEXT;
+ALTER TABLE units ADD COLUMN claimed_until REAL;
+CREATE INDEX units_unembedded ON units (uid) WHERE embedding IS NULL;
+"""
+
+#: The upgrade to each version from the one before, applied in order (a new file is created at version 2
+#: and brought up through them too, so one path builds both).
+MIGRATIONS: dict[int, str] = {3: _TO_3}
+
+
 def _statements(script: str) -> list[str]:
     return [s.strip() for s in script.split(";") if s.strip()]
 
@@ -146,11 +160,13 @@ def create_or_upgrade(conn: sqlite3.Connection, where: str) -> None:
             conn.execute(statement)
         conn.execute("INSERT INTO clock (n) VALUES (0)")
         conn.execute("INSERT INTO meta (key, value) VALUES ('created_by', 'rdmem')")
-        conn.execute("INSERT INTO meta (key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
-        return
-    if version == 1:
+        conn.execute("INSERT INTO meta (key, value) VALUES ('schema_version', '2')")
+        version = 2
+    elif version == 1:
         for statement in _statements(_FROM_1) + _statements(_INDEXES) + _statements(_KEYS):
             conn.execute(statement)
-        conn.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),))
-        return
-    raise StoreError(f"{where}: unknown schema version {version}; nothing was changed")  # pragma: no cover
+        version = 2
+    for step in range(version + 1, SCHEMA_VERSION + 1):
+        for statement in _statements(MIGRATIONS[step]):
+            conn.execute(statement)
+    conn.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),))

@@ -83,6 +83,7 @@ class SearchMixin:
                 dense.extend([r for r in rows if r[1] not in dense.row_of])
                 for tier in ("working", "archive"):
                     dense.set_tier([r[1] for r in moved if r[2] == tier], tier)
+                dense.set_vectors([(r[1], r[3]) for r in moved if r[3] and not dense.has[dense.row_of[r[1]]]])
                 cache.version, cache.matches = version, {}
             else:
                 cache = None

@@ -35,6 +35,7 @@ class _Session:
     changed: dict[str, int] = field(default_factory=dict)  # id -> version of its last write
     text: dict[str, str] = field(default_factory=dict)  # id -> searchable text
     log: list[tuple[float, str]] = field(default_factory=list)
+    claims: dict[str, float] = field(default_factory=dict)  # id -> until when a worker holds it (no vector yet)
 
 
 class MemoryStore(BaseStore):
@@ -119,8 +120,35 @@ class MemoryStore(BaseStore):
             s, prev, version = self._open(session)
             for i in gone:
                 del s.units[i], s.changed[i], s.text[i]
+                s.claims.pop(i, None)
             s.reset = version
             return Written(prev, version, deleted=gone)
+
+    def _claim_unembedded(self, worker: str, limit: int, lease: float) -> list[tuple[str, StoredUnit]]:
+        with self._lock:
+            now, out = time.time(), []
+            for name, s in self._sessions_.items():
+                for uid, u in s.units.items():
+                    if u.embedding is None and s.claims.get(uid, 0.0) < now:
+                        s.claims[uid] = now + lease
+                        out.append((name, _copy(u)))
+                        if len(out) >= limit:
+                            return out
+            return out
+
+    def _set_embeddings(self, session: str, vectors: dict[str, np.ndarray]) -> Written:
+        with self._lock:
+            s = self._sessions_.get(session)
+            landing = [i for i in vectors if s is not None and i in s.units and s.units[i].embedding is None]
+            if s is None or not landing:
+                v = s.version if s is not None else 0
+                return Written(v, v)
+            s, prev, version = self._open(session)
+            for i in landing:
+                s.units[i].embedding = vectors[i]
+                s.changed[i] = version
+                s.claims.pop(i, None)
+            return Written(prev, version)
 
     def _update_state(self, session: str, patch: dict[str, Any], expect: int | None) -> Written:
         with self._lock:

@@ -19,6 +19,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
+import numpy as np
+
 from ..errors import InvalidInput
 from ._base import BaseStore, Encoded, allocate_ids, decode_unit, dumps, state_patch
 from ._pg_pool import Connections, import_psycopg, one_line
@@ -272,6 +274,46 @@ class PostgresStore(PgSearchMixin, BaseStore):
                 conn.execute("UPDATE rdmem_sessions SET reset = %s WHERE session = %s", (version, session))
                 conn.execute("DELETE FROM rdmem_units WHERE session = %s AND id = ANY(%s)", (session, gone))
             return Written(prev, version, deleted=gone)
+
+        return self._run(write, session)
+
+    def _claim_unembedded(self, worker: str, limit: int, lease: float) -> list[tuple[str, StoredUnit]]:
+        def write(conn: Any) -> list[Any]:
+            now = time.time()
+            with conn.transaction(), conn.cursor(binary=True) as cur:
+                # SKIP LOCKED: two workers claiming at once take different units instead of waiting.
+                return cur.execute(
+                    "UPDATE rdmem_units u SET claimed_by = %s, claimed_until = %s FROM (SELECT uid FROM rdmem_units "
+                    "WHERE embedding IS NULL AND (claimed_until IS NULL OR claimed_until < %s) ORDER BY uid "
+                    "LIMIT %s FOR UPDATE SKIP LOCKED) c WHERE u.uid = c.uid "
+                    f"RETURNING u.uid, u.session, {', '.join('u.' + c for c in _COLUMNS.split(', '))}",
+                    (worker, now + lease, now, limit)).fetchall()
+
+        rows = sorted(self._run(write), key=lambda r: r[0])
+        return [(r[1], self._decode(r[1], [r[2:]])[0]) for r in rows]
+
+    def _set_embeddings(self, session: str, vectors: dict[str, np.ndarray]) -> Written:
+        dims = {v.shape[0] for v in vectors.values()}
+
+        def write(conn: Any) -> Written:
+            for d in dims:
+                self._ensure_index(conn, d)
+            with conn.transaction():
+                row = self._lock_session(conn, session, create=False)
+                if row is None:
+                    return Written(0, 0)
+                ids = [r[0] for r in conn.execute(
+                    "SELECT id FROM rdmem_units WHERE session = %s AND id = ANY(%s) AND embedding IS NULL",
+                    (session, list(vectors)))]
+                if not ids:
+                    return Written(int(row[0]), int(row[0]))
+                prev, version = self._bump(conn, session, row, None)
+                with conn.cursor() as cur:
+                    cur.executemany(
+                        "UPDATE rdmem_units SET embedding = %s, dim = %s, changed = %s, claimed_by = NULL, "
+                        "claimed_until = NULL WHERE session = %s AND id = %s",
+                        [(vectors[i], vectors[i].shape[0], version, session, i) for i in ids])
+            return Written(prev, version)
 
         return self._run(write, session)
 

@@ -22,6 +22,7 @@ from ..errors import InvalidInput
 from ..tokens import message_payload
 from ._base import BaseStore, Encoded, allocate_ids, damaged_unit, decode_unit, dumps, state_patch
 from ._dense import Dense
+from ._sqlite_embeddings import SQLiteEmbeddings
 from ._sqlite_open import in_transaction, open_file, retry
 from ._sqlite_schema import SCHEMA_VERSION
 from ._sqlite_search import FTS_CREATE, FTS_TOKENIZE, SearchMixin, SessionCache, fts_table
@@ -36,7 +37,7 @@ _COLUMNS = "uid, id, seq, message, tokens, features, embedding, tier"
 _Outcome = tuple[Written, bool, "Callable[[SessionCache], object] | None"]
 
 
-class SQLiteStore(SearchMixin, BaseStore):
+class SQLiteStore(SQLiteEmbeddings, SearchMixin, BaseStore):
     """Every unit of every session in one SQLite file.
 
     Parameters

@@ -9,12 +9,13 @@ store's search, not a model's sense.
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-from ..store import DuplicateIdError, NewUnit, Store, Tier, VersionConflict
+from ..store import DuplicateIdError, NewUnit, Store, StoredUnit, Tier, VersionConflict
 from ._assert import equal, expect, raises
 
 __all__ = ["STORE_CHECKS", "StoreCheck"]
@@ -342,6 +343,45 @@ def check_api_keys_are_stored_hashed_listed_and_revoked_at_once(store: Store, se
            "a tenant name with a slash")
 
 
+def _claimed(store: Store, session: str, worker: str, lease: float = 60.0) -> list[StoredUnit]:
+    """What ``worker`` claims of ``session`` (the store may hold other sessions' unembedded units too)."""
+    return [u for s, u in store.claim_unembedded(worker, limit=10**6, lease=lease) if s == session]
+
+
+def check_units_without_vectors_are_claimed_once_and_their_vectors_land(store: Store, session: str) -> None:
+    store.append(session, [plain("first note", "p0"), plain("second note", "p1"), *units_of(PETS[:1])])
+    before = store.version(session)
+    mine = _claimed(store, session, "worker-1")
+    equal(ids(mine), ["p0", "p1"], "units claimed for embedding (those without a vector, oldest first)")
+    equal(mine[0].message, {"role": "user", "content": "first note"}, "a claimed unit's message")
+    equal(_claimed(store, session, "worker-2"), [], "a second worker's claim while the first one's lease lives")
+    equal(store.version(session), before, "the session's version after claims (a claim is not a change)")
+    written = store.set_embeddings(session, {"p0": topic(6), "u0": topic(7), "nope": topic(1)})
+    expect(written.version > before, f"set_embeddings did not move the version ({before} -> {written.version})")
+    changed = store.changes(session, before)
+    equal(ids(changed.units), ["p0"], "units changed by set_embeddings (a unit with a vector keeps it)")
+    got = changed.units[0].embedding
+    expect(got is not None and np.allclose(got, topic(6)), "the landed vector, read back")
+    u0 = next(u for u in store.load(session) if u.id == "u0")
+    expect(u0.embedding is not None and np.allclose(u0.embedding, topic(0, 1)), "u0's own vector, unchanged")
+    hits = store.search(session, "note", topic(6), k=1)
+    equal(ids_of(hits), ["p0"], "search after a vector landed (lexical tie, broken by the vector)")
+    again = store.set_embeddings(session, {"p0": topic(5)})
+    equal(again.version, again.prev, "set_embeddings of a unit that has its vector already (nothing written)")
+    other = session + "-lease"
+    store.append(other, [plain("third note", "q0")])
+    equal(ids(_claimed(store, other, "worker-1", lease=0.05)), ["q0"], "a short claim")
+    time.sleep(0.1)
+    equal(ids(_claimed(store, other, "worker-2")), ["q0"], "a claim whose lease ran out, claimed again")
+    raises(ValueError, "worker must be", lambda: store.claim_unembedded("", limit=1), "an empty worker name")
+    raises(ValueError, "lease must be", lambda: store.claim_unembedded("w", lease=0), "a lease of 0 seconds")
+    raises(ValueError, "finite", lambda: store.set_embeddings(session, {"p1": [float("nan")]}), "a NaN vector")
+
+
+def ids_of(hits: list[tuple[str, float]]) -> list[str]:
+    return [i for i, _ in hits]
+
+
 #: Every store check, in the order they run.
 STORE_CHECKS: tuple[StoreCheck, ...] = (
     check_is_a_store, check_roundtrip_keeps_everything, check_unknown_session_is_empty,
@@ -354,4 +394,5 @@ STORE_CHECKS: tuple[StoreCheck, ...] = (
     check_search_respects_tier_and_k, check_search_sees_writes_made_after_a_cached_search,
     check_sessions_are_isolated, check_delete_session_removes_it_and_nothing_else, check_compaction_log_roundtrip,
     check_api_keys_are_stored_hashed_listed_and_revoked_at_once,
+    check_units_without_vectors_are_claimed_once_and_their_vectors_land,
 )

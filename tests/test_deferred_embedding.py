@@ -1,0 +1,156 @@
+"""Store first, embed later: a deferred manager stores without vectors, a worker lands them, selections match."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+from rdmem import EmbeddingWorker, MemoryManager
+from rdmem.compaction import NOT_EMBEDDED
+from rdmem.store import open_store
+from rdmem.store.postgres import PostgresStore
+from rdmem.store.sqlite import SQLiteStore
+
+
+class Counting:
+    """An embedder that records every text it was asked to embed (and, for batches, each call's size)."""
+
+    def __init__(self, inner):
+        self.inner, self.texts, self.calls = inner, [], []
+        self._lock = threading.Lock()
+
+    @property
+    def dim(self):
+        return self.inner.dim
+
+    def embed(self, texts):
+        with self._lock:
+            self.texts.extend(texts)
+            self.calls.append(len(texts))
+        return self.inner.embed(texts)
+
+
+def chat(n: int) -> list[dict]:
+    topics = ["my dog Max loves the beach", "the violin lesson moved to Friday", "Ana flies to Lisbon in May",
+              "allergic to peanuts, remember that", "the tax form is due on the 15th"]
+    return [{"role": "user" if i % 2 == 0 else "assistant", "content": f"{topics[i % 5]} (note {i})"}
+            for i in range(n)]
+
+
+def test_a_deferred_manager_stores_first_ranks_lexically_then_the_vectors_land(tmp_path, hashing_embedder):
+    emb = Counting(hashing_embedder)
+    store = SQLiteStore(tmp_path / "mem.db")
+    mem = MemoryManager(budget=300, policy="rd", store=store, session="s", embedder=emb, embedding="deferred")
+    ids = mem.extend(chat(40))
+    assert emb.texts == []  # nothing embedded on the way in
+    assert all(u.embedding is None for u in store.load("s"))
+    query = "when is the violin lesson?"
+    before = mem.context(query)
+    pending = [d for d in before.report if not d.embedded]
+    assert pending and all(NOT_EMBEDDED in d.reason for d in pending)
+    assert pending[0].to_dict()["embedded"] is False
+    assert set(emb.texts) == {query}  # the query alone was embedded (one text, the numpy path)
+
+    worker = EmbeddingWorker(store, emb, batch=16)
+    assert worker.drain() == 40
+    assert emb.calls[-3:] == [16, 16, 8]  # batches, not one call per message
+    assert all(u.embedding is not None for u in store.load("s"))
+    after = mem.context(query)  # the pooled manager sees the vectors through changes()
+    assert all(d.embedded for d in after.report) and "embedded" not in after.report[0].to_dict()
+
+    inline = MemoryManager(budget=300, policy="rd", session="s", embedder=hashing_embedder)
+    inline.extend(chat(40))
+    for a, b in zip(store.load("s"), inline.store.load("s"), strict=True):
+        assert np.allclose(a.embedding, b.embedding)  # the worker's vectors are the inline ones
+    assert ids == [u.id for u in store.load("s")]
+
+
+def test_once_the_vectors_have_landed_the_selections_are_the_inline_ones(hashing_embedder):
+    """Streamed one message at a time, the worker landing each vector and maintain() trimming then: the working
+    set after every message, and the context of a query, are an inline manager's."""
+    inline = MemoryManager(budget=200, policy="rd", embedder=hashing_embedder)
+    deferred = MemoryManager(budget=200, policy="rd", embedder=hashing_embedder, embedding="deferred")
+    worker = EmbeddingWorker(deferred.store, hashing_embedder, on_landed=lambda s: deferred.maintain())
+    trimmed = False
+    for m in chat(50):
+        inline.add(m)
+        deferred.add(m)
+        worker.drain()
+        assert deferred.working_ids() == inline.working_ids()
+        trimmed = trimmed or bool(inline.archived_ids())
+    assert trimmed
+    for q in ("when is the violin lesson?", "what is Max?"):
+        assert deferred.context(q).kept_ids == inline.context(q).kept_ids
+
+
+def test_a_memory_that_is_never_embedded_still_works(hashing_embedder):
+    mem = MemoryManager(budget=120, policy="rd", embedder=hashing_embedder, embedding="deferred")
+    mem.extend(chat(30))
+    ctx = mem.context("peanuts")
+    assert ctx.messages and ctx.tokens <= 120
+    assert any("peanuts" in m["content"] for m in ctx.messages)
+    assert mem.archived_ids()  # the working set was trimmed without vectors
+
+
+def test_embedding_must_be_inline_or_deferred():
+    from rdmem.errors import InvalidInput
+
+    with pytest.raises(InvalidInput, match="embedding must be 'inline' or 'deferred'"):
+        MemoryManager(budget=100, embedding="later")
+
+
+def test_a_new_worker_finds_what_an_earlier_process_left_unembedded(tmp_path, hashing_embedder):
+    path = tmp_path / "mem.db"
+    with MemoryManager(budget=500, policy="rd", store=f"sqlite:///{path}", session="a", embedder=hashing_embedder,
+                       embedding="deferred") as mem:
+        mem.extend(chat(12))
+    with open_store(f"sqlite:///{path}") as store:  # "after a restart": a new connection, a new worker
+        assert EmbeddingWorker(store, hashing_embedder).drain() == 12
+        assert all(u.embedding is not None for u in store.load("a"))
+
+
+def _race(stores, emb, n_units: int) -> list[EmbeddingWorker]:
+    """Workers on separate connections claiming at once, in small batches, until nothing is left."""
+    workers = [EmbeddingWorker(s, emb, batch=3, name=f"w{i}") for i, s in enumerate(stores)]
+    barrier = threading.Barrier(len(workers))
+
+    def run(w):
+        barrier.wait()
+        w.drain()
+
+    threads = [threading.Thread(target=run, args=(w,)) for w in workers]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    return workers
+
+
+def test_two_workers_on_one_sqlite_file_never_embed_a_message_twice(tmp_path, hashing_embedder):
+    path = tmp_path / "mem.db"
+    writer = SQLiteStore(path)
+    mem = MemoryManager(budget=10_000, policy="rd", store=writer, session="s", embedder=hashing_embedder,
+                        embedding="deferred")
+    msgs = chat(60)
+    mem.extend(msgs)
+    emb = Counting(hashing_embedder)
+    workers = _race([SQLiteStore(path), SQLiteStore(path)], emb, 60)
+    assert sorted(emb.texts) == sorted(m["content"] for m in msgs)  # each message once, none twice
+    assert sum(w.embedded for w in workers) == 60 and all(w.embedded for w in workers)
+    assert all(u.embedding is not None for u in writer.load("s"))
+
+
+def test_two_workers_on_one_postgresql_never_embed_a_message_twice(pg_fresh_url, hashing_embedder):
+    session = "deferred-race"
+    with PostgresStore(pg_fresh_url) as a, PostgresStore(pg_fresh_url) as b:
+        mem = MemoryManager(budget=10_000, policy="rd", store=a, session=session, embedder=hashing_embedder,
+                            embedding="deferred")
+        msgs = chat(45)
+        mem.extend(msgs)
+        emb = Counting(hashing_embedder)
+        workers = _race([a, b], emb, 45)
+        assert sorted(emb.texts) == sorted(m["content"] for m in msgs)  # each message once, none twice
+        assert sum(w.embedded for w in workers) == 45
+        assert all(u.embedding is not None for u in a.load(session))
