@@ -30,7 +30,7 @@ from typing import Self
 import numpy as np
 
 from .embed import Embedder
-from .errors import InvalidInput
+from .errors import InvalidInput, StoreError
 from .scoring import message_embed_text
 from .store import Store
 
@@ -139,11 +139,15 @@ class EmbeddingWorker:
             try:
                 busy = self.run_once()
                 failures = 0
-            except Exception:  # a store or model failure must not end the worker: try again later, less often
+            except Exception as exc:  # a store or model failure must not end the worker: try again later, less often
                 failures += 1
-                wait = min(self.idle * 2 ** failures, 300.0)
-                log.exception("embedding worker %s: a batch failed (%d in a row); retrying in %.0f s",
-                              self.name, failures, wait)
+                wait = min(self.idle * 2 ** failures, 30.0)
+                if isinstance(exc, StoreError):  # a database away is not a bug: one line, no traceback
+                    log.warning("embedding worker %s: the store is unavailable (%d in a row: %s); retrying in %.0f s",
+                                self.name, failures, exc, wait)
+                else:
+                    log.exception("embedding worker %s: a batch failed (%d in a row); retrying in %.0f s",
+                                  self.name, failures, wait)
                 self._stop.wait(wait)
                 continue
             if not busy:

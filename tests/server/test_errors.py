@@ -35,8 +35,10 @@ class _Broken:
 ], ids=["ValueError", "TypeError", "KeyError", "ImportError"])
 def test_a_bug_is_a_500_with_an_error_id_whose_traceback_is_logged(serve, tmp_path, caplog, exc):
     live = serve(create_app(ServerSettings(store=f"sqlite:///{tmp_path / 'm.db'}"), embedder=_Broken(exc)))
+    # Storing does not embed (the background worker does, and logs its own failures); a search embeds its query.
+    assert httpx.post(f"{live.url}/v1/sessions/alice/messages", json=MESSAGE, timeout=30).status_code == 201
     with caplog.at_level(logging.ERROR, logger="rdmem.server"):
-        r = httpx.post(f"{live.url}/v1/sessions/alice/messages", json=MESSAGE, timeout=30)
+        r = httpx.post(f"{live.url}/v1/sessions/alice/search", json={"query": "peanuts"}, timeout=30)
     assert r.status_code == 500, r.text
     error = r.json()["error"]
     assert error["code"] == "internal_error" and r.headers["X-Rdmem-Error-Id"] == error["id"]
@@ -44,7 +46,7 @@ def test_a_bug_is_a_500_with_an_error_id_whose_traceback_is_logged(serve, tmp_pa
     assert str(exc.args[0]) not in r.text  # nothing of the bug's message reaches the client
     logged = [rec for rec in caplog.records if error["id"] in rec.getMessage()]
     assert len(logged) == 1 and logged[0].exc_info is not None and logged[0].exc_info[1] is exc
-    assert "POST /v1/sessions/alice/messages" in logged[0].getMessage()
+    assert "POST /v1/sessions/alice/search" in logged[0].getMessage()
     # the server is still fine: a caller's mistake is still the caller's (400, the field named)
     bad = httpx.post(f"{live.url}/v1/sessions/alice/context", json={"budget": 0}, timeout=30)
     assert bad.status_code == 422 and "budget" in bad.json()["error"]["message"]
