@@ -134,10 +134,13 @@ def test_bad_input_is_a_tool_error_that_names_the_problem():
 
 
 class _NoModel:
-    """An embedder as a user without the embeddings extra has it: loading the model fails."""
+    """An embedder as a user without the embeddings extra has it: loading the model fails (as rdmem.embed
+    says it)."""
 
     def embed(self, texts):
-        raise ImportError("the default embedder needs sentence-transformers: pip install 'rdmem[embeddings]'")
+        from rdmem.errors import MissingDependency
+
+        raise MissingDependency("the default embedder needs sentence-transformers: pip install 'rdmem[embeddings]'")
 
 
 def test_a_missing_embedding_model_is_a_tool_error_that_says_what_to_install():

@@ -224,6 +224,7 @@ def _mcp_endpoint(settings: ServerSettings, hosts: HostRule) -> Any:
 
     server = create_mcp_server(
         budget=settings.budget, policy=settings.policy, max_budget=settings.max_budget,
+        max_messages=settings.max_messages, max_message_chars=settings.max_message_chars,
         sessions_for=lambda request: _TenantSessions(request.app.state.rdmem.pool, request.scope[CALLER]))
     allowed_hosts, allowed_origins = hosts.mcp_patterns()
     security = TransportSecuritySettings(enable_dns_rebinding_protection=not hosts.any_host,

@@ -26,6 +26,7 @@ from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
+from ..limits import read_chat_body
 from ..messages import chat_fields, parse_messages
 from ..tokens import content_text
 from ._replies import ReplyCollector
@@ -132,14 +133,7 @@ def _store_reply(state: Any, tenant: str, session: str, budget: int, message: di
 async def chat_completions(request: Request, tenant: ProxyTenant) -> Response:
     """An OpenAI chat completion, through rdmem: the history compacted when it does not fit the model."""
     state = request.app.state.rdmem
-    raw = await request.body()
-    try:
-        body = json.loads(raw)
-    except ValueError:
-        body = None
-    if not isinstance(body, dict) or not isinstance(body.get("messages"), list):
-        return JSONResponse(error_body("invalid_request", "the body must be a JSON object with a 'messages' list"),
-                            status_code=400)
+    body = read_chat_body(await request.body(), state.settings)  # the limits: a 400 naming limit and field
     session = _session_of(request, body)
     budget = _budget(state, body)
     headers = {SESSION_HEADER: session, "X-Rdmem-Compacted": "false"}
