@@ -63,7 +63,7 @@ def message_size(message: Any) -> tuple[int, str, int]:
         if isinstance(value, str):
             size = len(value)
         elif isinstance(value, dict):
-            size = 1
+            size = 0 if top else 1
             for key, item in value.items():
                 if top and key == "role":
                     continue
