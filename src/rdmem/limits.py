@@ -49,8 +49,13 @@ class Limits:
 
 
 class HasLimits(Protocol):
-    max_messages: int
-    max_message_chars: int
+    """What the checks read: :class:`Limits`, or a server's settings."""
+
+    @property
+    def max_messages(self) -> int: ...
+
+    @property
+    def max_message_chars(self) -> int: ...
 
 
 def message_size(message: Any) -> tuple[int, str, int]:
