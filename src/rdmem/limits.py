@@ -2,10 +2,9 @@
 
 A request over a limit is refused whole, nothing written, with an
 :class:`~rdmem.errors.InvalidInput` that names the limit and the field.
-A message's size counts every string in it but its role: content, text
+Every string of a message is limited, whatever its field: content, text
 parts, ``name``, tool calls (names and arguments), ``tool_call_id``,
-metadata and any other field (keys below the message's own, and one
-character for each number, boolean, null, list or object).
+metadata (keys and values) and any other field.
 
 :func:`load_json` parses a body without building more than the limits allow:
 the ``messages`` list is read one message at a time, and the first message
@@ -29,7 +28,7 @@ from typing import Any, Protocol
 
 from .errors import InvalidInput
 
-__all__ = ["Limits", "LimitExceeded", "HasLimits", "check_messages", "check_text", "message_size", "load_json",
+__all__ = ["Limits", "LimitExceeded", "HasLimits", "check_messages", "check_text", "largest_field", "load_json",
            "read_chat_body"]
 
 
@@ -58,37 +57,30 @@ class HasLimits(Protocol):
     def max_message_chars(self) -> int: ...
 
 
-def message_size(message: Any) -> tuple[int, str, int]:
-    """The characters a message counts for, the path of its largest value (``"content"``,
-    ``"tool_calls[0].function.arguments"``) and that value's characters."""
-    total, largest, where = 0, -1, ""
-    stack: list[tuple[Any, str, bool]] = [(message, "", True)]
+def largest_field(message: Any) -> tuple[str, int]:
+    """The path of a message's longest string (``"content"``, ``"tool_calls[0].function.arguments"``,
+    ``"metadata.note"``; a key below the message's own counts too) and its characters (``("", 0)``: none)."""
+    where, largest = "", 0
+    stack: list[tuple[Any, str]] = [(message, "")]
     while stack:  # iterative: a deeply nested field cannot exhaust the interpreter's stack
-        value, path, top = stack.pop()
+        value, path = stack.pop()
         if isinstance(value, str):
-            size = len(value)
+            if len(value) > largest:
+                where, largest = path, len(value)
         elif isinstance(value, dict):
-            size = 0 if top else 1
             for key, item in value.items():
-                if top and key == "role":
-                    continue
                 key_text = str(key)
-                if not top:
-                    total += len(key_text)
-                stack.append((item, f"{path}.{key_text}" if path else key_text, False))
+                if path and len(key_text) > largest:
+                    where, largest = f"{path} (a key)", len(key_text)
+                stack.append((item, f"{path}.{key_text}" if path else key_text))
         elif isinstance(value, list):
-            size = 1
-            stack.extend((item, f"{path}[{i}]", False) for i, item in enumerate(value))
-        else:
-            size = 1
-        total += size
-        if size > largest and path:
-            largest, where = size, path
-    return total, where, largest
+            stack.extend((item, f"{path}[{i}]") for i, item in enumerate(value))
+    return where, largest
 
 
 def check_messages(messages: Iterable[Any], limits: HasLimits, *, field: str = "messages") -> None:
-    """Refuse more than ``max_messages`` messages, or one over ``max_message_chars`` (every field counted)."""
+    """Refuse more than ``max_messages`` messages, or a message with a string (any field's) over
+    ``max_message_chars``."""
     for i, message in enumerate(messages):
         if i >= limits.max_messages:
             _too_many(field, limits)
@@ -101,10 +93,10 @@ def _too_many(field: str, limits: HasLimits) -> None:
 
 
 def _check_one(message: Any, i: int, limits: HasLimits, field: str) -> None:
-    size, where, largest = message_size(message)
+    where, size = largest_field(message)
     if size > limits.max_message_chars:
-        raise LimitExceeded(f"{field}[{i}]: {size} characters, over the limit of {limits.max_message_chars} per "
-                            f"message (max_message_chars); its largest field is {where} ({largest} characters)")
+        raise LimitExceeded(f"{field}[{i}].{where}: {size} characters, over the limit of {limits.max_message_chars} "
+                            "(max_message_chars)")
 
 
 def check_text(text: str | None, field: str, limits: HasLimits) -> None:

@@ -52,7 +52,7 @@ def stored(api: httpx.Client) -> list[str]:
 # -- the proxy ---------------------------------------------------------------------------------------------
 @pytest.mark.parametrize(("messages", "words"), [
     (TOO_MANY, ("more than 1000 messages", "max_messages")),
-    (TOO_LONG, ("messages[0]: 1000000 characters", "max_message_chars", "content")),
+    (TOO_LONG, ("messages[0].content: 1000000 characters", "max_message_chars")),
 ])
 def test_the_proxy_refuses_what_the_limits_say_and_forwards_nothing(live, api, messages, words):
     server, upstream = live
@@ -79,14 +79,14 @@ def _call(arguments: str = "{}", name: str = "f") -> dict[str, Any]:
 
 
 @pytest.mark.parametrize(("message", "field"), [
-    (_call(arguments="x" * (7 * 1024 * 1024)), "tool_calls[0].function.arguments (7340032 characters)"),
-    (_call(name="f" * (1024 * 1024)), "tool_calls[0].function.name (1048576 characters)"),
-    ({"role": "user", "content": "hi", "name": "n" * (1024 * 1024)}, "name (1048576 characters)"),
-    ({"role": "user", "content": "hi", "metadata": {"note": "m" * 300_000}}, "metadata.note (300000 characters)"),
+    (_call(arguments="x" * (7 * 1024 * 1024)), "tool_calls[0].function.arguments: 7340032 characters"),
+    (_call(name="f" * (1024 * 1024)), "tool_calls[0].function.name: 1048576 characters"),
+    ({"role": "user", "content": "hi", "name": "n" * (1024 * 1024)}, "messages[0].name: 1048576 characters"),
+    ({"role": "user", "content": "hi", "metadata": {"note": "m" * 300_000}}, "metadata.note: 300000 characters"),
 ])
 def test_v1_counts_every_field_of_a_message(api, message, field):
-    refused(api.post("/v1/sessions/fields/messages", json={"messages": [message]}), "messages[0]:",
-            "max_message_chars", field)
+    refused(api.post("/v1/sessions/fields/messages", json={"messages": [message]}), "messages[0].",
+            "over the limit of 200000 (max_message_chars)", field)
     assert "fields" not in stored(api)
 
 
@@ -125,7 +125,7 @@ async def _mcp(url: str, tool: str, args: dict[str, Any]) -> Any:
 
 @pytest.mark.parametrize(("args", "words"), [
     ({"messages": TOO_MANY, "session": "m"}, ("more than 1000 messages", "max_messages")),
-    ({"messages": TOO_LONG, "session": "m"}, ("messages[0]: 1000000 characters", "max_message_chars")),
+    ({"messages": TOO_LONG, "session": "m"}, ("messages[0].content: 1000000 characters", "max_message_chars")),
     ({"content": "x" * 1_000_000, "session": "m"}, ("content: 1000000 characters", "max_message_chars")),
 ])
 def test_mcp_remember_refuses_what_the_limits_say(live, api, args, words):
