@@ -46,7 +46,7 @@ except ImportError as exc:  # pragma: no cover - the extra is missing
 
 from .._wire import ChatMessage, JsonPositiveInt, SessionSummary, message_dict
 from ..embed import Embedder, get_embedder
-from ..limits import Limits, check_messages, check_text
+from ..limits import Limits, check_messages, check_text, load_json
 from ..manager import MemoryManager
 from ..names import check_session_name
 from ..policies import get_policy
@@ -393,15 +393,17 @@ class HTTPEndpoint:
     ``sessions_for`` to read. The caller is read from each call's own
     request, never from an earlier one. ``security`` configures the SDK's
     DNS-rebinding protection (the ``Host`` and ``Origin`` values answered;
-    ``None``: the SDK's default for loopback). Enter :meth:`run` in the app's
-    lifespan.
+    ``None``: the SDK's default for loopback). ``limits``: a call's messages
+    are counted while its body is parsed, and a body over them is refused
+    before the SDK builds it. Enter :meth:`run` in the app's lifespan.
     """
 
     def __init__(self, server: MCPServer, authenticate: Callable[[Request], Awaitable[Any]], *,
-                 security: TransportSecuritySettings | None = None) -> None:
+                 security: TransportSecuritySettings | None = None, limits: Limits | None = None) -> None:
         self.server = server
         self.authenticate = authenticate
         self.security = security
+        self.limits = limits
         self._manager: Any = None
 
     @asynccontextmanager
@@ -421,4 +423,43 @@ class HTTPEndpoint:
         if self._manager is None:
             raise RuntimeError("the MCP endpoint is not running: enter HTTPEndpoint.run() in the app's lifespan")
         caller = await self.authenticate(Request(scope))  # headers only: the body stays for the SDK
+        if self.limits is not None and scope.get("method") == "POST":
+            receive = await self._within_limits(receive, send)
+            if receive is None:
+                return
         await self._manager.handle_request({**scope, CALLER: caller}, receive, send)
+
+    async def _within_limits(self, receive: Any, send: Any) -> Any:
+        """The body read and checked (a ``tools/call``'s ``messages`` one at a time, :mod:`rdmem.limits`):
+        over a limit, a JSON-RPC error (HTTP 400) before the SDK builds it whole, and ``None``; else
+        ``receive`` that replays it to the SDK (which answers a body that is not JSON itself)."""
+        chunks, more = [], True
+        while more:
+            message = await receive()
+            if message["type"] != "http.request":
+                break
+            chunks.append(message.get("body", b""))
+            more = message.get("more_body", False)
+        body = b"".join(chunks)
+        try:
+            load_json(body, self.limits, at=(("params", "arguments", "messages"),))  # type: ignore[arg-type]
+        except InvalidInput as exc:
+            answer = json.dumps({"jsonrpc": "2.0", "id": None,
+                                 "error": {"code": -32602, "message": str(exc)}}).encode()
+            await send({"type": "http.response.start", "status": 400,
+                        "headers": [(b"content-type", b"application/json"),
+                                    (b"content-length", str(len(answer)).encode())]})
+            await send({"type": "http.response.body", "body": answer})
+            return None
+        except (ValueError, UnicodeDecodeError):
+            pass
+        sent = False
+
+        async def replay() -> Any:
+            nonlocal sent
+            if not sent:
+                sent = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
+
+        return replay
