@@ -29,7 +29,7 @@ from typing import Any, Protocol
 from .errors import InvalidInput
 
 __all__ = ["Limits", "LimitExceeded", "HasLimits", "check_messages", "check_text", "largest_field", "load_json",
-           "read_chat_body"]
+           "read_chat_body", "read_body"]
 
 
 class LimitExceeded(InvalidInput):
@@ -193,3 +193,24 @@ def read_chat_body(raw: bytes, limits: HasLimits) -> dict[str, Any]:
     if not isinstance(body, dict) or not isinstance(body.get("messages"), list):
         raise InvalidInput("the body must be a JSON object with a 'messages' list")
     return body
+
+
+async def read_body(receive: Any) -> tuple[bytes, Any]:
+    """An ASGI request's whole body, and a ``receive`` that hands it on again (to check a body, then pass it)."""
+    chunks, more = [], True
+    while more:
+        message = await receive()
+        if message["type"] != "http.request":
+            break
+        chunks.append(message.get("body", b""))
+        more = message.get("more_body", False)
+    body, sent = b"".join(chunks), False
+
+    async def replay() -> Any:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return body, replay

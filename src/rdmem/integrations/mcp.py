@@ -46,7 +46,7 @@ except ImportError as exc:  # pragma: no cover - the extra is missing
 
 from .._wire import ChatMessage, JsonPositiveInt, SessionSummary, message_dict
 from ..embed import Embedder, get_embedder
-from ..limits import Limits, check_messages, check_text, load_json
+from ..limits import Limits, check_messages, check_text, load_json, read_body
 from ..manager import MemoryManager
 from ..names import check_session_name
 from ..policies import get_policy
@@ -430,36 +430,17 @@ class HTTPEndpoint:
         await self._manager.handle_request({**scope, CALLER: caller}, receive, send)
 
     async def _within_limits(self, receive: Any, send: Any) -> Any:
-        """The body read and checked (a ``tools/call``'s ``messages`` one at a time, :mod:`rdmem.limits`):
-        over a limit, a JSON-RPC error (HTTP 400) before the SDK builds it whole, and ``None``; else
-        ``receive`` that replays it to the SDK (which answers a body that is not JSON itself)."""
-        chunks, more = [], True
-        while more:
-            message = await receive()
-            if message["type"] != "http.request":
-                break
-            chunks.append(message.get("body", b""))
-            more = message.get("more_body", False)
-        body = b"".join(chunks)
+        """The body read and checked (a ``tools/call``'s ``messages`` one at a time): over a limit, a JSON-RPC
+        error (HTTP 400) before the SDK builds it whole, and ``None``; else a ``receive`` that replays it."""
+        body, replay = await read_body(receive)
         try:
             load_json(body, self.limits, at=(("params", "arguments", "messages"),))  # type: ignore[arg-type]
         except InvalidInput as exc:
-            answer = json.dumps({"jsonrpc": "2.0", "id": None,
-                                 "error": {"code": -32602, "message": str(exc)}}).encode()
-            await send({"type": "http.response.start", "status": 400,
-                        "headers": [(b"content-type", b"application/json"),
-                                    (b"content-length", str(len(answer)).encode())]})
-            await send({"type": "http.response.body", "body": answer})
+            answer = json.dumps({"jsonrpc": "2.0", "id": None, "error": {"code": -32602, "message": str(exc)}})
+            await send({"type": "http.response.start", "status": 400, "headers": [
+                (b"content-type", b"application/json"), (b"content-length", str(len(answer)).encode())]})
+            await send({"type": "http.response.body", "body": answer.encode()})
             return None
         except (ValueError, UnicodeDecodeError):
-            pass
-        sent = False
-
-        async def replay() -> Any:
-            nonlocal sent
-            if not sent:
-                sent = True
-                return {"type": "http.request", "body": body, "more_body": False}
-            return await receive()
-
+            pass  # not JSON: the SDK answers it
         return replay
