@@ -5,6 +5,7 @@ PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+TEST_PROCESSES ?= 2
 
 .PHONY: demo test bench eval eval-record clean browser
 
@@ -24,7 +25,8 @@ demo: $(STAMP)
 test: $(STAMP) browser
 	# The types py.typed promises (rdmem's public names and rdmem.testing; config in pyproject.toml).
 	$(BIN)/python -m mypy
-	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q
+	# Two test processes (one file each at a time): most tests wait on servers, databases or the browser.
+	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -n $(TEST_PROCESSES) --dist loadfile
 
 # The inspector's browser tests drive Debian's chromium with Playwright (the pip package comes with the test
 # extra; never `playwright install`, which downloads a browser). Installed here when run as root; otherwise

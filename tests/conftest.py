@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import sys
 import uuid
 import warnings
 from pathlib import Path
@@ -43,6 +44,31 @@ def hashing_embedder():
 
 
 REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(autouse=True)
+def _math_threads_put_back():
+    """An in-process ``rdmem serve`` (a refused port, say) limits this process's math threads, as it should in
+    a server; put them back after the test, or every later test runs its models on one thread."""
+    from rdmem._threads import THREAD_VARIABLES, available_cores
+
+    before = {name: os.environ.get(name) for name in THREAD_VARIABLES}
+    yield
+    if all(os.environ.get(name) == value for name, value in before.items()):
+        return
+    for name, value in before.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+    given = next((int(v) for v in before.values() if v and v.isdigit()), None)
+    threads = given or available_cores()
+    from threadpoolctl import threadpool_limits
+
+    threadpool_limits(limits=threads)
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="session")
@@ -162,3 +188,4 @@ def _models_only_in_slow_tests(request, monkeypatch):
     monkeypatch.setattr("rdmem._minilm.NumpyMiniLM._load", refuse)
     monkeypatch.setattr("rdmem.embed._load_model", refuse)
     monkeypatch.setattr("rdmem.lm.model.LanguageModel._load", refuse)
+

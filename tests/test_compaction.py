@@ -164,3 +164,18 @@ def test_report_is_a_read_only_list_that_pickles_as_one():
     assert [d.id for d in result.report if d.decision == "kept"] == result.kept_ids
     copy = pickle.loads(pickle.dumps(result))
     assert isinstance(copy.report, list) and copy.report == result.report and copy == result
+
+
+def test_what_the_chat_api_would_refuse_is_left_out_with_a_warning_even_when_all_fits():
+    """An orphaned tool result and a parallel call still missing a result cannot be sent (the API refuses the
+    request); everything fits, yet they are left out, and a warning says so."""
+    call = lambda cid: {"id": cid, "type": "function", "function": {"name": "f", "arguments": "{}"}}  # noqa: E731
+    history = [{"role": "user", "content": "hi"}, {"role": "tool", "tool_call_id": "gone", "content": "orphan"},
+               {"role": "user", "content": "q"},
+               {"role": "assistant", "content": None, "tool_calls": [call("a"), call("b")]},
+               {"role": "tool", "tool_call_id": "a", "content": "ra"}]
+    with pytest.warns(RuntimeWarning, match=r"3 message\(s\) left out: the chat API refuses them \(tool call without "
+                      r"all of its results: 2, tool result without its call: 1\)"):
+        result = compact(history, budget=10_000)
+    assert [m["content"] for m in result.messages if m["role"] != "user" or "omitted" not in m["content"]] == ["hi", "q"]
+    assert len(result.warnings) == 1

@@ -253,6 +253,16 @@ def _fallback(out: _Settled, problem: Problem, layout: Layout, cost: RenderCost,
             out.truncated.add(layout.cand_pos[i])
 
 
+def _unsendable_note(bad: Mapping[int, str]) -> list[str]:
+    """Say what was left out because the chat API would refuse it, even where everything fits (an orphaned
+    tool result, a call without all of its results): sending them would make the request invalid."""
+    if not bad:
+        return []
+    counts = Counter(bad.values())
+    return [f"{len(bad)} message(s) left out: the chat API refuses them ("
+            + ", ".join(f"{reason}: {n}" for reason, n in sorted(counts.items())) + ")"]
+
+
 def _result(
     units: Sequence[MemoryUnit], layout: Layout, head: Head, settled: _Settled, tok: Tokenizer, budget: int,
     policy: Policy, markers: bool, explained: Plan | _Lazy, warn: bool,
@@ -275,7 +285,7 @@ def _result(
     )
     if n_tokens > budget:  # pragma: no cover - a bug, never user error
         raise RuntimeError(f"internal error: rendered {n_tokens} tokens for a budget of {budget}")
-    notes = head.notes + settled.notes
+    notes = head.notes + settled.notes + _unsendable_note(layout.bad)
     for n in notes if warn else ():
         warnings.warn(f"rdmem: {n}", RuntimeWarning, stacklevel=4)
     # The same rule as the report's "kept": sent verbatim, not cut.

@@ -235,7 +235,7 @@ class CachedEmbedder:
         path.parent.mkdir(parents=True, exist_ok=True)
         keys = np.array(list(disk.keys()))
         vecs = np.stack(list(disk.values())).astype(np.float32)
-        tmp = path.with_suffix(".tmp.npz")
+        tmp = path.with_suffix(f".{os.getpid()}.tmp.npz")  # another process may be saving the same cache
         np.savez(tmp, keys=keys, vectors=vecs)
         os.replace(tmp, path)
 

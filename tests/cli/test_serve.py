@@ -56,6 +56,7 @@ def _rdmem(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
     (["--workers", "0"], "rdmem: error: argument --workers: must be > 0 server processes, got 0\n"),
     (["--rate-requests", "-5"], "rdmem: error: argument --rate-requests: must be > 0 requests per minute, got -5\n"),
     (["--header-timeout", "0"], "rdmem: error: argument --header-timeout: must be > 0 seconds, got 0\n"),
+    (["--memory-timeout", "0"], "rdmem: error: argument --memory-timeout: must be > 0 seconds, got 0\n"),
     (["--allow-host", "evil.example:80"], "rdmem: error: allowed host 'evil.example:80': give a host name or IP "
      "address without a port (mem.example.com, 192.168.1.5), or * for any\n"),
 ])

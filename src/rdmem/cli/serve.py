@@ -37,7 +37,8 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         max_body_bytes=args.max_body_bytes, max_messages=args.max_messages, max_message_chars=args.max_message_chars,
         max_budget=args.max_budget, host=args.host, allowed_hosts=tuple(args.allow_host or ()),
         rate_requests=args.rate_requests, rate_tokens=args.rate_tokens, metrics_tenant=args.metrics_tenant,
-        header_timeout=args.header_timeout, ui=not args.no_ui,
+        header_timeout=args.header_timeout, ui=not args.no_ui, derive_sessions=args.derive_sessions,
+        memory_timeout=args.memory_timeout,
     )
     require_embeddings(None, "rdmem serve")
     url = settings.store_url()
@@ -174,6 +175,13 @@ def register(sub: Any) -> None:
                    "on one with keys)")
     p.add_argument("--header-timeout", type=positive_number("seconds"), default=10.0,
                    help="seconds a connection may take to send a request's headers (default 10)")
+    proxy = p.add_argument_group("the proxy (with --upstream)")
+    proxy.add_argument("--derive-sessions", action="store_true",
+                       help="give a request without X-Rdmem-Session or 'user' a session derived from its system "
+                       "prompt and first user message (per API key's tenant). Risk: two users who open alike "
+                       "share memory. Default: such a request is compacted on its own, nothing stored")
+    proxy.add_argument("--memory-timeout", type=positive_number("seconds"), default=1.0,
+                       help="seconds the proxy waits on memory before forwarding the request unchanged (default 1)")
     p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
     p.set_defaults(func=_cmd_serve)
 

@@ -6,10 +6,17 @@ where ``Authorization`` is the client's key for the upstream model) as
 ``default`` to everyone (the server then listens on loopback only); once a key
 exists, a request without a valid one is answered 401. Keys are looked up on
 every request, so a revoked key stops working at once.
+
+The proxy never waits on memory for the model: when the store cannot say
+whose key it is within ``memory_timeout`` (down, locked), its tenant is
+``None`` and the request goes upstream unchanged, without memory (the
+upstream still checks the client's own ``Authorization``).
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from typing import Annotated, Any
 
 from fastapi import Depends, Request, Security
@@ -17,7 +24,9 @@ from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBea
 
 from .errors import ApiError
 
-__all__ = ["Tenant", "DEFAULT_TENANT", "RDMEM_KEY_HEADER", "tenant_of"]
+__all__ = ["Tenant", "ProxyTenant", "DEFAULT_TENANT", "RDMEM_KEY_HEADER", "tenant_of"]
+
+log = logging.getLogger("rdmem.server")
 
 DEFAULT_TENANT = "default"
 RDMEM_KEY_HEADER = "X-Rdmem-Key"
@@ -35,14 +44,14 @@ def tenant_of(request: Request, secret: str | None) -> str:
     return tenant
 
 
-def _lookup(store: Any, secret: str | None) -> str:
+def _lookup(store: Any, secret: str | None, how: str = "Authorization: Bearer <key>") -> str:
     if secret:
         tenant = store.key_tenant(secret)
         if tenant is None:
             raise ApiError(401, "invalid or revoked API key", headers={"WWW-Authenticate": "Bearer"})
         return tenant
     if store.has_keys():
-        raise ApiError(401, "an API key is required: Authorization: Bearer <key>", headers={"WWW-Authenticate": "Bearer"})
+        raise ApiError(401, f"an API key is required: {how}", headers={"WWW-Authenticate": "Bearer"})
     return DEFAULT_TENANT
 
 
@@ -54,10 +63,23 @@ def _tenant(
     return tenant_of(request, header or (bearer.credentials if bearer is not None else None))
 
 
-def _proxy_tenant(request: Request, header: Annotated[str | None, Security(_header)]) -> str:
-    """The proxy's caller: the rdmem key in its own header (``Authorization`` goes to the upstream)."""
-    return tenant_of(request, header)
+async def _proxy_tenant(request: Request, header: Annotated[str | None, Security(_header)]) -> str | None:
+    """The proxy's caller: the rdmem key in its own header (``Authorization`` goes to the upstream); ``None``
+    when the store does not answer within ``memory_timeout`` (the request then goes on without memory)."""
+    state = request.app.state.rdmem
+    lookup = asyncio.get_running_loop().run_in_executor(
+        None, _lookup, state.store, header, f"{RDMEM_KEY_HEADER}: <key> (Authorization goes to the model)")
+    try:
+        tenant = await asyncio.wait_for(lookup, state.settings.memory_timeout)
+    except ApiError:
+        raise
+    except Exception as exc:  # the store is down or locked: the model is reached without memory
+        log.warning("rdmem proxy: cannot check the rdmem key (%s: %s); forwarding without memory",
+                    type(exc).__name__, str(exc) or f"no answer within {state.settings.memory_timeout} s")
+        return None
+    state.limiter.request(tenant)
+    return tenant
 
 
 Tenant = Annotated[str, Depends(_tenant)]
-ProxyTenant = Annotated[str, Depends(_proxy_tenant)]
+ProxyTenant = Annotated[str | None, Depends(_proxy_tenant)]

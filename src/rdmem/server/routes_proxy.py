@@ -1,176 +1,198 @@
 """The OpenAI-compatible compacting proxy: ``POST /v1/chat/completions`` and ``GET /v1/models``.
 
 Per request: find the session (``X-Rdmem-Session``, else the request's
-``user``, else a hash of its system prompt and first user message), store the
-messages it has not seen yet (a client resends its whole history each time),
-and, if the request is larger than the model's window less the reply's
-reserve, replace its messages by the session's compacted context (rd, the
-last user message as the query, the archive brought back by it). Then forward
-it with the client's own ``Authorization``, relay the answer (streamed chunk
-by chunk when ``stream`` is true), and store the assistant's reply. It fails
-open: if anything of rdmem's fails, the original request goes to the model
-unchanged (one line in the log). The upstream's errors reach the client as
-the upstream sent them. Headers say what happened: ``X-Rdmem-Session``,
-``X-Rdmem-Tokens-Before``, ``X-Rdmem-Tokens-After``, ``X-Rdmem-Compacted``.
+``user``; without either, the request is compacted on its own and nothing is
+stored, unless ``--derive-sessions``), store the messages it has not seen yet
+(a client resends its whole history each time), and, if the request is larger
+than the model's window less the reply's reserve, replace its messages by the
+session's compacted context (rd, the last user message as the query, the
+archive brought back by it). Then forward it with the client's own
+``Authorization`` (and an allow-list of the client's headers), relay the
+answer (streamed chunk by chunk when ``stream`` is true, as the upstream sent
+it), and store the assistant's reply after it has reached the client.
+
+It fails open, and model access never waits on memory for longer than
+``memory_timeout``: if anything of rdmem's fails or is late (the store down or
+locked included), the original request goes to the model unchanged (one line
+in the log). The upstream's errors reach the client as the upstream sent them.
+Headers say what happened: ``X-Rdmem-Session`` (absent: no session),
+``X-Rdmem-Memory`` (``session`` or ``none``), ``X-Rdmem-Tokens-Before``,
+``X-Rdmem-Tokens-After``, ``X-Rdmem-Compacted`` (``true``, ``false`` or
+``failed``), ``X-Rdmem-Skipped`` (messages not stored) and ``X-Rdmem-Warning``.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
+import asyncio
 import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
-from starlette.concurrency import run_in_threadpool
 
-from ..limits import read_chat_body
-from ..messages import chat_fields, parse_messages
-from ..tokens import content_text
+from ..errors import InvalidInput
+from ..limits import HasLimits, Limits, read_chat_body
+from ._proxy_memory import SESSION_HEADER, Prepared, prepare, session_of, store_reply
 from ._replies import ReplyCollector
-from .auth import RDMEM_KEY_HEADER, ProxyTenant
-from .errors import error_body
-from .savings import record
+from .auth import ProxyTenant
+from .errors import ApiError, error_body
+from .protocol import ErrorResponse
 
-__all__ = ["router"]
+__all__ = ["router", "FORWARDED_HEADERS", "read_request"]
 
 log = logging.getLogger("rdmem.server")
 router = APIRouter(prefix="/v1", tags=["proxy"])
-SESSION_HEADER = "X-Rdmem-Session"
-# Headers that are the connection's, or ours: never forwarded.
-_HOP = {"host", "content-length", "connection", "keep-alive", "transfer-encoding", "te", "upgrade",
-        "accept-encoding", "proxy-authorization", "proxy-connection", SESSION_HEADER.lower(), RDMEM_KEY_HEADER.lower()}
+#: The client's headers the upstream is sent (any other, Cookie and X-Forwarded-For included, stays here).
+FORWARDED_HEADERS = ("authorization", "openai-organization", "openai-project", "openai-beta", "content-type",
+                     "accept", "user-agent", "x-request-id", "idempotency-key", "x-stainless-retry-count")
+_ERRORS: dict[int | str, dict[str, Any]] = {
+    400: {"model": ErrorResponse, "description": "the body is not a chat completion request (a JSON object with a "
+          "'messages' list, valid Unicode, not too deeply nested)"},
+    401: {"model": ErrorResponse, "description": "the rdmem key (X-Rdmem-Key) is missing, invalid or revoked"}}
 
 
 def _forward_headers(request: Request) -> dict[str, str]:
-    return {k: v for k, v in request.headers.items() if k.lower() not in _HOP}
+    return {k: v for k, v in request.headers.items() if k.lower() in FORWARDED_HEADERS or k.lower().startswith("x-stainless-")}
 
 
-def _session_of(request: Request, body: dict[str, Any]) -> str:
-    given = request.headers.get(SESSION_HEADER) or body.get("user")
-    if isinstance(given, str) and given.strip():
-        return given.strip()
-    msgs = body.get("messages") or []
-    system = [m.get("content") for m in msgs if isinstance(m, dict) and m.get("role") in ("system", "developer")]
-    first = next((m.get("content") for m in msgs if isinstance(m, dict) and m.get("role") == "user"), None)
-    digest = hashlib.sha256(json.dumps([system, first], sort_keys=True, default=str).encode()).hexdigest()
-    return f"chat-{digest[:16]}"
-
-
-def _upstream_failure(exc: Exception) -> JSONResponse:
+def _upstream_failure(exc: Exception, headers: dict[str, str] | None = None) -> JSONResponse:
     import httpx
 
     if isinstance(exc, httpx.TimeoutException):
         return JSONResponse(error_body("upstream_timeout", f"the model did not answer in time ({type(exc).__name__})"),
-                            status_code=504)
+                            status_code=504, headers=headers)
     return JSONResponse(error_body("bad_upstream", f"cannot reach the model: {type(exc).__name__}: {exc}"),
-                        status_code=502)
+                        status_code=502, headers=headers)
 
 
-def _budget(state: Any, body: dict[str, Any]) -> int:
+def _lone_surrogate(value: Any, path: str = "") -> str | None:
+    """The path of the first string in ``value`` that is not valid Unicode (it cannot be sent on), or ``None``."""
+    stack = [(value, path)]
+    while stack:
+        item, at = stack.pop()
+        if isinstance(item, str):
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError:
+                return at or "body"
+        elif isinstance(item, dict):
+            stack.extend((v, f"{at}.{k}" if at else str(k)) for k, v in reversed(list(item.items())))
+            stack.extend((k, f"{at} (a field name)") for k in item if isinstance(k, str))
+        elif isinstance(item, list):
+            stack.extend((v, f"{at}[{i}]") for i, v in reversed(list(enumerate(item))))
+    return None
+
+
+def read_request(raw: bytes, limits: HasLimits | None = None) -> dict[str, Any]:
+    """The request's body, checked as far as the proxy needs it (a 400 otherwise): the one place it is parsed,
+    within the limits (:func:`rdmem.limits.read_chat_body`: the messages counted while they are read)."""
+    try:
+        body = read_chat_body(raw, limits or Limits())
+    except InvalidInput as exc:
+        raise ApiError(400, str(exc), code="invalid_request") from None
+    bad = _lone_surrogate(body)
+    if bad is not None:
+        raise ApiError(400, f"{bad} is not valid Unicode (a lone surrogate)", code="invalid_request")
+    return body
+
+
+def _budget(state: Any, body: dict[str, Any], headers: dict[str, str]) -> int:
     """The model's window less the reply's reserve (``max_completion_tokens``/``max_tokens``, or the default)."""
     reserve = body.get("max_completion_tokens") or body.get("max_tokens")
     if isinstance(reserve, bool) or not isinstance(reserve, int) or reserve <= 0:
         reserve = state.settings.reply_reserve
-    return state.settings.context_window - reserve
+    budget: int = state.settings.context_window - reserve
+    if budget <= 0:
+        note = (f"max_tokens {reserve} leaves no room in the {state.settings.context_window}-token window: "
+                "not compacted")
+        log.warning("rdmem proxy: %s", note)
+        headers["X-Rdmem-Warning"] = note
+    return budget
 
 
-#: A resend that drops at most this many stored messages at the end (a regenerated or retried reply, an edited
-#: last question) replaces them; a larger divergence keeps both branches (nothing is deleted but a last turn).
-_REPLACEABLE = 4
+async def _bounded(state: Any, fn: Any, *args: Any, after: asyncio.Future[Any] | None = None) -> Any:
+    """``fn(*args)`` in a worker thread (once ``after`` is done), waited on for ``memory_timeout`` at most in
+    all (the work goes on in its thread)."""
+    async def run() -> Any:
+        if after is not None:
+            await asyncio.shield(after)
+        return await asyncio.shield(asyncio.get_running_loop().run_in_executor(None, fn, *args))
 
-
-def _prepare(state: Any, tenant: str, session: str, body: dict[str, Any],
-             budget: int) -> tuple[list[dict[str, Any]], int, int, bool]:
-    """Store what is new and compact if needed (in a worker thread): the messages to send, the tokens before
-    and after, and whether they were compacted.
-
-    The request's leading system messages travel with every request (a client may change them each
-    time): they are not stored, they are matched by nothing, and a compacted request is them followed
-    by the session's context within what they leave of the budget."""
-    messages = body["messages"]
-    parsed = parse_messages(messages)  # a bad message fails here (open: the request goes on as it was)
-    lead = next((i for i, m in enumerate(parsed) if m.chat["role"] not in ("system", "developer")), len(parsed))
-    head, conv = [m.chat for m in parsed[:lead]], parsed[lead:]
-    mem = state.pool.manager(tenant, session, budget=max(budget, 1))
-    new, dropped = mem.resent([m.chat for m in conv])
-    if dropped and len(dropped) <= _REPLACEABLE:
-        mem.delete(dropped)  # the client went on from an earlier point: its history is the one kept
-    if new:
-        state.pool.extend(tenant, session, [{**conv[i].chat, **conv[i].extra} for i in new],
-                          budget=max(budget, 1))  # charged to the tenant's stored-tokens rate
-        state.metrics.count("rdmem_messages_stored_total", len(new))
-    tok = mem.tokenizer
-    before = tok.messages_tokens([m.chat for m in parsed])
-    if budget <= 0 or before <= budget:
-        record(state.store, mem.session, before, before, False)
-        return messages, before, before, False
-    room = budget - tok.messages_tokens(head)
-    if room <= 0:
-        raise ValueError(f"the system messages alone take {budget - room} of the {budget} tokens of the window")
-    query = next((content_text(m.chat.get("content")) for m in reversed(conv) if m.chat["role"] == "user"), None)
-    ctx = mem.context(query or None, budget=room, warn=False)
-    state.metrics.count("rdmem_compactions_total")
-    state.metrics.count("rdmem_tokens_in_total", before)
-    state.metrics.count("rdmem_tokens_out_total", budget - room + ctx.tokens)
-    record(state.store, mem.session, before, budget - room + ctx.tokens, True)
-    return head + ctx.messages, before, budget - room + ctx.tokens, True
-
-
-def _store_reply(state: Any, tenant: str, session: str, budget: int, message: dict[str, Any] | None) -> None:
-    if not message or message.get("role") != "assistant":
-        return
     try:
-        state.pool.extend(tenant, session, [chat_fields(message)], budget=max(budget, 1))
-        state.metrics.count("rdmem_messages_stored_total")
-    except Exception as exc:  # the client has its answer; the reply comes again with the next request
-        log.warning("rdmem proxy: could not store the reply in session %r: %s", session, exc)
+        return await asyncio.wait_for(run(), state.settings.memory_timeout)
+    except asyncio.TimeoutError:
+        raise TimeoutError(f"memory did not answer within {state.settings.memory_timeout} s") from None
 
 
-@router.post("/chat/completions", operation_id="chat_completions")
+#: Reply stores under way, by (server, tenant, session): the session's next request waits for its reply to be stored
+#: (within its bound), so that a reply is never stored twice (once by the store, once as a resent message).
+_pending: dict[tuple[int, str, str], asyncio.Future[Any]] = {}
+
+
+def _store_later(state: Any, where: tuple[str, str, int], message: dict[str, Any] | None) -> None:
+    """Store the reply in a worker thread, off the relay: the client's stream never waits on the store."""
+    key = (id(state), where[0], where[1])
+    job = asyncio.get_running_loop().run_in_executor(None, store_reply, state, *where, message)
+    _pending[key] = job
+    job.add_done_callback(lambda done: _pending.pop(key, None) if _pending.get(key) is done else None)
+
+
+@router.post("/chat/completions", operation_id="chat_completions", responses=_ERRORS)
 async def chat_completions(request: Request, tenant: ProxyTenant) -> Response:
     """An OpenAI chat completion, through rdmem: the history compacted when it does not fit the model."""
     state = request.app.state.rdmem
-    body = read_chat_body(await request.body(), state.settings)  # the limits: a 400 naming limit and field
-    session = _session_of(request, body)
-    budget = _budget(state, body)
-    headers = {SESSION_HEADER: session, "X-Rdmem-Compacted": "false"}
+    body = read_request(await request.body(), state.settings)  # the limits: a 400 naming limit and field
+    session, derived = (None, False) if tenant is None else \
+        session_of(request.headers, body, tenant, state.settings.derive_sessions)
+    headers = {"X-Rdmem-Compacted": "false", "X-Rdmem-Memory": "session" if session else "none"}
+    if session:
+        headers[SESSION_HEADER] = session
+    budget = _budget(state, body, headers)
+    forward = body
     try:
-        sent, before, after, compacted = await run_in_threadpool(_prepare, state, tenant, session, body, budget)
-        forward = {**body, "messages": sent}
-        headers.update({"X-Rdmem-Tokens-Before": str(before), "X-Rdmem-Tokens-After": str(after),
-                        "X-Rdmem-Compacted": "true" if compacted else "false"})
+        if tenant is None:
+            raise RuntimeError("the rdmem key could not be checked")
+        done: Prepared = await _bounded(state, prepare, state, tenant, session, derived, body, budget,
+                                        after=_pending.get((id(state), tenant, session or "")))
+        forward = {**body, "messages": done.messages}
+        headers.update({"X-Rdmem-Tokens-Before": str(done.before), "X-Rdmem-Tokens-After": str(done.after),
+                        "X-Rdmem-Compacted": "true" if done.compacted else "false"})
+        if done.skipped:
+            headers["X-Rdmem-Skipped"] = str(done.skipped)
     except Exception as exc:  # fail open: the model gets the request as the client sent it
         log.warning("rdmem proxy: compaction failed for session %r (%s: %s); forwarding the request unchanged",
                     session, type(exc).__name__, exc)
         state.metrics.count("rdmem_proxy_fail_open_total")
-        forward, headers["X-Rdmem-Compacted"] = body, "failed"
+        headers["X-Rdmem-Compacted"] = "failed"
+    where = (tenant, session, budget) if tenant is not None and session else None
     if body.get("stream"):
-        return await _stream(request, state, forward, headers, (tenant, session, budget))
+        return await _stream(request, state, forward, headers, where)
     try:
         resp = await state.http.post("/chat/completions", json=forward, headers=_forward_headers(request))
     except Exception as exc:
-        return _upstream_failure(exc)
-    if resp.is_success:
+        return _upstream_failure(exc, headers)
+    if resp.is_success and where is not None:
         try:
             reply = resp.json()["choices"][0]["message"]
         except (ValueError, KeyError, IndexError, TypeError):
             reply = None
-        await run_in_threadpool(_store_reply, state, tenant, session, budget, reply)
+        try:  # waited on within the bound, so that the next request finds it; else it is stored later
+            await _bounded(state, store_reply, state, *where, reply)
+        except TimeoutError:
+            log.warning("rdmem proxy: the reply of session %r is still being stored", session)
     passed = {k: v for k, v in resp.headers.items() if k.lower() in ("content-type", "x-request-id", "openai-processing-ms")}
     return Response(resp.content, status_code=resp.status_code, headers={**passed, **headers})
 
 
 async def _stream(request: Request, state: Any, forward: dict[str, Any], headers: dict[str, str],
-                  where: tuple[str, str, int]) -> Response:
-    """Relay the upstream's server-sent events chunk by chunk; store the reply once the stream is complete."""
+                  where: tuple[str, str, int] | None) -> Response:
+    """Relay the upstream's server-sent events chunk by chunk, as sent; store the reply once it is complete."""
     upstream = state.http.build_request("POST", "/chat/completions", json=forward, headers=_forward_headers(request))
     try:
         resp = await state.http.send(upstream, stream=True)
     except Exception as exc:
-        return _upstream_failure(exc)
+        return _upstream_failure(exc, headers)
     if not resp.is_success:
         content = await resp.aread()
         await resp.aclose()
@@ -178,15 +200,15 @@ async def _stream(request: Request, state: Any, forward: dict[str, Any], headers
                         headers={"content-type": resp.headers.get("content-type", "application/json"), **headers})
 
     async def relay() -> AsyncIterator[bytes]:
-        collector, stored = ReplyCollector(), False
+        collector = ReplyCollector() if where is not None else None
         try:
             async for chunk in resp.aiter_raw():
-                collector.feed(chunk)
-                if collector.done and not stored:
-                    # Stored before the end of the stream reaches the client: once it has the whole answer,
-                    # the next request finds the reply in the session.
-                    stored = True
-                    await run_in_threadpool(_store_reply, state, *where, collector.message())
+                if collector is not None:
+                    collector = _collect(collector, chunk, where)
+                    if collector is not None and collector.done:
+                        assert where is not None
+                        _store_later(state, where, collector.message())
+                        collector = None
                 yield chunk
         finally:  # also when the client went away: the upstream is closed with it
             await resp.aclose()
@@ -195,7 +217,18 @@ async def _stream(request: Request, state: Any, forward: dict[str, Any], headers
                              media_type=resp.headers.get("content-type", "text/event-stream"), headers=headers)
 
 
-@router.get("/models", operation_id="models")
+def _collect(collector: ReplyCollector, chunk: bytes, where: Any) -> ReplyCollector | None:
+    """Feed the collector; ``None`` once it cannot follow the stream (nothing is stored then, the relay goes on)."""
+    try:
+        collector.feed(chunk)
+        return collector
+    except Exception as exc:
+        log.warning("rdmem proxy: cannot read the streamed reply of session %r (%s: %s); it is not stored",
+                    where[1], type(exc).__name__, exc)
+        return None
+
+
+@router.get("/models", operation_id="models", responses={401: _ERRORS[401]})
 async def models(request: Request, tenant: ProxyTenant) -> Response:
     """The upstream's models, passed through."""
     state = request.app.state.rdmem

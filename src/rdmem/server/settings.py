@@ -69,6 +69,15 @@ class ServerSettings:
     header_timeout:
         Seconds a connection may take to send a request's headers before it
         is closed (half-open and slow clients).
+    derive_sessions:
+        The proxy: a request without ``X-Rdmem-Session`` or ``user`` gets a
+        session derived from the API key's tenant, its system prompt and its
+        first user message (two users who open alike share it). ``False``:
+        such a request is compacted on its own and nothing is stored.
+    memory_timeout:
+        Seconds the proxy waits on memory (key lookup, storing, compacting)
+        before it forwards the request unchanged; a reply is stored after
+        its stream ends, never before.
     ui:
         Serve the web inspector at ``/ui`` (under the same keys and tenants as the API).
     """
@@ -94,6 +103,8 @@ class ServerSettings:
     metrics_tenant: str | None = None
     header_timeout: float = 10.0
     ui: bool = True
+    derive_sessions: bool = False
+    memory_timeout: float = 1.0
 
     def __post_init__(self) -> None:
         for name in ("budget", "context_window", "reply_reserve", "max_body_bytes", "max_messages",
@@ -105,8 +116,9 @@ class ServerSettings:
                              f"({self.context_window})")
         if self.upstream is not None and not self.upstream.startswith(("http://", "https://")):
             raise InvalidInput(f"upstream must be an http(s) URL such as http://127.0.0.1:8000/v1, got {self.upstream!r}")
-        if not isinstance(self.ui, bool):
-            raise InvalidInput(f"ui must be True or False, got {self.ui!r}")
+        for flag in ("ui", "derive_sessions"):
+            if not isinstance(getattr(self, flag), bool):
+                raise InvalidInput(f"{flag} must be True or False, got {getattr(self, flag)!r}")
         if not self.upstream_timeout > 0:
             raise InvalidInput(f"upstream_timeout must be > 0 seconds, got {self.upstream_timeout!r}")
         for name, unit in (("rate_requests", "requests per minute"), ("rate_tokens", "tokens per minute")):
@@ -124,6 +136,9 @@ class ServerSettings:
         if isinstance(self.header_timeout, bool) or not isinstance(self.header_timeout, (int, float)) or \
                 not self.header_timeout > 0:
             raise InvalidInput(f"header_timeout must be > 0 seconds, got {self.header_timeout!r}")
+        if isinstance(self.memory_timeout, bool) or not isinstance(self.memory_timeout, (int, float)) or \
+                not self.memory_timeout > 0:
+            raise InvalidInput(f"memory_timeout must be > 0 seconds, got {self.memory_timeout!r}")
 
     def store_url(self) -> str:
         """The store to open (the default SQLite file is created in ``data_dir``)."""

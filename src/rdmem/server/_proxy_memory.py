@@ -1,0 +1,147 @@
+"""The proxy's memory side: whose session a request is, what of it is stored, what the model is sent.
+
+Everything here runs in a worker thread under the proxy's ``memory_timeout``;
+the relay (``routes_proxy``) never waits on it longer than that.
+
+- A session is named by ``X-Rdmem-Session`` or the request's ``user``. Without
+  either, a request is compacted on its own (its own messages, the last user
+  message as the query, nothing read or stored) unless the server derives
+  sessions (``--derive-sessions``): then a hash of the tenant, the system
+  prompt and the first user message names it.
+- A message rdmem cannot keep (a legacy ``function`` message, a tool message
+  without ``tool_call_id``, a bad field) is skipped and counted; the rest is
+  stored, so one message never stops a session from storing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import InvalidInput
+from ..messages import Message, chat_fields, parse_message
+from ..tokens import content_text, get_tokenizer
+from .savings import record
+
+__all__ = ["Prepared", "session_of", "readable_messages", "prepare", "store_reply", "SESSION_HEADER"]
+
+log = logging.getLogger("rdmem.server")
+SESSION_HEADER = "X-Rdmem-Session"
+
+#: A resend that drops at most this many stored messages at the end (a regenerated or retried reply, an edited
+#: last question) replaces them; a larger divergence keeps both branches (nothing is deleted but a last turn).
+#: Named sessions only: a derived session may be two clients who opened alike, and neither deletes the other's.
+_REPLACEABLE = 4
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """What the proxy sends: the messages, their tokens before and after, whether they were compacted, and
+    how many messages were skipped (not stored)."""
+
+    messages: list[dict[str, Any]]
+    before: int
+    after: int
+    compacted: bool
+    skipped: int = 0
+
+
+def session_of(headers: Mapping[str, str], body: Mapping[str, Any], tenant: str, derive: bool) -> tuple[str | None, bool]:
+    """``(session, derived)``: the session named by the request, else (``derive``) one derived from the
+    tenant, the system prompt and the first user message, else ``None`` (no memory)."""
+    given = headers.get(SESSION_HEADER) or body.get("user")
+    if isinstance(given, str) and given.strip():
+        return given.strip(), False
+    if not derive:
+        return None, False
+    msgs = body.get("messages") or []
+    system = [m.get("content") for m in msgs if isinstance(m, dict) and m.get("role") in ("system", "developer")]
+    first = next((m.get("content") for m in msgs if isinstance(m, dict) and m.get("role") == "user"), None)
+    digest = hashlib.sha256(json.dumps([tenant, system, first], sort_keys=True, default=str).encode()).hexdigest()
+    return f"chat-{digest[:16]}", True
+
+
+def readable_messages(messages: list[Any]) -> tuple[list[Message], list[str]]:
+    """The messages rdmem can keep, and why each other one was skipped (``message i: ...``).
+
+    What the chat API accepts and rdmem has no use for is not a reason: a non-string ``id`` is ignored (the
+    proxy stores no client ids)."""
+    kept: list[Message] = []
+    skipped: list[str] = []
+    for i, msg in enumerate(messages):
+        if isinstance(msg, dict) and "id" in msg and not isinstance(msg["id"], str):
+            msg = {k: v for k, v in msg.items() if k != "id"}
+        try:
+            m = parse_message(msg, i, json_extras=True)
+        except InvalidInput as exc:
+            skipped.append(str(exc))
+            continue
+        kept.append(Message(None, m.chat, m.extra))
+    return kept, skipped
+
+
+def prepare(state: Any, tenant: str | None, session: str | None, derived: bool, body: dict[str, Any],
+            budget: int) -> Prepared:
+    """Store what is new and compact if needed.
+
+    The request's leading system messages travel with every request (a client may change them each
+    time): they are not stored, they are matched by nothing, and a compacted request is them followed
+    by the session's context within what they leave of the budget."""
+    parsed, skipped = readable_messages(body["messages"])
+    if skipped:
+        log.warning("rdmem proxy: %d message(s) of session %r not stored: %s", len(skipped), session,
+                    "; ".join(skipped)[:500])
+    lead = next((i for i, m in enumerate(parsed) if m.chat["role"] not in ("system", "developer")), len(parsed))
+    head, conv = [m.chat for m in parsed[:lead]], parsed[lead:]
+    mem = None
+    if tenant is not None and session is not None:
+        mem = state.pool.manager(tenant, session, budget=max(budget, 1))
+        _store_new(state, mem, tenant, session, derived, conv, budget)
+    tok = mem.tokenizer if mem is not None else get_tokenizer("cl100k_base")  # the managers' tokenizer
+    before = tok.messages_tokens([m.chat for m in parsed])
+    if budget <= 0 or before <= budget:
+        if mem is not None:
+            record(state.store, mem.session, before, before, False)
+        return Prepared(body["messages"], before, before, False, len(skipped))
+    room = budget - tok.messages_tokens(head)
+    if room <= 0:
+        raise InvalidInput(f"the system messages alone take {budget - room} of the {budget} tokens of the window")
+    query = next((content_text(m.chat.get("content")) for m in reversed(conv) if m.chat["role"] == "user"), None)
+    if mem is not None:
+        ctx = mem.context(query or None, budget=room, warn=False)
+        record(state.store, mem.session, before, budget - room + ctx.tokens, True)
+    else:  # no identity: this request's own messages, nothing read or stored
+        from .._api import compact
+
+        ctx = compact([m.chat for m in conv], budget=room, policy=state.settings.policy, query=query or None,
+                      embedder=state.pool.embedder)
+    state.metrics.count("rdmem_compactions_total")
+    state.metrics.count("rdmem_tokens_in_total", before)
+    state.metrics.count("rdmem_tokens_out_total", budget - room + ctx.tokens)
+    return Prepared(head + ctx.messages, before, budget - room + ctx.tokens, True, len(skipped))
+
+
+def _store_new(state: Any, mem: Any, tenant: str, session: str, derived: bool, conv: list[Message],
+               budget: int) -> None:
+    new, dropped = mem.resent([m.chat for m in conv])
+    if dropped and len(dropped) <= _REPLACEABLE and not derived:
+        mem.delete(dropped)  # the client went on from an earlier point: its history is the one kept
+    if new:
+        state.pool.extend(tenant, session, [{**conv[i].chat, **conv[i].extra} for i in new],
+                          budget=max(budget, 1))  # charged to the tenant's stored-tokens rate
+        state.metrics.count("rdmem_messages_stored_total", len(new))
+
+
+def store_reply(state: Any, tenant: str, session: str, budget: int, message: dict[str, Any] | None) -> None:
+    """Store the assistant's reply (a failure is one log line: the reply comes again with the next request)."""
+    if not message or message.get("role") != "assistant":
+        return
+    try:
+        state.pool.extend(tenant, session, [chat_fields(message)], budget=max(budget, 1))
+        state.metrics.count("rdmem_messages_stored_total")
+    except Exception as exc:
+        log.warning("rdmem proxy: could not store the reply in session %r: %s", session, exc)

@@ -1,0 +1,306 @@
+"""The proxy under hostile clients and faults (issue 24): one test per defect, each failing on the proxy before
+it. The official openai client and httpx, against the in-process app under uvicorn and a scriptable upstream."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sqlite3
+import time
+
+import httpx
+import openai
+import pytest
+
+from rdmem.errors import StoreError
+from rdmem.server import ServerSettings, create_app
+from rdmem.store import MemoryStore
+
+from .._checks import history_problems
+from .._fake_openai import Reply, chunks
+from ..integrations._scenario import conversation
+from .conftest import LiveServer
+
+pytestmark = pytest.mark.slow  # starts servers
+
+WINDOW, RESERVE = 2000, 200
+SYSTEM = {"role": "system", "content": "You are a helpful assistant."}
+
+
+class FlakyStore(MemoryStore):
+    """A store that can go down: every key lookup then fails as a lost database does."""
+
+    down = False
+
+    def key_tenant(self, secret: str) -> str | None:
+        if self.down:
+            raise StoreError("the connection is closed")
+        return super().key_tenant(secret)
+
+    def has_keys(self) -> bool:
+        if self.down:
+            raise StoreError("the connection is closed")
+        return super().has_keys()
+
+
+@pytest.fixture(scope="module")
+def open_proxy(_fake_openai_server, minilm):
+    """A server without keys (one per module)."""
+    live = LiveServer(create_app(ServerSettings(upstream=_fake_openai_server.url, context_window=WINDOW,
+                                                reply_reserve=RESERVE, memory_timeout=60),
+                                 store=MemoryStore(), embedder=minilm))
+    yield live
+    live.stop()
+
+
+@pytest.fixture(scope="module")
+def keyed_proxy(_fake_openai_server, minilm):
+    """A server with a key, over a store that a test may take down: ``(live, store, secret)``."""
+    store = FlakyStore()
+    _, secret = store.create_key("acme")
+    live = LiveServer(create_app(ServerSettings(upstream=_fake_openai_server.url, context_window=WINDOW,
+                                                reply_reserve=RESERVE), store=store, embedder=minilm))
+    yield live, store, secret
+    store.down = False
+    live.stop()
+
+
+def client(live, **kw) -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{live.url}/v1", api_key="sk-upstream", max_retries=0, **kw)
+
+
+def personal(who: str, n: int = 60) -> list[dict]:
+    """An over-window conversation that opens with "hello" and carries ``who``'s personal data."""
+    chat = [{"role": "user", "content": "hello"}, {"role": "assistant", "content": "Hi! How can I help?"}]
+    for i in range(n):
+        chat += [{"role": "user", "content": f"{who}'s note {i}: my bank PIN is {who}-{i:04d}, remember it."},
+                 {"role": "assistant", "content": f"Noted, {who}."}]
+    return [SYSTEM, *chat, {"role": "user", "content": "What is my PIN?"}]
+
+
+def settled(check, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, "not stored in time"
+        time.sleep(0.02)
+
+
+# Item 2: no shared memory without an explicit identity.
+
+def test_without_an_identity_two_users_who_say_hello_share_nothing(open_proxy, fake_openai):
+    oai = client(open_proxy)
+    for who, other in (("ana", "bob"), ("bob", "ana")):
+        raw = oai.chat.completions.with_raw_response.create(model="fake-model", messages=personal(who),
+                                                            max_tokens=RESERVE)
+        assert "x-rdmem-session" not in raw.headers and raw.headers["x-rdmem-memory"] == "none"
+        assert raw.headers["x-rdmem-compacted"] == "true"  # compacted on its own
+        sent = fake_openai.requests[-1]["body"]["messages"]
+        assert history_problems(sent) == [] and sent[-1]["content"] == "What is my PIN?"
+        assert not any(other in (m.get("content") or "") for m in sent)
+    assert open_proxy.app.state.rdmem.store.sessions() == []  # nothing read or stored
+
+
+def test_derived_sessions_are_per_tenant_and_never_delete_another_clients_messages(serve, fake_openai, minilm):
+    store = MemoryStore()
+    live = serve(create_app(ServerSettings(upstream=fake_openai.url, context_window=WINDOW, reply_reserve=RESERVE,
+                                           derive_sessions=True, memory_timeout=60), store=store, embedder=minilm))
+    oai = client(live)
+    ana = [SYSTEM, {"role": "user", "content": "hello"}, {"role": "assistant", "content": "Hi!"},
+           {"role": "user", "content": "My PIN is 4321."}]
+    fake_openai.text = "Noted."
+    a = oai.chat.completions.with_raw_response.create(model="fake-model", messages=ana)
+    session = a.headers["x-rdmem-session"]
+    mem = live.app.state.rdmem.pool.manager("default", session, budget=100)
+    before = [h["content"] for h in mem.history()]
+    assert before == ["hello", "Hi!", "My PIN is 4321.", "Noted."]
+    # Bob opens alike, then diverges: the replace-the-last-turn rule would have deleted Ana's last messages.
+    bob = [SYSTEM, {"role": "user", "content": "hello"}, {"role": "assistant", "content": "Hi!"},
+           {"role": "user", "content": "Book me a table."}]
+    b = oai.chat.completions.with_raw_response.create(model="fake-model", messages=bob)
+    assert b.headers["x-rdmem-session"] == session  # the documented risk of --derive-sessions
+    assert [h["content"] for h in mem.history()][:4] == before  # nothing of Ana's deleted
+
+
+# Item 5: the stream relay is fail-open.
+
+@pytest.mark.parametrize("bad", [
+    {"choices": [{"index": 0, "delta": {"tool_calls": [{"index": "x", "function": {"name": "f"}}]}}]},
+    {"choices": [{"index": 0, "delta": ["not", "a", "dict"]}]},
+    {"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "function": "f(1)"}]}}]},
+])
+def test_a_chunk_the_collector_cannot_read_is_relayed_as_sent_and_nothing_is_stored(open_proxy, fake_openai, caplog,
+                                                                                    bad):
+    events = [*chunks("Hello there.", pieces=2)[:1], json.dumps(bad), *chunks("Hello there.", pieces=2)[1:]]
+    fake_openai.respond = lambda req: Reply(events=events)
+    body = {"model": "fake-model", "stream": True, "messages": [{"role": "user", "content": "hi"}], "user": "relay"}
+    with caplog.at_level(logging.WARNING, logger="rdmem.server"):
+        got = httpx.post(f"{open_proxy.url}/v1/chat/completions", json=body, timeout=30)
+    assert got.status_code == 200
+    assert got.content == b"".join(f"data: {e}\n\n".encode() for e in events)  # every byte, as sent
+    lines = [r.getMessage() for r in caplog.records if "cannot read the streamed reply" in r.getMessage()]
+    assert len(lines) == 1 and "\n" not in lines[0]
+    time.sleep(0.2)
+    stored = open_proxy.app.state.rdmem.pool.manager("default", "relay", budget=100).history()
+    assert all(m["role"] != "assistant" for m in stored)
+
+
+# Item 6: one message never poisons a session.
+
+@pytest.mark.parametrize(("bad", "skipped"), [
+    ({"role": "function", "name": "lookup", "content": "42"}, "1"),
+    ({"role": "tool", "content": "42"}, "1"),
+    ({"role": "user", "content": "an int id", "id": 7}, None),
+    ({"role": "user", "content": "a NUL \x00 here"}, None),
+])
+def test_one_message_rdmem_cannot_keep_is_skipped_and_the_session_goes_on(open_proxy, fake_openai, bad, skipped):
+    session = f"poison-{bad['role']}-{len(bad)}-{'id' in bad}"
+    oai = client(open_proxy)
+    history = [SYSTEM, *conversation(150)[:-1], bad]
+    for question in ("First question?", "Second question?"):
+        history.append({"role": "user", "content": question})
+        fake_openai.text = f"Answer to {question}"
+        raw = oai.chat.completions.with_raw_response.create(model="fake-model", messages=history, max_tokens=RESERVE,
+                                                            extra_headers={"X-Rdmem-Session": session})
+        assert raw.headers["x-rdmem-compacted"] == "true"
+        assert raw.headers.get("x-rdmem-skipped") == skipped
+        history.append({"role": "assistant", "content": raw.parse().choices[0].message.content})
+    contents = [h["content"] for h in open_proxy.app.state.rdmem.pool.manager("default", session, budget=100).history()]
+    assert contents[-4:] == ["First question?", "Answer to First question?", "Second question?",
+                             "Answer to Second question?"]  # user turns stored after the bad message too
+
+
+# Item 8: model access never waits on memory.
+
+def test_a_keyed_server_whose_store_is_down_forwards_unchanged_without_memory(keyed_proxy, fake_openai):
+    live, store, secret = keyed_proxy
+    msgs = [{"role": "user", "content": "hi"}]
+    store.down = True
+    try:
+        raw = client(live).chat.completions.with_raw_response.create(
+            model="fake-model", messages=msgs, extra_headers={"X-Rdmem-Key": secret, "X-Rdmem-Session": "s"})
+    finally:
+        store.down = False
+    assert raw.status_code == 200 and raw.headers["x-rdmem-compacted"] == "failed"
+    assert raw.headers["x-rdmem-memory"] == "none" and "x-rdmem-session" not in raw.headers
+    assert fake_openai.requests[-1]["body"]["messages"] == msgs
+    assert fake_openai.requests[-1]["auth"] == "Bearer sk-upstream"  # the upstream still checks the client
+    assert store.sessions() == []  # no memory read or written without a valid key
+
+
+def test_the_proxys_401_names_its_key_header(keyed_proxy):
+    live, _, _ = keyed_proxy
+    with pytest.raises(openai.AuthenticationError) as info:
+        client(live).chat.completions.create(model="fake-model", messages=[{"role": "user", "content": "hi"}])
+    assert "X-Rdmem-Key" in str(info.value) and "Bearer" not in info.value.body["message"]
+
+
+def test_a_locked_sqlite_store_does_not_delay_the_stream(serve, fake_openai, minilm, tmp_path):
+    from rdmem.store.sqlite import SQLiteStore
+
+    path = tmp_path / "locked.db"
+    store = SQLiteStore(path)  # its busy timeout: 30 s
+    live = serve(create_app(ServerSettings(upstream=fake_openai.url, memory_timeout=1.0), store=store,
+                            embedder=minilm))
+    fake_openai.respond = lambda req: Reply(events=chunks("Fine.", pieces=2))
+    body = {"model": "fake-model", "stream": True, "messages": [{"role": "user", "content": "hi"}], "user": "busy"}
+    other = sqlite3.connect(path, isolation_level=None)
+    other.execute("BEGIN EXCLUSIVE")  # another process's writer holds the database
+    try:
+        start = time.monotonic()
+        with httpx.stream("POST", f"{live.url}/v1/chat/completions", json=body, timeout=60) as resp:
+            headers_at = time.monotonic() - start
+            text = resp.read().decode()
+        done_at = time.monotonic() - start
+    finally:
+        other.execute("ROLLBACK")
+        other.close()
+    assert resp.headers["x-rdmem-compacted"] == "failed" and "[DONE]" in text
+    # Within the memory bound, not the store's busy timeout (30 s; headers came at 30.6 s, [DONE] at 61.9 s).
+    assert headers_at < store.timeout / 5 and done_at < store.timeout / 5
+
+
+# Item 9: the smaller ones.
+
+def test_deeply_nested_json_is_a_400(open_proxy):
+    raw = b'{"messages": [], "x": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+    got = httpx.post(f"{open_proxy.url}/v1/chat/completions", content=raw,
+                     headers={"content-type": "application/json"}, timeout=30)
+    assert got.status_code == 400 and "nested too deeply" in got.json()["error"]["message"]
+
+
+def test_a_lone_surrogate_is_a_400_naming_the_field(open_proxy):
+    raw = b'{"model": "m", "messages": [{"role": "user", "content": "a \\ud800 b"}]}'
+    got = httpx.post(f"{open_proxy.url}/v1/chat/completions", content=raw,
+                     headers={"content-type": "application/json"}, timeout=30)
+    assert got.status_code == 400
+    assert got.json()["error"]["message"] == "messages[0].content is not valid Unicode (a lone surrogate)"
+
+
+def test_upstream_failures_carry_the_rdmem_headers(serve, minilm):
+    from .conftest import free_port
+
+    live = serve(create_app(ServerSettings(upstream=f"http://127.0.0.1:{free_port()}/v1"), store=MemoryStore(),
+                            embedder=minilm))
+    for stream in (False, True):
+        got = httpx.post(f"{live.url}/v1/chat/completions", timeout=30, json={
+            "model": "m", "stream": stream, "messages": [{"role": "user", "content": "hi"}], "user": "u"})
+        assert got.status_code == 502 and got.headers["x-rdmem-session"] == "u"
+        assert got.headers["x-rdmem-compacted"] == "false" and got.headers["x-rdmem-memory"] == "session"
+
+
+def test_the_proxys_400_and_401_are_in_the_openapi_schema(open_proxy):
+    doc = httpx.get(f"{open_proxy.url}/openapi.json", timeout=30).json()
+    answers = doc["paths"]["/v1/chat/completions"]["post"]["responses"]
+    assert {"400", "401"} <= set(answers)
+    assert answers["401"]["content"]["application/json"]["schema"] == {"$ref": "#/components/schemas/ErrorResponse"}
+
+
+def test_only_allow_listed_client_headers_go_upstream(open_proxy, fake_openai):
+    client(open_proxy, default_headers={"Cookie": "sid=secret", "X-Forwarded-For": "10.0.0.1",
+                                        "OpenAI-Organization": "org-1", "X-Rdmem-Session": "h"}) \
+        .chat.completions.create(model="fake-model", messages=[{"role": "user", "content": "hi"}])
+    sent = {k.lower(): v for k, v in fake_openai.requests[-1]["headers"].items()}
+    assert sent["openai-organization"] == "org-1" and sent["authorization"] == "Bearer sk-upstream"
+    assert "cookie" not in sent and "x-forwarded-for" not in sent and "x-rdmem-session" not in sent
+
+
+def test_max_tokens_larger_than_the_window_is_said_not_silent(open_proxy, fake_openai, caplog):
+    with caplog.at_level(logging.WARNING, logger="rdmem.server"):
+        raw = client(open_proxy).chat.completions.with_raw_response.create(
+            model="fake-model", messages=[{"role": "user", "content": "hi"}], max_tokens=WINDOW + 1)
+    assert "leaves no room" in raw.headers["x-rdmem-warning"]
+    assert any("leaves no room" in r.getMessage() for r in caplog.records)
+
+
+def test_a_streamed_reply_stored_off_the_relay_is_stored_once_when_the_next_request_comes_at_once(
+        open_proxy, fake_openai, monkeypatch):
+    from rdmem.server import routes_proxy
+
+    slow = routes_proxy.store_reply
+
+    def store_reply(*args):  # a store slower than the client's next request
+        time.sleep(0.5)
+        slow(*args)
+
+    monkeypatch.setattr(routes_proxy, "store_reply", store_reply)
+    oai = client(open_proxy)
+    history = [{"role": "user", "content": "Tell me a story."}]
+    for n in range(3):
+        fake_openai.respond = lambda req, n=n: Reply(events=chunks(f"Story part {n}.", pieces=3))
+        text = "".join(c.choices[0].delta.content or "" for c in oai.chat.completions.create(
+            model="fake-model", messages=history, stream=True, user="once") if c.choices)
+        history += [{"role": "assistant", "content": text}, {"role": "user", "content": f"And then {n}?"}]
+    mem = open_proxy.app.state.rdmem.pool.manager("default", "once", budget=100)
+    sent = history[:-1]  # the last question was never asked
+    settled(lambda: len(mem.history()) >= len(sent))
+    time.sleep(0.2)
+    assert [h["content"] for h in mem.history()] == [m["content"] for m in sent]  # each once, in order
+
+
+def test_rdmem_serve_takes_derive_sessions_and_memory_timeout(rdmem_serve, fake_openai):
+    server = rdmem_serve("--upstream", fake_openai.url, "--derive-sessions", "--memory-timeout", "30",
+                         "--policy", "window")
+    got = httpx.post(f"{server.url}/v1/chat/completions", timeout=60,
+                     json={"model": "m", "messages": [{"role": "user", "content": "hello"}]})
+    assert got.status_code == 200 and got.headers["x-rdmem-memory"] == "session"
+    assert got.headers["x-rdmem-session"].startswith("chat-") and got.headers["x-rdmem-compacted"] == "false"
