@@ -134,10 +134,13 @@ def test_bad_input_is_a_tool_error_that_names_the_problem():
 
 
 class _NoModel:
-    """An embedder as a user without the embeddings extra has it: loading the model fails."""
+    """An embedder as a user without the embeddings extra has it: loading the model fails (as rdmem.embed
+    says it)."""
 
     def embed(self, texts):
-        raise ImportError("the default embedder needs sentence-transformers: pip install 'rdmem[embeddings]'")
+        from rdmem.errors import MissingDependency
+
+        raise MissingDependency("the default embedder needs sentence-transformers: pip install 'rdmem[embeddings]'")
 
 
 def test_a_missing_embedding_model_is_a_tool_error_that_says_what_to_install():
@@ -349,3 +352,26 @@ def test_the_example_runs():
     assert "recall 'peanut allergy': m0 Remember that I'm allergic to peanuts." in out
     assert "newest: Thanks! And a dessert without nuts?" in out
     assert '"session":"alice","units":65' in out
+
+
+class _Broken:
+    """Sessions whose every call hits a bug (not the caller's fault)."""
+
+    def manager(self, session):
+        raise RuntimeError("secret internals")
+
+    extend = sessions = delete_session = manager
+
+
+def test_a_bug_is_an_error_id_for_the_client_and_a_traceback_in_the_log(caplog):
+    """Only InvalidInput's text reaches the client; anything else is an error id, logged with its traceback."""
+    async def go():
+        async with Client(create_mcp_server(policy="window", sessions_for=lambda request: _Broken())) as client:
+            return await error(client, "recall", query="x")
+
+    with caplog.at_level("ERROR", logger="rdmem.mcp"):
+        text = run(go())
+    assert text.startswith("Error executing tool recall: internal error ") and "secret" not in text
+    error_id = text.split("internal error ")[1].split(";")[0]
+    logged = [r for r in caplog.records if r.name == "rdmem.mcp" and error_id in r.getMessage()]
+    assert len(logged) == 1 and logged[0].exc_info and "secret internals" in str(logged[0].exc_info[1])

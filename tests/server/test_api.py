@@ -115,9 +115,9 @@ def test_mem0_subset(api):
     ("method", "path", "body", "status", "message"),
     [
         ("post", "/v1/sessions/s/messages", {"messages": [{"role": "user", "content": "x"}] * 51}, 400,
-         "at most 50 messages per request, got 51"),
+         "messages: more than 50 messages in one request; the limit is 50 (max_messages)"),
         ("post", "/v1/sessions/s/messages", {"messages": [{"role": "user", "content": "x" * 5001}]}, 400,
-         "message 0: content of 5001 characters is over the limit of 5000"),
+         "messages[0].content: 5001 characters, over the limit of 5000 (max_message_chars)"),
         ("post", "/v1/sessions/s/messages", {"messages": [{"role": "robot", "content": "x"}]}, 422,
          "messages[0]: Input tag 'robot' found using 'role' does not match"),
         ("post", "/v1/sessions/s/messages",

@@ -158,7 +158,8 @@ def register(sub: Any) -> None:
     limits.add_argument("--max-messages", type=whole_number("messages"), default=1000,
                         help="messages per request (default 1000)")
     limits.add_argument("--max-message-chars", type=whole_number("characters"), default=200_000,
-                        help="characters of one message's content (default 200000)")
+                        help="characters of any string in a message, every field counted: content, name, "
+                        "tool calls, metadata (default 200000)")
     limits.add_argument("--max-budget", type=positive_int, default=1_000_000, help="tokens a request may ask for")
     limits.add_argument("--rate-requests", type=whole_number("requests per minute"), default=None,
                         help="requests per minute per tenant (default: no limit); over it, 429 with Retry-After")

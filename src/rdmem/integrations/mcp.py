@@ -26,13 +26,14 @@ import contextvars
 import json
 import logging
 import threading
+import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from typing import Annotated, Any, Literal, Protocol
 
 from pydantic import BaseModel, Field
 
-from ..errors import InvalidInput, InvalidType, MissingDependency
+from ..errors import InvalidInput, InvalidType, MissingDependency, UnknownIdError
 
 try:
     from mcp.server.mcpserver import MCPServer
@@ -45,6 +46,7 @@ except ImportError as exc:  # pragma: no cover - the extra is missing
 
 from .._wire import ChatMessage, JsonPositiveInt, SessionSummary, message_dict
 from ..embed import Embedder, get_embedder
+from ..limits import Limits, check_messages, check_text, load_json, read_body
 from ..manager import MemoryManager
 from ..names import check_session_name
 from ..policies import get_policy
@@ -54,6 +56,7 @@ from ..tokens import check_budget
 __all__ = ["create_mcp_server", "HTTPEndpoint", "CALLER", "SessionAccess", "StoreSessions", "ChatMessage", "Remembered", "Hit", "Recalled",
            "ModelContext", "Forgotten", "Decision", "Explanation", "SessionSummary", "SessionList", "SESSIONS_URI"]
 
+log = logging.getLogger("rdmem.mcp")
 SESSIONS_URI = "rdmem://sessions"
 #: The key of an HTTP request's ASGI scope that holds who :class:`HTTPEndpoint` found is calling.
 CALLER = "rdmem.caller"
@@ -175,13 +178,22 @@ class StoreSessions:
 
 @contextmanager
 def _user_errors() -> Iterator[None]:
-    """Bad input, and a missing optional dependency (the default policy's embedding model), become a tool
-    error the model and its user can read (the SDK hides any other exception's text)."""
+    """What the caller can fix (:class:`~rdmem.errors.InvalidInput`), and a missing optional part (what to
+    install), become a tool error with its text. Anything else is ours: the tool error says only an error id,
+    which the log's line (and traceback) carries (the SDK would answer "Error executing tool" and log it
+    without an id)."""
     try:
         yield
-    except (ValueError, TypeError, LookupError, StoreError, ImportError) as exc:
-        text = str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc)  # KeyError quotes its text
-        raise ToolError(text) from exc
+    except (InvalidInput, MissingDependency) as exc:
+        raise ToolError(str(exc)) from exc
+    except StoreError as exc:
+        error_id = uuid.uuid4().hex[:16]
+        log.error("rdmem mcp: store error %s: %s", error_id, exc)
+        raise ToolError(f"the store is unavailable (error {error_id}; see the server's log); retry later") from exc
+    except Exception as exc:
+        error_id = uuid.uuid4().hex[:16]
+        log.exception("rdmem mcp: internal error %s", error_id)
+        raise ToolError(f"internal error {error_id}; see the server's log") from exc
 
 
 async def _bind_request(ctx: Any, call_next: Any) -> Any:
@@ -212,6 +224,8 @@ def create_mcp_server(
     embedder: Embedder | str | None = None,
     sessions_for: Callable[[Any], SessionAccess] | None = None,
     max_budget: int | None = 1_000_000,
+    max_messages: int = 1000,
+    max_message_chars: int = 200_000,
     name: str = "rdmem",
 ) -> MCPServer:
     """An MCP server (SDK v2 ``MCPServer``) whose tools read and write rdmem sessions.
@@ -233,6 +247,10 @@ def create_mcp_server(
     max_budget:
         The largest budget a call may ask for (tokens; default 1,000,000, as
         ``rdmem serve``); ``None``: no limit.
+    max_messages, max_message_chars:
+        ``remember``'s limits, as ``rdmem serve``'s (:mod:`rdmem.limits`): at
+        most this many messages a call, each of at most this many characters
+        (every field counted); also the longest query.
 
     >>> import asyncio
     >>> server = create_mcp_server(policy="window")
@@ -245,6 +263,8 @@ def create_mcp_server(
         raise InvalidInput(f"session must be a non-empty string, got {session!r}")
     if max_budget is not None:
         check_budget(max_budget, "max_budget")
+    limits = Limits(max_messages=check_budget(max_messages, "max_messages"),
+                    max_message_chars=check_budget(max_message_chars, "max_message_chars"))
     if sessions_for is None:
         if store is not None and not isinstance(store, (str, Store)):
             raise InvalidType(f"store must be a URL or a store object, got {type(store).__name__}")
@@ -254,7 +274,7 @@ def create_mcp_server(
     handlers, level = root.handlers[:], root.level
     server = MCPServer(name, instructions=_INSTRUCTIONS, log_level="WARNING", middleware=[_bind_request])
     root.handlers[:], root.level = handlers, level  # the SDK configures the root logger: the host's to decide
-    _add_tools(server, sessions_for, session, budget, max_budget)
+    _add_tools(server, sessions_for, session, budget, max_budget, limits)
     return server
 
 
@@ -266,7 +286,7 @@ _INSTRUCTIONS = (
 
 
 def _add_tools(server: MCPServer, sessions_for: Callable[[Any], SessionAccess], default: str, budget: int,
-               max_budget: int | None) -> None:
+               max_budget: int | None, limits: Limits) -> None:
     """The five tools and the sessions resource (closures over how a call finds its sessions)."""
 
     def manager(session: str | None) -> tuple[str, MemoryManager]:
@@ -288,6 +308,8 @@ def _add_tools(server: MCPServer, sessions_for: Callable[[Any], SessionAccess], 
                 raise InvalidInput("give content (one message) or messages (a list), not both and not neither")
             batch = [{"role": role, "content": content}] if content is not None else \
                 [message_dict(m) for m in messages or ()]
+            check_text(content, "content", limits)
+            check_messages(batch, limits)
             name = session or default
             return Remembered(session=name, ids=sessions_for(_REQUEST.get()).extend(name, batch))
 
@@ -296,6 +318,7 @@ def _add_tools(server: MCPServer, sessions_for: Callable[[Any], SessionAccess], 
                session: _Session = None) -> Recalled:
         """Search everything the session ever stored (archived messages too) for `query`; best first."""
         with _user_errors():
+            check_text(query, "query", limits)
             name, mem = manager(session)
             hits = mem.search(query, k=k)
             return Recalled(session=name, query=query, results=[
@@ -307,6 +330,7 @@ def _add_tools(server: MCPServer, sessions_for: Callable[[Any], SessionAccess], 
         """The conversation to send the model now, within `budget` tokens: recent turns, and with a `query`
         (the user's question) the old turns it needs; a valid chat history (tool calls with their results)."""
         with _user_errors():
+            check_text(query, "query", limits)
             name, mem = manager(session)
             ctx = mem.context(query, budget=budget_of(budget), warn=False)
             return ModelContext(session=name, messages=ctx.messages, tokens=ctx.tokens, budget=ctx.budget,
@@ -322,12 +346,12 @@ def _add_tools(server: MCPServer, sessions_for: Callable[[Any], SessionAccess], 
             access = sessions_for(_REQUEST.get())
             if whole_session:
                 if not access.delete_session(name):
-                    raise LookupError(f"no session {name!r}")
+                    raise UnknownIdError(f"no session {name!r}")
                 return Forgotten(session=name, deleted=[], session_deleted=True)
             mem = access.manager(name)
             missing = sorted(set(ids or ()) - set(mem.originals(ids or ())))
             if missing:
-                raise LookupError(f"session {name!r} has no message {', '.join(map(repr, missing))}; nothing "
+                raise UnknownIdError(f"session {name!r} has no message {', '.join(map(repr, missing))}; nothing "
                                   "was deleted")
             return Forgotten(session=name, deleted=mem.delete(list(ids or ())), session_deleted=False)
 
@@ -335,6 +359,7 @@ def _add_tools(server: MCPServer, sessions_for: Callable[[Any], SessionAccess], 
     def explain(query: _Query = None, budget: _Budget = None, session: _Session = None) -> Explanation:
         """Why each stored message would be kept, compressed, summarized or archived for this budget/query."""
         with _user_errors():
+            check_text(query, "query", limits)
             name, mem = manager(session)
             ctx = mem.context(query, budget=budget_of(budget), warn=False)
             return Explanation(session=name, text=ctx.explain(), tokens=ctx.tokens, budget=ctx.budget,
@@ -368,15 +393,17 @@ class HTTPEndpoint:
     ``sessions_for`` to read. The caller is read from each call's own
     request, never from an earlier one. ``security`` configures the SDK's
     DNS-rebinding protection (the ``Host`` and ``Origin`` values answered;
-    ``None``: the SDK's default for loopback). Enter :meth:`run` in the app's
-    lifespan.
+    ``None``: the SDK's default for loopback). ``limits``: a call's messages
+    are counted while its body is parsed, and a body over them is refused
+    before the SDK builds it. Enter :meth:`run` in the app's lifespan.
     """
 
     def __init__(self, server: MCPServer, authenticate: Callable[[Request], Awaitable[Any]], *,
-                 security: TransportSecuritySettings | None = None) -> None:
+                 security: TransportSecuritySettings | None = None, limits: Limits | None = None) -> None:
         self.server = server
         self.authenticate = authenticate
         self.security = security
+        self.limits = limits
         self._manager: Any = None
 
     @asynccontextmanager
@@ -396,4 +423,24 @@ class HTTPEndpoint:
         if self._manager is None:
             raise RuntimeError("the MCP endpoint is not running: enter HTTPEndpoint.run() in the app's lifespan")
         caller = await self.authenticate(Request(scope))  # headers only: the body stays for the SDK
+        if self.limits is not None and scope.get("method") == "POST":
+            receive = await self._within_limits(receive, send)
+            if receive is None:
+                return
         await self._manager.handle_request({**scope, CALLER: caller}, receive, send)
+
+    async def _within_limits(self, receive: Any, send: Any) -> Any:
+        """The body read and checked (a ``tools/call``'s ``messages`` one at a time): over a limit, a JSON-RPC
+        error (HTTP 400) before the SDK builds it whole, and ``None``; else a ``receive`` that replays it."""
+        body, replay = await read_body(receive)
+        try:
+            load_json(body, self.limits, at=(("params", "arguments", "messages"),))  # type: ignore[arg-type]
+        except InvalidInput as exc:
+            answer = json.dumps({"jsonrpc": "2.0", "id": None, "error": {"code": -32602, "message": str(exc)}})
+            await send({"type": "http.response.start", "status": 400, "headers": [
+                (b"content-type", b"application/json"), (b"content-length", str(len(answer)).encode())]})
+            await send({"type": "http.response.body", "body": answer.encode()})
+            return None
+        except (ValueError, UnicodeDecodeError):
+            pass  # not JSON: the SDK answers it
+        return replay

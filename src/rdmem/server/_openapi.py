@@ -78,9 +78,9 @@ def _limits(doc: dict[str, Any], s: ServerSettings) -> None:
 
     for schema in ("AddRequest", "Mem0Add"):
         _bound(prop(schema, "messages"), "array", maxItems=s.max_messages)
-    for schema in _MESSAGE_SCHEMAS:
-        _bound(prop(schema, "content"), "string", maxLength=s.max_message_chars)
-    _bound(prop("TextPart", "text"), "string", maxLength=s.max_message_chars)
+    for schema in (*_MESSAGE_SCHEMAS, "TextPart", "ToolCall", "FunctionCall"):  # every string (rdmem.limits)
+        for value in schemas.get(schema, {}).get("properties", {}).values():
+            _bound(value, "string", maxLength=s.max_message_chars)
     for schema in ("ContextRequest", "ExplainRequest"):
         _bound(prop(schema, "budget"), "integer", maximum=s.max_budget)
     _bound(prop("SearchRequest", "k"), "integer", maximum=s.max_page)

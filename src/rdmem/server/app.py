@@ -21,6 +21,7 @@ from fastapi.responses import PlainTextResponse
 from .. import __version__
 from ..embed import Embedder
 from ..errors import InvalidInput
+from ..limits import Limits
 from ..store import Store, open_store
 from ._openapi import install_openapi
 from .auth import RDMEM_KEY_HEADER, Tenant, tenant_of
@@ -226,11 +227,13 @@ def _mcp_endpoint(settings: ServerSettings, hosts: HostRule) -> Any:
 
     server = create_mcp_server(
         budget=settings.budget, policy=settings.policy, max_budget=settings.max_budget,
+        max_messages=settings.max_messages, max_message_chars=settings.max_message_chars,
         sessions_for=lambda request: _TenantSessions(request.app.state.rdmem.pool, request.scope[CALLER]))
     allowed_hosts, allowed_origins = hosts.mcp_patterns()
     security = TransportSecuritySettings(enable_dns_rebinding_protection=not hosts.any_host,
                                          allowed_hosts=allowed_hosts, allowed_origins=allowed_origins)
-    return HTTPEndpoint(server, _mcp_tenant, security=security)
+    return HTTPEndpoint(server, _mcp_tenant, security=security, limits=Limits(
+        max_messages=settings.max_messages, max_message_chars=settings.max_message_chars))
 
 
 def app_from_env() -> FastAPI:

@@ -26,7 +26,9 @@ from fastapi import APIRouter, Query, Request
 
 from ..names import MAX_SESSION_CHARS, SESSION_NAME_PATTERN, check_session_name
 from .auth import Tenant
+from ..limits import check_text
 from .errors import ApiError
+from .limits import LimitedRoute
 from .protocol import (
     ErrorResponse,
     Mem0Add,
@@ -42,7 +44,7 @@ __all__ = ["router"]
 
 _SCOPE = ("user_id", "agent_id", "run_id")
 _PREFIX = "mem0:"
-router = APIRouter(tags=["mem0"], responses={
+router = APIRouter(tags=["mem0"], route_class=LimitedRoute, responses={
     400: {"model": ErrorResponse, "description": "no scope (user_id, agent_id or run_id) or a bad request"},
     401: {"model": ErrorResponse, "description": "missing or invalid API key"},
     404: {"model": ErrorResponse, "description": "no such memory"},
@@ -171,6 +173,7 @@ def search_memories(body: Mem0Search, tenant: Tenant, request: Request) -> Mem0R
     filters = body.filters.model_dump(exclude_none=True) if body.filters else {}
     scope = _scope({**filters, **{k: v for k, v in body.model_dump().items() if k in _SCOPE and v}})
     k = body.top_k or body.limit or 20
+    check_text(body.query, "query", state.settings)
     if k > state.settings.max_page:
         raise ApiError(400, f"top_k must be at most {state.settings.max_page}, got {k}")
     found = []  # each scope's best k by rdmem's ranking (lexical and dense, fused), then scored alike

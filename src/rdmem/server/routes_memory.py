@@ -13,10 +13,12 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query, Request, Response
 from pydantic import BaseModel
 
+from ..limits import check_messages as check_limits, check_text
 from ..policies import POLICIES, get_policy
 from ..result import Compaction
 from .auth import Tenant
 from .errors import ApiError
+from .limits import LimitedRoute
 from .protocol import (
     AddRequest,
     AddResponse,
@@ -52,7 +54,7 @@ _LINKS = {"links": {
     "PageMessages": {"operationId": "list_messages", "parameters": {"session": "$request.path.session"}},
 }}
 
-router = APIRouter(prefix="/v1", tags=["memory"], responses=_ERRORS)
+router = APIRouter(prefix="/v1", tags=["memory"], responses=_ERRORS, route_class=LimitedRoute)
 
 
 def _state(request: Request) -> Any:
@@ -60,21 +62,15 @@ def _state(request: Request) -> Any:
 
 
 def check_messages(messages: list[dict[str, Any]], settings: Any) -> None:
-    """The request limits on messages (a rejected batch stores nothing)."""
-    if len(messages) > settings.max_messages:
-        raise ApiError(400, f"at most {settings.max_messages} messages per request, got {len(messages)}")
+    """The request limits on messages (:mod:`rdmem.limits`), and no id given twice (a rejected batch stores
+    nothing)."""
+    check_limits(messages, settings)
     seen: set[str] = set()
     for i, m in enumerate(messages):
         if m.get("id") is not None:
             if m["id"] in seen:
                 raise ApiError(409, f"message {i}: id {m['id']!r} is given twice in this request; nothing was written")
             seen.add(m["id"])
-        content = m.get("content")
-        size = len(content) if isinstance(content, str) else sum(
-            len(p.get("text", "")) for p in content or () if isinstance(p, dict) and isinstance(p.get("text"), str))
-        if size > settings.max_message_chars:
-            raise ApiError(400, f"message {i}: content of {size} characters is over the limit of "
-                           f"{settings.max_message_chars}")
 
 
 def _send(answer: BaseModel) -> Response:
@@ -236,6 +232,7 @@ def session_context(state: Any, tenant: str, session: str, *, budget: int | None
     """The context the session gives now for ``budget`` (default: the server's) and ``query``, and that
     budget; it writes nothing."""
     _must_exist(state, tenant, session)
+    check_text(query, "query", state.settings)
     name = _policy(policy, mode)
     budget = budget or state.settings.budget
     mem = state.pool.manager(tenant, session, policy=name)
@@ -249,6 +246,7 @@ def session_search(state: Any, tenant: str, session: str, query: str, *, k: int 
     _must_exist(state, tenant, session)
     if k > state.settings.max_page:
         raise ApiError(400, f"k must be at most {state.settings.max_page}, got {k}")
+    check_text(query, "query", state.settings)
     return [SearchHit(**h) for h in state.pool.manager(tenant, session).search(query, k=k)]
 
 

@@ -24,7 +24,6 @@ Headers say what happened: ``X-Rdmem-Session`` (absent: no session),
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from collections.abc import AsyncIterator
 from typing import Any
@@ -32,6 +31,8 @@ from typing import Any
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
 
+from ..errors import InvalidInput
+from ..limits import HasLimits, Limits, read_chat_body
 from ._proxy_memory import SESSION_HEADER, Prepared, prepare, session_of, store_reply
 from ._replies import ReplyCollector
 from .auth import ProxyTenant
@@ -83,16 +84,13 @@ def _lone_surrogate(value: Any, path: str = "") -> str | None:
     return None
 
 
-def read_request(raw: bytes) -> dict[str, Any]:
-    """The request's body, checked as far as the proxy needs it (a 400 otherwise): the one place it is parsed."""
+def read_request(raw: bytes, limits: HasLimits | None = None) -> dict[str, Any]:
+    """The request's body, checked as far as the proxy needs it (a 400 otherwise): the one place it is parsed,
+    within the limits (:func:`rdmem.limits.read_chat_body`: the messages counted while they are read)."""
     try:
-        body = json.loads(raw)
-    except RecursionError:
-        raise ApiError(400, "the body is nested too deeply", code="invalid_request") from None
-    except ValueError:
-        body = None
-    if not isinstance(body, dict) or not isinstance(body.get("messages"), list):
-        raise ApiError(400, "the body must be a JSON object with a 'messages' list", code="invalid_request")
+        body = read_chat_body(raw, limits or Limits())
+    except InvalidInput as exc:
+        raise ApiError(400, str(exc), code="invalid_request") from None
     bad = _lone_surrogate(body)
     if bad is not None:
         raise ApiError(400, f"{bad} is not valid Unicode (a lone surrogate)", code="invalid_request")
@@ -144,7 +142,7 @@ def _store_later(state: Any, where: tuple[str, str, int], message: dict[str, Any
 async def chat_completions(request: Request, tenant: ProxyTenant) -> Response:
     """An OpenAI chat completion, through rdmem: the history compacted when it does not fit the model."""
     state = request.app.state.rdmem
-    body = read_request(await request.body())
+    body = read_request(await request.body(), state.settings)  # the limits: a 400 naming limit and field
     session, derived = (None, False) if tenant is None else \
         session_of(request.headers, body, tenant, state.settings.derive_sessions)
     headers = {"X-Rdmem-Compacted": "false", "X-Rdmem-Memory": "session" if session else "none"}

@@ -50,7 +50,9 @@ class ServerSettings:
     reply_reserve:
         Tokens kept for the reply when a request gives no ``max_tokens``.
     max_body_bytes, max_messages, max_message_chars, max_budget, max_page:
-        Limits: a larger request is refused (413 for the body, 400 for the rest).
+        Limits (:mod:`rdmem.limits`, at every door: REST, mem0, the proxy, MCP):
+        a larger request is refused (413 for the body, 400 for the rest);
+        ``max_message_chars`` bounds every string of a message, whatever its field.
     host:
         The address the server listens on: on loopback, only loopback ``Host``
         values are answered (DNS rebinding), and those of ``allowed_hosts``.
