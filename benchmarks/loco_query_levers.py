@@ -18,6 +18,14 @@ Signals (each computed from the question and the conversation only):
                            question's words and its 5 nearest turns (HippoRAG's recipe without its LLM)
   hopK                     second hop: z-scored best cosine to one of the first pass's K best turns
   spk_x_cosz, spk_x_bm     speaker match x cosine z-score / BM25
+  sess_max, sess_bm        the best cosine z-score / BM25 among the turns of the turn's session (LoCoMo's dia_id)
+  sess_rank                the rank of the turn's session by its best first-pass score (cosine z + BM25 z)
+  sess_mean                the mean cosine z-score of the turn's session
+  winK_max                 the best cosine z-score within K turns either side (no session labels needed)
+  wsum                     the first-pass score plus 0.5 x the session's best first-pass score
+
+A variant may end with "@spreadG" (G in (0, 1)): instead of the exact knapsack, a greedy by value per token
+that discounts a turn's value by G for every turn already taken from its session (coverage over sessions).
 
     HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/loco_query_levers.py [--data PATH] VARIANT ...
 
@@ -136,6 +144,43 @@ def _ppr(ctx: ScoringContext, cos: np.ndarray, alpha: float = 0.5, iters: int = 
     return np.log1p(ru * n)
 
 
+def session_signals(xq: np.ndarray, sess: np.ndarray) -> dict[str, np.ndarray]:
+    """Signals computed from the cached query features and each turn's session label."""
+    cosz, bm = xq[:, QUERY_FEATURES.index("cos_z")], xq[:, QUERY_FEATURES.index("bm25")]
+    first = cosz + _z(bm)
+    out = {k: np.zeros(len(sess)) for k in ("sess_max", "sess_bm", "sess_mean", "sess_best")}
+    for s in np.unique(sess):
+        m = sess == s
+        out["sess_max"][m], out["sess_bm"][m] = cosz[m].max(), bm[m].max()
+        out["sess_mean"][m], out["sess_best"][m] = cosz[m].mean(), first[m].max()
+    labels = np.unique(sess)
+    best = np.array([first[sess == s].max() for s in labels])
+    rank = dict(zip(labels, _rank_feature(best - best.min() + 1e-3)))
+    out["sess_rank"] = np.array([rank[s] for s in sess])
+    out["wsum"] = first + 0.5 * out["sess_best"]
+    n = len(sess)
+    for k in (3, 5, 10):
+        pad = np.concatenate([np.full(k, -9.0), cosz, np.full(k, -9.0)])
+        out[f"win{k}_max"] = np.lib.stride_tricks.sliding_window_view(pad, 2 * k + 1).max(axis=1)[:n]
+    return out
+
+
+def spread_select(p: np.ndarray, cost: np.ndarray, sess: np.ndarray, budget: int, g: float) -> np.ndarray:
+    """Greedy by value per token; a turn's value shrinks by ``g`` for each turn already taken from its session."""
+    taken: dict[int, int] = {}
+    chosen = np.zeros(len(p), bool)
+    left = budget
+    dens = p / np.maximum(cost, 1)
+    while True:
+        eff = dens * np.power(g, [taken.get(s, 0) for s in sess])
+        eff[chosen | (cost > left)] = -1.0
+        i = int(np.argmax(eff))
+        if eff[i] <= 0:
+            return np.flatnonzero(chosen)
+        chosen[i], left = True, left - cost[i]
+        taken[sess[i]] = taken.get(sess[i], 0) + 1
+
+
 def build(path: str) -> tuple[list[dict], list[np.ndarray], list[list[tuple]]]:
     emb, tok, convs = locomo_setup(path)
     rows = [training_rows(c, tok, emb) for c in convs]
@@ -172,6 +217,15 @@ def main() -> None:
         rows, costs, data = build(args.data)
         CACHE.parent.mkdir(parents=True, exist_ok=True)
         CACHE.write_bytes(pickle.dumps((rows, costs, data)))
+    from rdmem.datasets import load_locomo
+    from rdmem.tokens import get_tokenizer
+
+    tok = get_tokenizer("cl100k_base")
+    sessions = [np.array([int(u.id.split(":")[0].lstrip("D")) for u in encode_units(c.select([1, 2, 3, 4]).messages, tok)])
+                for c in load_locomo(args.data)]
+    for ci, per in enumerate(data):
+        for xq, sig, _, _ in per:
+            sig.update(session_signals(xq, sessions[ci]))
     qi = QUERY_FEATURES.index("prior_logit")
     folds = range(len(rows))
     logits = {}
@@ -185,6 +239,7 @@ def main() -> None:
     print(f"query model, leave-one-conversation-out ({len(rows)} conversations, features built in "
           f"{time.time() - t0:.0f} s); recall [95% CI] (multi-hop temporal open-domain single-hop)")
     for variant in args.variants:
+        variant, _, spread = variant.partition("@spread")
         extra = [v for v in variant.split("+") if v]
         names = QUERY_FEATURES + tuple(extra)
 
@@ -204,14 +259,19 @@ def main() -> None:
             )
             for k, (_, _, y, cat) in enumerate(data[test]):
                 p = model.predict(matrix(test, k, lg[test]))
-                recs.append((cat, [y[knapsack(p, costs[test], b)].sum() / y.sum() for b in BUDGETS]))
+                if spread:
+                    picks = [spread_select(p, costs[test], sessions[test], b, float(spread)) for b in BUDGETS]
+                else:
+                    picks = [knapsack(p, costs[test], b) for b in BUDGETS]
+                recs.append((cat, [y[ix].sum() / y.sum() for ix in picks]))
         cells = []
         for j, b in enumerate(BUDGETS):
             v = np.array([r[1][j] for r in recs])
             boot = np.random.default_rng(0).choice(v, (1000, len(v))).mean(axis=1)
             per = " ".join(f"{np.mean([r[1][j] for r in recs if r[0] == c]):.3f}" for c in (1, 2, 3, 4))
             cells.append(f"{b}: {v.mean():.3f} [{np.percentile(boot, 2.5):.3f}, {np.percentile(boot, 97.5):.3f}] ({per})")
-        print(f"{variant or 'shipped features':<34} " + " | ".join(cells), flush=True)
+        label = (variant or "shipped features") + (f" @spread{spread}" if spread else "")
+        print(f"{label:<34} " + " | ".join(cells), flush=True)
 
 
 if __name__ == "__main__":
