@@ -24,8 +24,12 @@ Signals (each computed from the question and the conversation only):
   winK_max                 the best cosine z-score within K turns either side (no session labels needed)
   wsum                     the first-pass score plus 0.5 x the session's best first-pass score
 
-A variant may end with "@spreadG" (G in (0, 1)): instead of the exact knapsack, a greedy by value per token
-that discounts a turn's value by G for every turn already taken from its session (coverage over sessions).
+A variant may end with options, each after "@":
+  spreadG   (G in (0, 1)) instead of the exact knapsack, a greedy by value per token that discounts a turn's
+            value by G for every turn already taken from its session (coverage over sessions)
+  cwW       the training rows of multi-hop and open-domain questions weigh W (class weighting)
+  qtype     question-type interactions: flags "names two or more people / says both" and "asks what would,
+            might or is likely", each alone and times cos_z, bm25, nb_cos_z, speaker_match, prior_logit
 
     HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/loco_query_levers.py [--data PATH] VARIANT ...
 
@@ -38,6 +42,7 @@ from __future__ import annotations
 import argparse
 import os
 import pickle
+import re
 import sys
 import time
 import warnings
@@ -165,6 +170,20 @@ def session_signals(xq: np.ndarray, sess: np.ndarray) -> dict[str, np.ndarray]:
     return out
 
 
+_HYP = re.compile(r"\b(?:would|might|likely|could|probably)\b", re.IGNORECASE)
+_BOTH = re.compile(r"\b(?:both|and)\b", re.IGNORECASE)
+_INTERACT = ("cos_z", "bm25", "nb_cos_z", "speaker_match", "prior_logit")
+
+
+def qtype_columns(question: str, xq: np.ndarray) -> np.ndarray:
+    """Question-type flags and their products with the main query features (see ``qtype``)."""
+    many = float(len(query_entities(question)) >= 2 or bool(_BOTH.search(question)))
+    flags = (many, float(bool(_HYP.search(question))))
+    cols = [np.full(len(xq), f) for f in flags]
+    cols += [f * xq[:, QUERY_FEATURES.index(name)] for f in flags for name in _INTERACT]
+    return np.column_stack(cols)
+
+
 def spread_select(p: np.ndarray, cost: np.ndarray, sess: np.ndarray, budget: int, g: float) -> np.ndarray:
     """Greedy by value per token; a turn's value shrinks by ``g`` for each turn already taken from its session."""
     taken: dict[int, int] = {}
@@ -223,6 +242,7 @@ def main() -> None:
     tok = get_tokenizer("cl100k_base")
     sessions = [np.array([int(u.id.split(":")[0].lstrip("D")) for u in encode_units(c.select([1, 2, 3, 4]).messages, tok)])
                 for c in load_locomo(args.data)]
+    questions = [[p.question for p in c.select([1, 2, 3, 4]).probes if p.evidence] for c in load_locomo(args.data)]
     for ci, per in enumerate(data):
         for xq, sig, _, _ in per:
             sig.update(session_signals(xq, sessions[ci]))
@@ -239,15 +259,24 @@ def main() -> None:
     print(f"query model, leave-one-conversation-out ({len(rows)} conversations, features built in "
           f"{time.time() - t0:.0f} s); recall [95% CI] (multi-hop temporal open-domain single-hop)")
     for variant in args.variants:
-        variant, _, spread = variant.partition("@spread")
+        label = variant or "shipped features"
+        variant, *opts = variant.split("@")
+        spread = next((o[6:] for o in opts if o.startswith("spread")), "")
+        cw = float(next((o[2:] for o in opts if o.startswith("cw")), "1"))
+        qtype = "qtype" in opts
         extra = [v for v in variant.split("+") if v]
         names = QUERY_FEATURES + tuple(extra)
+        if qtype:
+            names += ("q_many", "q_hyp") + tuple(f"q_{f}_x_{n}" for f in ("many", "hyp") for n in _INTERACT)
 
         def matrix(ci: int, k: int, logit: np.ndarray) -> np.ndarray:
             xq, sig, _, _ = data[ci][k]
             xq = xq.copy()
             xq[:, qi] = logit
-            return np.hstack([xq] + [sig[s][:, None] for s in extra])
+            cols = [xq] + [sig[s][:, None] for s in extra]
+            if qtype:
+                cols.append(qtype_columns(questions[ci][k], data[ci][k][0]))
+            return np.hstack(cols)
 
         recs = []
         for test in folds:
@@ -256,6 +285,8 @@ def main() -> None:
             model = LogisticModel(names).fit(
                 np.vstack([matrix(i, k, lg[i]) for i in train for k in range(len(data[i]))]),
                 np.concatenate([data[i][k][2] for i in train for k in range(len(data[i]))]),
+                np.concatenate([np.full(len(data[i][k][2]), cw if data[i][k][3] in (1, 3) else 1.0)
+                                for i in train for k in range(len(data[i]))]),
             )
             for k, (_, _, y, cat) in enumerate(data[test]):
                 p = model.predict(matrix(test, k, lg[test]))
@@ -270,7 +301,6 @@ def main() -> None:
             boot = np.random.default_rng(0).choice(v, (1000, len(v))).mean(axis=1)
             per = " ".join(f"{np.mean([r[1][j] for r in recs if r[0] == c]):.3f}" for c in (1, 2, 3, 4))
             cells.append(f"{b}: {v.mean():.3f} [{np.percentile(boot, 2.5):.3f}, {np.percentile(boot, 97.5):.3f}] ({per})")
-        label = (variant or "shipped features") + (f" @spread{spread}" if spread else "")
         print(f"{label:<34} " + " | ".join(cells), flush=True)
 
 
