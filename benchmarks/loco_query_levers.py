@@ -18,6 +18,18 @@ Signals (each computed from the question and the conversation only):
                            question's words and its 5 nearest turns (HippoRAG's recipe without its LLM)
   hopK                     second hop: z-scored best cosine to one of the first pass's K best turns
   spk_x_cosz, spk_x_bm     speaker match x cosine z-score / BM25
+  sess_max, sess_bm        the best cosine z-score / BM25 among the turns of the turn's session (LoCoMo's dia_id)
+  sess_rank                the rank of the turn's session by its best first-pass score (cosine z + BM25 z)
+  sess_mean                the mean cosine z-score of the turn's session
+  winK_max                 the best cosine z-score within K turns either side (no session labels needed)
+  wsum                     the first-pass score plus 0.5 x the session's best first-pass score
+
+A variant may end with options, each after "@":
+  spreadG   (G in (0, 1)) instead of the exact knapsack, a greedy by value per token that discounts a turn's
+            value by G for every turn already taken from its session (coverage over sessions)
+  cwW       the training rows of multi-hop and open-domain questions weigh W (class weighting)
+  qtype     question-type interactions: flags "names two or more people / says both" and "asks what would,
+            might or is likely", each alone and times cos_z, bm25, nb_cos_z, speaker_match, prior_logit
 
     HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/loco_query_levers.py [--data PATH] VARIANT ...
 
@@ -30,6 +42,7 @@ from __future__ import annotations
 import argparse
 import os
 import pickle
+import re
 import sys
 import time
 import warnings
@@ -136,6 +149,57 @@ def _ppr(ctx: ScoringContext, cos: np.ndarray, alpha: float = 0.5, iters: int = 
     return np.log1p(ru * n)
 
 
+def session_signals(xq: np.ndarray, sess: np.ndarray) -> dict[str, np.ndarray]:
+    """Signals computed from the cached query features and each turn's session label."""
+    cosz, bm = xq[:, QUERY_FEATURES.index("cos_z")], xq[:, QUERY_FEATURES.index("bm25")]
+    first = cosz + _z(bm)
+    out = {k: np.zeros(len(sess)) for k in ("sess_max", "sess_bm", "sess_mean", "sess_best")}
+    for s in np.unique(sess):
+        m = sess == s
+        out["sess_max"][m], out["sess_bm"][m] = cosz[m].max(), bm[m].max()
+        out["sess_mean"][m], out["sess_best"][m] = cosz[m].mean(), first[m].max()
+    labels = np.unique(sess)
+    best = np.array([first[sess == s].max() for s in labels])
+    rank = dict(zip(labels, _rank_feature(best - best.min() + 1e-3)))
+    out["sess_rank"] = np.array([rank[s] for s in sess])
+    out["wsum"] = first + 0.5 * out["sess_best"]
+    n = len(sess)
+    for k in (3, 5, 10):
+        pad = np.concatenate([np.full(k, -9.0), cosz, np.full(k, -9.0)])
+        out[f"win{k}_max"] = np.lib.stride_tricks.sliding_window_view(pad, 2 * k + 1).max(axis=1)[:n]
+    return out
+
+
+_HYP = re.compile(r"\b(?:would|might|likely|could|probably)\b", re.IGNORECASE)
+_BOTH = re.compile(r"\b(?:both|and)\b", re.IGNORECASE)
+_INTERACT = ("cos_z", "bm25", "nb_cos_z", "speaker_match", "prior_logit")
+
+
+def qtype_columns(question: str, xq: np.ndarray) -> np.ndarray:
+    """Question-type flags and their products with the main query features (see ``qtype``)."""
+    many = float(len(query_entities(question)) >= 2 or bool(_BOTH.search(question)))
+    flags = (many, float(bool(_HYP.search(question))))
+    cols = [np.full(len(xq), f) for f in flags]
+    cols += [f * xq[:, QUERY_FEATURES.index(name)] for f in flags for name in _INTERACT]
+    return np.column_stack(cols)
+
+
+def spread_select(p: np.ndarray, cost: np.ndarray, sess: np.ndarray, budget: int, g: float) -> np.ndarray:
+    """Greedy by value per token; a turn's value shrinks by ``g`` for each turn already taken from its session."""
+    taken: dict[int, int] = {}
+    chosen = np.zeros(len(p), bool)
+    left = budget
+    dens = p / np.maximum(cost, 1)
+    while True:
+        eff = dens * np.power(g, [taken.get(s, 0) for s in sess])
+        eff[chosen | (cost > left)] = -1.0
+        i = int(np.argmax(eff))
+        if eff[i] <= 0:
+            return np.flatnonzero(chosen)
+        chosen[i], left = True, left - cost[i]
+        taken[sess[i]] = taken.get(sess[i], 0) + 1
+
+
 def build(path: str) -> tuple[list[dict], list[np.ndarray], list[list[tuple]]]:
     emb, tok, convs = locomo_setup(path)
     rows = [training_rows(c, tok, emb) for c in convs]
@@ -172,6 +236,16 @@ def main() -> None:
         rows, costs, data = build(args.data)
         CACHE.parent.mkdir(parents=True, exist_ok=True)
         CACHE.write_bytes(pickle.dumps((rows, costs, data)))
+    from rdmem.datasets import load_locomo
+    from rdmem.tokens import get_tokenizer
+
+    tok = get_tokenizer("cl100k_base")
+    sessions = [np.array([int(u.id.split(":")[0].lstrip("D")) for u in encode_units(c.select([1, 2, 3, 4]).messages, tok)])
+                for c in load_locomo(args.data)]
+    questions = [[p.question for p in c.select([1, 2, 3, 4]).probes if p.evidence] for c in load_locomo(args.data)]
+    for ci, per in enumerate(data):
+        for xq, sig, _, _ in per:
+            sig.update(session_signals(xq, sessions[ci]))
     qi = QUERY_FEATURES.index("prior_logit")
     folds = range(len(rows))
     logits = {}
@@ -185,14 +259,24 @@ def main() -> None:
     print(f"query model, leave-one-conversation-out ({len(rows)} conversations, features built in "
           f"{time.time() - t0:.0f} s); recall [95% CI] (multi-hop temporal open-domain single-hop)")
     for variant in args.variants:
+        label = variant or "shipped features"
+        variant, *opts = variant.split("@")
+        spread = next((o[6:] for o in opts if o.startswith("spread")), "")
+        cw = float(next((o[2:] for o in opts if o.startswith("cw")), "1"))
+        qtype = "qtype" in opts
         extra = [v for v in variant.split("+") if v]
         names = QUERY_FEATURES + tuple(extra)
+        if qtype:
+            names += ("q_many", "q_hyp") + tuple(f"q_{f}_x_{n}" for f in ("many", "hyp") for n in _INTERACT)
 
         def matrix(ci: int, k: int, logit: np.ndarray) -> np.ndarray:
             xq, sig, _, _ = data[ci][k]
             xq = xq.copy()
             xq[:, qi] = logit
-            return np.hstack([xq] + [sig[s][:, None] for s in extra])
+            cols = [xq] + [sig[s][:, None] for s in extra]
+            if qtype:
+                cols.append(qtype_columns(questions[ci][k], data[ci][k][0]))
+            return np.hstack(cols)
 
         recs = []
         for test in folds:
@@ -201,17 +285,23 @@ def main() -> None:
             model = LogisticModel(names).fit(
                 np.vstack([matrix(i, k, lg[i]) for i in train for k in range(len(data[i]))]),
                 np.concatenate([data[i][k][2] for i in train for k in range(len(data[i]))]),
+                np.concatenate([np.full(len(data[i][k][2]), cw if data[i][k][3] in (1, 3) else 1.0)
+                                for i in train for k in range(len(data[i]))]),
             )
             for k, (_, _, y, cat) in enumerate(data[test]):
                 p = model.predict(matrix(test, k, lg[test]))
-                recs.append((cat, [y[knapsack(p, costs[test], b)].sum() / y.sum() for b in BUDGETS]))
+                if spread:
+                    picks = [spread_select(p, costs[test], sessions[test], b, float(spread)) for b in BUDGETS]
+                else:
+                    picks = [knapsack(p, costs[test], b) for b in BUDGETS]
+                recs.append((cat, [y[ix].sum() / y.sum() for ix in picks]))
         cells = []
         for j, b in enumerate(BUDGETS):
             v = np.array([r[1][j] for r in recs])
             boot = np.random.default_rng(0).choice(v, (1000, len(v))).mean(axis=1)
             per = " ".join(f"{np.mean([r[1][j] for r in recs if r[0] == c]):.3f}" for c in (1, 2, 3, 4))
             cells.append(f"{b}: {v.mean():.3f} [{np.percentile(boot, 2.5):.3f}, {np.percentile(boot, 97.5):.3f}] ({per})")
-        print(f"{variant or 'shipped features':<34} " + " | ".join(cells), flush=True)
+        print(f"{label:<34} " + " | ".join(cells), flush=True)
 
 
 if __name__ == "__main__":
