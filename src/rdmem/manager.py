@@ -33,14 +33,16 @@ _UNSET: Any = object()
 def default_low(policy: Policy) -> float:
     """The low watermark a manager compacts down to unless told (a fraction of its budget).
 
-    ``rd`` compacts often and by little, down to 0.95: messages that arrived
-    since the last compaction sit in memory unjudged until the next one (on
-    LoCoMo, streaming at 2,000 tokens: evidence recall 0.137 at 0.8, 0.166 at
-    0.95). Policies that judge less (recency, summaries) compact less often:
+    ``rd`` compacts often and by little, down to 0.98: messages that arrived
+    since the last compaction sit in memory unjudged until the next one, and
+    room left free is room no kept message uses (on LoCoMo dev, streaming at
+    2,000 tokens: evidence recall 0.137 at 0.8, 0.166 at 0.95 with an older
+    prior; with today's, 0.190 at 0.95, 0.211 at 0.98, 0.209 at 1.0; at 4,000
+    tokens 0.359 / 0.364 / 0.360; BENCHMARKS "Issue 25, the value side"). Policies that judge less (recency, summaries) compact less often:
     0.8, so the prompt prefix stays stable for longer.
     """
     base = policy.base if isinstance(policy, Composed) else policy
-    return 0.95 if isinstance(base, RDPolicy) else 0.8
+    return 0.98 if isinstance(base, RDPolicy) else 0.8
 
 
 class MemoryManager(OnlineLearning):
@@ -73,7 +75,7 @@ class MemoryManager(OnlineLearning):
         The session id inside the store.
     high, low:
         Watermarks as fractions of ``budget`` (``0 < low <= high``). ``low=None``
-        (default): :func:`default_low` (0.95 for ``rd``, 0.8 for the others). A
+        (default): :func:`default_low` (0.98 for ``rd``, 0.8 for the others). A
         lower mark compacts less often, so the prompt prefix stays stable for
         longer; a higher one leaves fewer messages that arrived since the last
         compaction, which no policy has judged yet, in the working set.

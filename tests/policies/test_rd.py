@@ -174,11 +174,11 @@ def test_the_ladder_is_a_policy_composed_over_rd() -> None:
     assert task.base.mode == "task" and task.needs_embeddings
     with pytest.raises(TypeError, match="base must be an RDPolicy, got str"):
         LadderPolicy(base="rd")  # type: ignore[arg-type]
-    # The watermarks are the manager's: rd and the ladder over it compact down to 0.95, the others 0.8.
-    assert default_low(ladder) == default_low(get_policy("rd")) == 0.95
+    # The watermarks are the manager's: rd and the ladder over it compact down to 0.98, the others 0.8.
+    assert default_low(ladder) == default_low(get_policy("rd")) == 0.98
     assert default_low(get_policy("window")) == 0.8
     mem = MemoryManager(budget=100, policy=ladder)
-    assert mem.low == 0.95 and mem._working_policy is ladder.base
+    assert mem.low == 0.98 and mem._working_policy is ladder.base
 
 
 def _repeated_fact_history() -> list[dict]:

@@ -49,10 +49,11 @@ def test_salience_direction_needs_vectors_of_one_dimension():
 
 
 def test_a_model_saved_before_salience_still_scores(cl100k, hashing_embedder):
-    """Models are read by feature name: an older file without ``salience`` picks its own columns."""
+    """Models are read by feature name: an older file without ``salience`` (and the features added after it)
+    picks its own columns."""
     units = encode_units([{"role": "user", "content": f"I moved to Porto in May {i}"} for i in range(5)], cl100k)
     ctx = ScoringContext(units, embedder=hashing_embedder)
-    old_features = tuple(f for f in PRIOR_FEATURES if f != "salience")
+    old_features = PRIOR_FEATURES[: PRIOR_FEATURES.index("salience")]
     old = LogisticModel(old_features).fit(np.random.default_rng(0).normal(size=(40, 15)), np.arange(40) % 2)
     x = model_prior_matrix(old, ctx)
     assert x.shape == (5, 15)
@@ -61,6 +62,17 @@ def test_a_model_saved_before_salience_still_scores(cl100k, hashing_embedder):
     bad = LogisticModel(("log_info", "shoe_size")).fit(np.zeros((4, 2)), np.array([0, 1, 0, 1.0]))
     with pytest.raises(ValueError, match=r"unknown prior features \['shoe_size'\]"):
         model_prior_matrix(bad, ctx)
+
+
+def test_proper_nouns_and_first_person_events_read_the_body_not_the_label(cl100k, hashing_embedder):
+    texts = ["[8 May, 2023] Caroline: Hey Mel! How are you?",
+             "[8 May, 2023] Caroline: We went to Paris with Tom, and I bought a painting by Monet."]
+    units = encode_units([{"role": "user", "content": t} for t in texts], cl100k)
+    x = prior_matrix(ScoringContext(units, embedder=hashing_embedder))
+    proper, events = PRIOR_FEATURES.index("proper_nouns"), PRIOR_FEATURES.index("first_person_events")
+    assert x[0, proper] == pytest.approx(np.log1p(1))  # "Mel"; not "Caroline" (the label) nor "Hey"/"How"
+    assert x[1, proper] == pytest.approx(np.log1p(3))  # Paris, Tom, Monet; not "We"
+    assert (x[0, events], x[1, events]) == (0.0, 2.0)
 
 
 def test_the_shipped_prior_carries_a_salience_direction_for_minilm():

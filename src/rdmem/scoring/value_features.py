@@ -40,6 +40,8 @@ PRIOR_FEATURES = (
     "exclaim",
     "novelty",
     "salience",
+    "proper_nouns",
+    "first_person_events",
 )
 _SALIENCE = PRIOR_FEATURES.index("salience")
 
@@ -65,6 +67,16 @@ _GREETING = re.compile(
     r"glad|nice|cool|awesome|great)\b",
     re.IGNORECASE,
 )
+# A statement of something the speaker did ("I went", "we finally adopted", "I got"): a first-person subject
+# followed by a past-tense verb (regular, or one of the common irregular ones).
+_FIRST_PERSON_EVENT = re.compile(
+    r"\b(?:i|we)\s+(?:just\s+|finally\s+|recently\s+|also\s+)?(?:\w+ed|went|got|took|made|ran|bought|began|won|"
+    r"met|saw|gave|did|had|found|left|read|wrote|built|came|started|joined|signed)\b",
+    re.IGNORECASE,
+)
+# A capitalised word that does not start a sentence (names, places, titles), outside "[shares a photo of ...]".
+_PROPER = re.compile(r"(?<![.!?]\s)(?<!^)\b[A-Z][a-z]+")
+_SHARED = re.compile(r"\[shares? .*?\]")
 _WHEN = re.compile(r"\b(?:when|what (?:year|month|day|date|time)|how long ago|since when)\b", re.IGNORECASE)
 _QENT = re.compile(r"\b[A-Z][a-zA-Z'\-]+")
 
@@ -104,6 +116,8 @@ def prior_matrix(ctx: ScoringContext, *, novelty: bool = True, salience: np.ndar
         x[:, 14] = 1.0 - sim.max(axis=1)
     if salience is not None and n and ctx.embeddings.shape[1] == len(salience):
         x[:, _SALIENCE] = salience_of(ctx.embeddings, salience)
+    if n:
+        x[:, _SALIENCE + 1:_SALIENCE + 3] = np.array([_body_counts(u.text) for u in ctx.units], dtype=np.float64)
     return x
 
 
@@ -174,6 +188,19 @@ def _body_flags(text: str) -> tuple[bool, bool, bool, bool, float]:
         bool(_GREETING.match(body)),
         body.count("!") / max(len(body.split()), 1),
     )
+
+
+@lru_cache(maxsize=262_144)
+def _body_counts(text: str) -> tuple[float, float]:
+    """``log1p`` of the distinct proper nouns in the text without its label, and the number of first-person
+    past-tense statements in it (cached like :func:`_body_flags`).
+
+    >>> _body_counts("[8 May] Ana: We went to Paris with Tom. I bought a hat. Great!")
+    (1.0986122886681098, 2.0)
+    """
+    body = message_body(text)
+    proper = {w for w in _PROPER.findall(_SHARED.sub("", body)) if w not in ("I", "I'm")}
+    return float(np.log1p(len(proper))), float(len(_FIRST_PERSON_EVENT.findall(body)))
 
 
 def _rank_feature(score: np.ndarray) -> np.ndarray:
