@@ -9,6 +9,7 @@ import pytest
 
 from rdmem import EmbeddingWorker, MemoryManager
 from rdmem.compaction import NOT_EMBEDDED
+from rdmem.manager import ON_DEMAND_EMBEDDINGS
 from rdmem.store import open_store
 from rdmem.store.postgres import PostgresStore
 from rdmem.store.sqlite import SQLiteStore
@@ -42,8 +43,10 @@ def chat(n: int) -> list[dict]:
 def test_a_deferred_manager_stores_first_ranks_lexically_then_the_vectors_land(tmp_path, hashing_embedder):
     emb = Counting(hashing_embedder)
     store = SQLiteStore(tmp_path / "mem.db")
-    mem = MemoryManager(budget=300, policy="rd", store=store, session="s", embedder=emb, embedding="deferred")
-    ids = mem.extend(chat(40))
+    # A budget that holds them all: every message is a candidate, more than a query embeds on demand.
+    mem = MemoryManager(budget=3000, policy="rd", store=store, session="s", embedder=emb, embedding="deferred")
+    n = ON_DEMAND_EMBEDDINGS + 16
+    ids = mem.extend(chat(n))
     assert emb.texts == []  # nothing embedded on the way in
     assert all(u.embedding is None for u in store.load("s"))
     query = "when is the violin lesson?"
@@ -54,17 +57,32 @@ def test_a_deferred_manager_stores_first_ranks_lexically_then_the_vectors_land(t
     assert set(emb.texts) == {query}  # the query alone was embedded (one text, the numpy path)
 
     worker = EmbeddingWorker(store, emb, batch=16)
-    assert worker.drain() == 40
-    assert emb.calls[-3:] == [16, 16, 8]  # batches, not one call per message
+    assert worker.drain() == n
+    assert emb.calls[-5:] == [16] * 5  # batches, not one call per message
     assert all(u.embedding is not None for u in store.load("s"))
     after = mem.context(query)  # the pooled manager sees the vectors through changes()
     assert all(d.embedded for d in after.report) and "embedded" not in after.report[0].to_dict()
 
-    inline = MemoryManager(budget=300, policy="rd", session="s", embedder=hashing_embedder)
-    inline.extend(chat(40))
+    inline = MemoryManager(budget=3000, policy="rd", session="s", embedder=hashing_embedder)
+    inline.extend(chat(n))
     for a, b in zip(store.load("s"), inline.store.load("s"), strict=True):
         assert np.allclose(a.embedding, b.embedding)  # the worker's vectors are the inline ones
     assert ids == [u.id for u in store.load("s")]
+
+
+def test_a_query_embeds_the_few_candidates_whose_vectors_have_not_landed(hashing_embedder):
+    """A fact stored a moment ago is ranked by meaning when a query comes before the worker: the context is the
+    inline manager's, and nothing in the report is "not yet embedded"."""
+    emb = Counting(hashing_embedder)
+    deferred = MemoryManager(budget=300, policy="rd", embedder=emb, embedding="deferred")
+    inline = MemoryManager(budget=300, policy="rd", embedder=hashing_embedder)
+    for mem in (deferred, inline):
+        mem.extend(chat(ON_DEMAND_EMBEDDINGS // 2))
+    query = "when is the violin lesson?"
+    got, want = deferred.context(query, budget=120), inline.context(query, budget=120)
+    assert all(d.embedded for d in got.report)
+    assert [m["content"] for m in got.messages] == [m["content"] for m in want.messages]
+    assert len(emb.texts) == ON_DEMAND_EMBEDDINGS // 2 + 1  # the candidates in one batch, and the query
 
 
 def test_once_the_vectors_have_landed_the_selections_are_the_inline_ones(hashing_embedder):

@@ -27,19 +27,15 @@ __all__ = ["MemoryManager"]
 
 #: How often a compaction is recomputed when other writers keep changing the session under it.
 _RETRIES = 8
+#: A query embeds at most this many candidates not yet embedded (one batch): a fact just stored ranks by meaning.
+ON_DEMAND_EMBEDDINGS = 64
 _UNSET: Any = object()
 
 
 def default_low(policy: Policy) -> float:
-    """The low watermark a manager compacts down to unless told (a fraction of its budget).
-
-    ``rd`` compacts often and by little, down to 0.98: messages that arrived
-    since the last compaction sit in memory unjudged until the next one, and
-    room left free is room no kept message uses (on LoCoMo dev, streaming at
-    2,000 tokens: evidence recall 0.137 at 0.8, 0.166 at 0.95 with an older
-    prior; with today's, 0.190 at 0.95, 0.211 at 0.98, 0.209 at 1.0; at 4,000
-    tokens 0.359 / 0.364 / 0.360; BENCHMARKS "Issue 25, the value side"). Policies that judge less (recency, summaries) compact less often:
-    0.8, so the prompt prefix stays stable for longer.
+    """The low watermark a manager compacts down to unless told (a fraction of its budget): 0.98 for ``rd``,
+    which compacts often and by little (room left free is room no kept message uses; BENCHMARKS "Issue 25,
+    the value side" measures 0.8 to 1.0), 0.8 for policies that judge less, so the prompt prefix stays stable.
     """
     base = policy.base if isinstance(policy, Composed) else policy
     return 0.98 if isinstance(base, RDPolicy) else 0.8
@@ -405,7 +401,8 @@ class MemoryManager(OnlineLearning):
 
     def _compact(self, units: list[MemoryUnit], budget: int, policy: Policy, query: str | None = None, *,
                  warn: bool = True) -> Compaction:
-        """:func:`compact_units` with this session's tokenizer, embedder, summarizer and document frequencies."""
+        """:func:`compact_units` with this session's tokenizer, embedder, summarizer and document frequencies
+        (deferred: a query embeds up to :data:`ON_DEMAND_EMBEDDINGS` candidates whose vectors have not landed)."""
         view = self._session()
         return compact_units(
             units,
@@ -419,7 +416,8 @@ class MemoryManager(OnlineLearning):
             now=len(view.units),
             doc_freq=(view.df, len(view.units)),
             warn=warn,
-            embed_missing=self.embedding == "inline",
+            embed_missing=self.embedding == "inline" or (
+                query is not None and sum(u.embedding is None for u in units) <= ON_DEMAND_EMBEDDINGS),
         )
 
     @property

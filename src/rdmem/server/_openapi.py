@@ -81,6 +81,8 @@ def _limits(doc: dict[str, Any], s: ServerSettings) -> None:
     for schema in (*_MESSAGE_SCHEMAS, "TextPart", "ToolCall", "FunctionCall"):  # every string (rdmem.limits)
         for value in schemas.get(schema, {}).get("properties", {}).values():
             _bound(value, "string", maxLength=s.max_message_chars)
+    for schema in _MESSAGE_SCHEMAS:  # a message's id holds no NUL, on every store (a tool call's may)
+        _bound(prop(schema, "id"), "string", pattern=r"^[^\x00]*$")
     for schema in ("ContextRequest", "ExplainRequest"):
         _bound(prop(schema, "budget"), "integer", maximum=s.max_budget)
     _bound(prop("SearchRequest", "k"), "integer", maximum=s.max_page)
