@@ -133,3 +133,19 @@ def rdmem_serve(tmp_path):
     yield start
     for proc in started:
         proc.stop()
+
+
+def settle_embeddings(app, *, quiet: float = 1.0, timeout: float = 120.0) -> None:
+    """Wait until the app's embedding worker has landed every vector and trimmed the working sets (it writes the
+    session when it does): a test that checks that reading writes nothing starts after it."""
+    worker = app.state.rdmem.pool.worker
+    deadline = time.monotonic() + timeout
+    seen, since = -1, time.monotonic()
+    while time.monotonic() < deadline:
+        worker.drain()  # what is left, in this thread; a batch the worker's thread holds ends on its own
+        if worker.embedded != seen:
+            seen, since = worker.embedded, time.monotonic()
+        elif time.monotonic() - since >= quiet:
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"the embedding worker did not settle in {timeout} s")

@@ -31,7 +31,8 @@ INSERT INTO meta VALUES ('schema_version', '1'), ('created_by', 'rdmem');
 
 # Two 0.1 processes writing one session could give two units one place (seq 2 here, twice).
 ROWS = [("m0", 0, "working"), ("m1", 1, "archive"), ("m2", 2, "working"), ("mine", 2, "working"), ("m5", 4, "working")]
-FEEDBACK = [0.25] * 16
+# A shift for the shipped value model (feedback saved for another model is ignored, with a warning).
+FEEDBACK = [0.25] * len(MemoryManager(budget=1000, policy="rd")._feedback.base.weights_)
 
 
 def _v1_sqlite(path) -> None:

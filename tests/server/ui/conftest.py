@@ -8,7 +8,7 @@ import shutil
 
 import pytest
 
-from ..conftest import LiveServer
+from ..conftest import LiveServer, settle_embeddings
 
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                   "--disable-component-update", "--disable-sync", "--no-first-run"]
@@ -50,10 +50,12 @@ def site(tmp_path_factory, minilm, _fake_openai_server):
     with open_store(url) as store:
         _, key_a = store.create_key("acme")
         _, key_b = store.create_key("globex")
-    live = LiveServer(create_app(settings(url, _fake_openai_server.url), embedder=minilm))
+    app = create_app(settings(url, _fake_openai_server.url), embedder=minilm)
+    live = LiveServer(app)
     try:
         live.keys = {"acme": key_a, "globex": key_b}
         live.proxied = populate(live.url, key_a, other=key_b)
+        settle_embeddings(app)
         yield live
     finally:
         live.stop()

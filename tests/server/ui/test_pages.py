@@ -15,6 +15,7 @@ from rdmem.server import ServerSettings, create_app
 from rdmem.server.savings import session_savings, tenant_savings
 
 from ...integrations._scenario import conversation
+from ..conftest import settle_embeddings
 
 pytestmark = pytest.mark.slow  # starts servers
 
@@ -36,6 +37,7 @@ def keyed(serve, tmp_path, hashing_embedder, fake_openai):
     live.store = store
     http = httpx.Client(base_url=live.url, headers={"Authorization": f"Bearer {live.keys['acme']}"}, timeout=60)
     http.post("/v1/sessions/trip/messages", json={"messages": conversation(80)}).raise_for_status()
+    settle_embeddings(app)
     live.http = http
     yield live
     http.close()
