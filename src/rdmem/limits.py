@@ -120,13 +120,30 @@ def load_json(raw: bytes | str, limits: HasLimits, *, at: tuple[tuple[str, ...],
     """
     text = raw.decode("utf-8-sig") if isinstance(raw, (bytes, bytearray)) else raw
     try:
-        value, end = _value(text, _WS.match(text, 0).end(), (), at, limits)  # type: ignore[union-attr]
+        value, end = _value(text, _skip(text, 0), (), at, limits)
     except RecursionError:
         raise InvalidInput("the body is nested too deeply to parse") from None
-    end = _WS.match(text, end).end()  # type: ignore[union-attr]
+    end = _skip(text, end)
     if end != len(text):
         raise json.JSONDecodeError("Extra data", text, end)
     return value
+
+
+def _skip(text: str, i: int) -> int:
+    """The index of the first character from ``i`` that is not JSON whitespace."""
+    return _WS.match(text, i).end()  # type: ignore[union-attr]
+
+
+def _after_item(text: str, i: int, close: str) -> tuple[bool, int]:
+    """After an object's member or an array's element: ``(True, past close)`` at its end, else ``(False, the
+    next item's start)`` past the comma."""
+    i = _skip(text, i)
+    char = text[i:i + 1]
+    if char == close:
+        return True, i + 1
+    if char != ",":
+        raise json.JSONDecodeError("Expecting ',' delimiter", text, i)
+    return False, _skip(text, i + 1)
 
 
 def _value(text: str, i: int, path: tuple[str, ...], at: tuple[tuple[str, ...], ...], limits: HasLimits) -> tuple[Any, int]:
@@ -141,31 +158,27 @@ def _value(text: str, i: int, path: tuple[str, ...], at: tuple[tuple[str, ...], 
 def _object(text: str, i: int, path: tuple[str, ...], at: tuple[tuple[str, ...], ...],
             limits: HasLimits) -> tuple[dict[str, Any], int]:
     out: dict[str, Any] = {}
-    i = _WS.match(text, i + 1).end()  # type: ignore[union-attr]
+    i = _skip(text, i + 1)
     if text[i:i + 1] == "}":
         return out, i + 1
     while True:
         if text[i:i + 1] != '"':
             raise json.JSONDecodeError("Expecting property name enclosed in double quotes", text, i)
         key, i = json.decoder.scanstring(text, i + 1)  # type: ignore[attr-defined]
-        i = _WS.match(text, i).end()  # type: ignore[union-attr]
+        i = _skip(text, i)
         if text[i:i + 1] != ":":
             raise json.JSONDecodeError("Expecting ':' delimiter", text, i)
-        i = _WS.match(text, i + 1).end()  # type: ignore[union-attr]
+        i = _skip(text, i + 1)
         out[key], i = _value(text, i, (*path, key), at, limits)
-        i = _WS.match(text, i).end()  # type: ignore[union-attr]
-        char = text[i:i + 1]
-        if char == "}":
-            return out, i + 1
-        if char != ",":
-            raise json.JSONDecodeError("Expecting ',' delimiter", text, i)
-        i = _WS.match(text, i + 1).end()  # type: ignore[union-attr]
+        done, i = _after_item(text, i, "}")
+        if done:
+            return out, i
 
 
 def _messages(text: str, i: int, path: tuple[str, ...], limits: HasLimits) -> tuple[list[Any], int]:
     field = ".".join(path) or "messages"
     out: list[Any] = []
-    i = _WS.match(text, i + 1).end()  # type: ignore[union-attr]
+    i = _skip(text, i + 1)
     if text[i:i + 1] == "]":
         return out, i + 1
     while True:
@@ -174,13 +187,9 @@ def _messages(text: str, i: int, path: tuple[str, ...], limits: HasLimits) -> tu
         message, i = _DECODER.raw_decode(text, i)
         _check_one(message, len(out), limits, field)
         out.append(message)
-        i = _WS.match(text, i).end()  # type: ignore[union-attr]
-        char = text[i:i + 1]
-        if char == "]":
-            return out, i + 1
-        if char != ",":
-            raise json.JSONDecodeError("Expecting ',' delimiter", text, i)
-        i = _WS.match(text, i + 1).end()  # type: ignore[union-attr]
+        done, i = _after_item(text, i, "]")
+        if done:
+            return out, i
 
 
 def read_chat_body(raw: bytes, limits: HasLimits) -> dict[str, Any]:
