@@ -340,6 +340,9 @@ class PostgresStore(PgSearchMixin, BaseStore):
     def _delete_session(self, session: str) -> None:
         def write(conn: Any) -> None:
             with conn.transaction():
+                # The session's row first, as every other write locks it (set_embeddings, then its units): a
+                # delete that took the units first could deadlock with the embedding worker.
+                self._lock_session(conn, session, create=False)
                 conn.execute("DELETE FROM rdmem_units WHERE session = %s", (session,))
                 conn.execute("DELETE FROM rdmem_compactions WHERE session = %s", (session,))
                 conn.execute("DELETE FROM rdmem_sessions WHERE session = %s", (session,))
