@@ -156,7 +156,7 @@ def test_two_workers_on_one_sqlite_file_never_embed_a_message_twice(tmp_path, ha
     emb = Counting(hashing_embedder)
     workers = _race([SQLiteStore(path), SQLiteStore(path)], emb, 60)
     assert sorted(emb.texts) == sorted(m["content"] for m in msgs)  # each message once, none twice
-    assert sum(w.embedded for w in workers) == 60 and all(w.embedded for w in workers)
+    assert sum(w.embedded for w in workers) == 60  # (which worker took how many is the scheduler's choice)
     assert all(u.embedding is not None for u in writer.load("s"))
 
 
