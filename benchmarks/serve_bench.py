@@ -75,7 +75,7 @@ def _free_port() -> int:
 class Serve:
     """``rdmem serve ARGS`` in its own process group, on a free loopback port."""
 
-    def __init__(self, *args: str, log: Path) -> None:
+    def __init__(self, *args: str, log: Path, env: dict[str, str] | None = None) -> None:
         import httpx
 
         self.port = _free_port()
@@ -83,7 +83,7 @@ class Serve:
         self._log = open(log, "w")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "rdmem.cli", "serve", "--port", str(self.port), "--log-level", "warning", *args],
-            stdout=self._log, stderr=subprocess.STDOUT, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+            stdout=self._log, stderr=subprocess.STDOUT, env={**os.environ, "HF_HUB_OFFLINE": "1", **(env or {})})
         deadline = time.monotonic() + 120
         while True:
             if self.proc.poll() is not None:

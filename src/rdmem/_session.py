@@ -65,6 +65,7 @@ class SessionView:
         self._groups = ToolGroups()
         self._working: dict[str, MemoryUnit] = {}
         self._working_tokens = 0
+        self._keys: dict[str, str] = {}  # id -> resend key
 
     # -- following the store --------------------------------------------------------
     def sync(self) -> bool:
@@ -209,6 +210,13 @@ class SessionView:
         total = len(self.units)
         if not total or not messages:
             return list(range(len(messages))), []
-        tail = self.store.load(self.session, offset=max(0, total - len(messages) - slack))
-        m, d = resend_alignment([resend_key(su.message) for su in tail], [resend_key(x) for x in messages])
-        return list(range(m, len(messages))), [su.id for su in tail[len(tail) - d:]] if d else []
+        tail = self.units[max(0, total - len(messages) - slack):]  # as stored: no store read
+        m, d = resend_alignment([self._key(u) for u in tail], [resend_key(x) for x in messages])
+        return list(range(m, len(messages))), [u.id for u in tail[len(tail) - d:]] if d else []
+
+    def _key(self, unit: MemoryUnit) -> str:
+        """The unit's :func:`~rdmem.history.resend_key` (its fields sent to the model), made once."""
+        key = self._keys.get(unit.id)
+        if key is None:
+            key = self._keys[unit.id] = resend_key(unit.message)
+        return key

@@ -177,9 +177,12 @@ def resend_alignment(stored_tail: Sequence[Hashable], given: Sequence[Hashable])
 def resend_key(message: Mapping[str, Any]) -> str:
     """What identifies a resent message: the fields sent to the model, as canonical JSON (a framework's own
     extra fields, ids or timestamps may change between two sends of one message)."""
-    from .messages import chat_fields  # messages imports this module
+    from .messages import VALID_ROLES, chat_fields  # messages imports this module
 
-    return json.dumps(chat_fields(message), sort_keys=True, ensure_ascii=False, default=str)
+    chat = chat_fields(message)
+    if len(chat) == 2 and chat.get("role") in VALID_ROLES and isinstance(chat["content"], str):  # the common case, fast
+        return f"{chat['role']}\x00{chat['content']}"  # never a JSON object's text, which starts with '{'
+    return json.dumps(chat, sort_keys=True, ensure_ascii=False, default=str)
 
 
 def validate_history(messages: Sequence[Mapping[str, Any]]) -> list[str]:

@@ -200,17 +200,16 @@ class MemoryManager(OnlineLearning):
         none is stored); then compact once if needed. Returns their ids."""
         return self._write(parse_messages(messages, json_extras=True))
 
-    def _write(self, parsed: list[Message]) -> list[str]:
+    def _write(self, parsed: list[Message], *, trim: bool = True) -> list[str]:
+        """Store ``parsed`` in one append, then trim the working set (``trim=False``: only past 2 × high)."""
         if not parsed:
             return []
         with self._lock:
             view = self._session()
-            tok = view.tokenizer
-            units = [make_unit(m.id or "", m.chat, 0, tok) for m in parsed]
+            units = [make_unit(m.id or "", m.chat, 0, tok := view.tokenizer) for m in parsed]
             emb = self._embedder if self.embedding == "inline" else None
             if emb is not None:
-                vecs = emb.embed([embed_text(u) for u in units])
-                for u, v in zip(units, vecs, strict=True):
+                for u, v in zip(units, emb.embed([embed_text(u) for u in units]), strict=True):
                     u.embedding = v
             written = view.store.append(self.session, [new_unit(u, m.original(), tok, m.id)
                                                        for u, m in zip(units, parsed, strict=True)])
@@ -222,13 +221,13 @@ class MemoryManager(OnlineLearning):
             self._restore_feedback(view)
             fresh = self._save_settings(view) and fresh
             bound = 2 * self.high * self.budget  # deferred: trim once the working set's vectors landed (maintain)
-            if self.embedding == "inline" or view.vectors_landed(self.policy.needs_embeddings, bound):
+            if (view.vectors_landed(self.policy.needs_embeddings, bound) if trim else view.working_tokens() > bound) \
+                    or (trim and self.embedding == "inline"):
                 self._compact_working(fresh=fresh)
             return [su.id for su in written.units]
 
     def _save_settings(self, view: SessionView) -> bool:
-        """Record in the session's state how this manager compacts it (shown by ``rdmem sessions show``);
-        ``False`` if someone else wrote meanwhile."""
+        """Record how this manager compacts the session (``rdmem sessions show``); ``False`` if another wrote."""
         if self._settings_saved:
             return True
         self._settings_saved = True
@@ -280,8 +279,7 @@ class MemoryManager(OnlineLearning):
             self._sync()
 
     def maintain(self) -> None:
-        """Trim the working set if it passed the high watermark: with ``embedding="deferred"``, :meth:`add`
-        leaves that until the working set's vectors have landed, and the worker's owner calls this then."""
+        """Trim the working set if it passed the high watermark (deferred managers' writes leave it to this)."""
         with self._lock:
             self._compact_working()
 
@@ -383,17 +381,19 @@ class MemoryManager(OnlineLearning):
         if query is not None and not isinstance(query, str):
             raise InvalidType(f"query must be a string or None, got {type(query).__name__}")
         with self._lock:
-            view = self._sync()
-            cands = view.working_units()
-            if query and self.archive_candidates and view.archived:
-                emb = self._embedder
-                qvec = emb.embed([query])[0] if emb is not None else None
-                hits = view.store.search(self.session, query, qvec, k=self.archive_candidates, tier="archive")
-                extra = {view.by_id[i].index for i, _ in hits if i in view.by_id and view.tier[i] == "archive"}
-                cands = sorted(cands + [view.units[j] for j in extra], key=lambda u: u.index)
-                cands = view.whole_groups(cands)
-            cands = view.with_turn_in_progress(cands)
-            return self._compact(cands, budget, self._active_policy, query, warn=warn)
+            return self._context(self._sync(), query, budget, warn)
+
+    def _context(self, view: SessionView, query: str | None, budget: int, warn: bool) -> Compaction:
+        """:meth:`context` on ``view`` as it is (the caller holds the lock and brought it up to date)."""
+        cands = view.working_units()
+        if query and self.archive_candidates and view.archived:
+            emb = self._embedder
+            qvec = emb.embed([query])[0] if emb is not None else None
+            hits = view.store.search(self.session, query, qvec, k=self.archive_candidates, tier="archive")
+            extra = {view.by_id[i].index for i, _ in hits if i in view.by_id and view.tier[i] == "archive"}
+            cands = view.whole_groups(sorted(cands + [view.units[j] for j in extra], key=lambda u: u.index))
+        cands = view.with_turn_in_progress(cands)
+        return self._compact(cands, budget, self._active_policy, query, warn=warn)
 
     def messages(self, query: str | None = None) -> list[dict[str, Any]]:
         """The messages for the next model call (``context(query).messages``)."""

@@ -24,6 +24,7 @@ from typing import Any
 
 from ..errors import InvalidInput
 from ..messages import Message, chat_fields, parse_message
+from .._turn import store_untrimmed, take_turn
 from ..tokens import content_text, get_tokenizer
 from .savings import record
 
@@ -86,62 +87,69 @@ def readable_messages(messages: list[Any]) -> tuple[list[Message], list[str]]:
 
 def prepare(state: Any, tenant: str | None, session: str | None, derived: bool, body: dict[str, Any],
             budget: int) -> Prepared:
-    """Store what is new and compact if needed.
+    """Store what is new and compact if needed, in one pass (:func:`rdmem._turn.take_turn`): one read of the
+    session, one write of what is new, the context from the same view; the working set is trimmed later,
+    off the request path (the embedding worker calls ``maintain()`` once the new vectors have landed).
 
     The request's leading system messages travel with every request (a client may change them each
     time): they are not stored, they are matched by nothing, and a compacted request is them followed
     by the session's context within what they leave of the budget."""
-    parsed, skipped = readable_messages(body["messages"])
+    parsed, skipped = readable_messages(body["messages"])  # the one parse of the messages
     if skipped:
         log.warning("rdmem proxy: %d message(s) of session %r not stored: %s", len(skipped), session,
                     "; ".join(skipped)[:500])
     lead = next((i for i, m in enumerate(parsed) if m.chat["role"] not in ("system", "developer")), len(parsed))
     head, conv = [m.chat for m in parsed[:lead]], parsed[lead:]
-    mem = None
-    if tenant is not None and session is not None:
-        mem = state.pool.manager(tenant, session, budget=max(budget, 1))
-        _store_new(state, mem, tenant, session, derived, conv, budget)
+    named, ctx = tenant is not None and session is not None, None
+    mem = state.pool.manager(tenant, session, budget=max(budget, 1)) if named else None
     tok = mem.tokenizer if mem is not None else get_tokenizer("cl100k_base")  # the managers' tokenizer
     before = tok.messages_tokens([m.chat for m in parsed])
-    if budget <= 0 or before <= budget:
+    fits = budget <= 0 or before <= budget
+    room = budget - tok.messages_tokens(head)
+    query = next((content_text(m.chat.get("content")) for m in reversed(conv) if m.chat["role"] == "user"), None)
+    if mem is not None:
+        assert tenant is not None
+        turn = take_turn(mem, conv, replace=0 if derived else _REPLACEABLE,
+                         context=None if fits or room <= 0 else (query or None, room),
+                         charge=_charge(state, tenant, mem))
+        if turn.new:
+            state.pool.worker.wake()
+            state.metrics.count("rdmem_messages_stored_total", len(turn.new))
+        ctx = turn.context
+    if fits:
         if mem is not None:
             record(state.store, mem.session, before, before, False)
         return Prepared(body["messages"], before, before, False, len(skipped))
-    room = budget - tok.messages_tokens(head)
     if room <= 0:
         raise InvalidInput(f"the system messages alone take {budget - room} of the {budget} tokens of the window")
-    query = next((content_text(m.chat.get("content")) for m in reversed(conv) if m.chat["role"] == "user"), None)
-    if mem is not None:
-        ctx = mem.context(query or None, budget=room, warn=False)
-        record(state.store, mem.session, before, budget - room + ctx.tokens, True)
-    else:  # no identity: this request's own messages, nothing read or stored
+    if mem is None:  # no identity: this request's own messages, nothing read or stored
         from .._api import compact
 
         ctx = compact([m.chat for m in conv], budget=room, policy=state.settings.policy, query=query or None,
                       embedder=state.pool.embedder)
+    assert ctx is not None
+    if mem is not None:
+        record(state.store, mem.session, before, budget - room + ctx.tokens, True)
     state.metrics.count("rdmem_compactions_total")
     state.metrics.count("rdmem_tokens_in_total", before)
     state.metrics.count("rdmem_tokens_out_total", budget - room + ctx.tokens)
     return Prepared(head + ctx.messages, before, budget - room + ctx.tokens, True, len(skipped))
 
 
-def _store_new(state: Any, mem: Any, tenant: str, session: str, derived: bool, conv: list[Message],
-               budget: int) -> None:
-    new, dropped = mem.resent([m.chat for m in conv])
-    if dropped and len(dropped) <= _REPLACEABLE and not derived:
-        mem.delete(dropped)  # the client went on from an earlier point: its history is the one kept
-    if new:
-        state.pool.extend(tenant, session, [{**conv[i].chat, **conv[i].extra} for i in new],
-                          budget=max(budget, 1))  # charged to the tenant's stored-tokens rate
-        state.metrics.count("rdmem_messages_stored_total", len(new))
-
-
 def store_reply(state: Any, tenant: str, session: str, budget: int, message: dict[str, Any] | None) -> None:
-    """Store the assistant's reply (a failure is one log line: the reply comes again with the next request)."""
+    """Store the assistant's reply in one write, the working set's trim left to the embedding worker (a
+    failure is one log line: the reply comes again with the next request)."""
     if not message or message.get("role") != "assistant":
         return
     try:
-        state.pool.extend(tenant, session, [chat_fields(message)], budget=max(budget, 1))
+        mem = state.pool.manager(tenant, session, budget=max(budget, 1))
+        store_untrimmed(mem, [parse_message(chat_fields(message), json_extras=True)], charge=_charge(state, tenant, mem))
+        state.pool.worker.wake()
         state.metrics.count("rdmem_messages_stored_total")
     except Exception as exc:
         log.warning("rdmem proxy: could not store the reply in session %r: %s", session, exc)
+
+
+def _charge(state: Any, tenant: str, mem: Any) -> Any:
+    """The tenant's stored-tokens rate, charged for the messages a write stores (as ``SessionPool.extend``)."""
+    return lambda new: state.limiter.storing(tenant, lambda: mem.tokenizer.messages_tokens([m.chat for m in new]))

@@ -1,0 +1,132 @@
+"""The proxy's added latency, for several source trees side by side in one run (requests interleaved).
+
+    HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/proxy_latency.py --src main=/tmp/main-src [--settle 30]
+
+Each tree (this checkout's ``src``, and each ``--src NAME=PATH``) runs its own
+``rdmem serve --upstream`` (a process tree, fresh SQLite file, real MiniLM,
+``PYTHONPATH=PATH``) in front of one fake OpenAI-compatible upstream on
+loopback (tests/_fake_openai.py, answers at once). The ``openai`` client
+sends a history that grows by a question and a reply per request, as a chat
+client does; every request goes straight to the fake and through each proxy,
+in an order that rotates with each request, so every tree meets the same
+machine. Two cases, as ``serve_bench.py``'s proxy phase: a 10-turn history
+in a 100,000-token window (never compacted) and a 300-turn history in a
+4,096-token window (compacted on every request). The first two requests of
+each case are not timed (they open the session and store the history);
+``--settle S`` waits S seconds after them (the embedding worker lands the
+history's vectors) before the timed ones. The added latency is the proxied
+p50 (p95) less the direct one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+sys.path.insert(0, str(ROOT))
+
+from serve_bench import Serve  # noqa: E402
+from store_bench import LOCOMO, locomo_turns, machine, pct  # noqa: E402
+
+CASES = (("10-turn history, window 100,000 (no compaction)", 10, 100_000),
+         ("300-turn history, window 4,096 (compacted)", 300, 4096))
+
+
+def run_case(trees: Sequence[tuple[str, Path]], label: str, start: int, window: int, turns: Sequence[str],
+             args: argparse.Namespace, work: Path) -> list[str]:
+    import openai
+
+    from tests._fake_openai import FakeOpenAI
+
+    fake = FakeOpenAI()
+    fake.text = "Noted."
+    servers: dict[str, Serve] = {}
+    try:
+        for name, src in trees:
+            servers[name] = Serve("--store", f"sqlite:///{work / f'{name}-{window}.db'}", "--upstream", fake.url,
+                                  "--context-window", str(window), log=work / f"serve-{name}-{window}.log",
+                                  env={"PYTHONPATH": str(src)})
+        direct = openai.OpenAI(base_url=fake.url, api_key="sk-bench", max_retries=0)
+        proxied = {n: openai.OpenAI(base_url=s.url + "/v1", api_key="sk-bench", max_retries=0)
+                   for n, s in servers.items()}
+        history = [{"role": "system", "content": "You are a helpful assistant."}]
+        history += [{"role": "user" if i % 2 == 0 else "assistant", "content": turns[i]} for i in range(start)]
+        headers = {"X-Rdmem-Session": f"bench-{window}"}
+        names = [n for n, _ in trees]
+        times: dict[str, list[float]] = {n: [] for n in ["direct", *names]}
+        compacted = dict.fromkeys(names, 0)
+        for i in range(args.calls + 2):
+            history.append({"role": "user", "content": f"{turns[start + i]} What do you think?"})
+            order = ["direct", *names]
+            order = order[i % len(order):] + order[:i % len(order)]
+            reply = None
+            for who in order:
+                t0 = time.perf_counter()
+                if who == "direct":
+                    direct.chat.completions.create(model="m", messages=history)
+                    took = time.perf_counter() - t0
+                else:
+                    raw = proxied[who].chat.completions.with_raw_response.create(
+                        model="m", messages=history, extra_headers=headers)
+                    took = time.perf_counter() - t0
+                    reply = raw.parse().choices[0].message.content
+                    if i >= 2:
+                        compacted[who] += raw.headers.get("x-rdmem-compacted") == "true"
+                if i >= 2:
+                    times[who].append(took)
+            history.append({"role": "assistant", "content": reply})
+            if i == 1 and args.settle:
+                time.sleep(args.settle)
+    finally:
+        for s in servers.values():
+            s.stop()
+        fake.stop()
+    ms = {who: (pct(v, 50) * 1e3, pct(v, 95) * 1e3) for who, v in times.items()}
+    lines = []
+    for n in names:
+        lines.append(f"| {label} | {n} | {len(times[n])} | {ms['direct'][0]:.1f} | {ms[n][0]:.1f} | "
+                     f"{ms[n][0] - ms['direct'][0]:+.1f} | {ms['direct'][1]:.1f} | {ms[n][1]:.1f} | "
+                     f"{ms[n][1] - ms['direct'][1]:+.1f} | {compacted[n]} of {len(times[n])} |")
+        print(lines[-1], flush=True)
+    return lines
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--src", action="append", default=[], metavar="NAME=PATH",
+                    help="another source tree to run side by side (its src directory)")
+    ap.add_argument("--calls", type=int, default=40, help="timed requests per case")
+    ap.add_argument("--settle", type=float, default=0.0, help="seconds to wait after the untimed requests")
+    ap.add_argument("--case", type=int, choices=(0, 1), action="append", help="only these cases (0, 1)")
+    args = ap.parse_args(argv)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    trees = [("this", ROOT / "src")]
+    for spec in args.src:
+        name, _, path = spec.partition("=")
+        if not name or not path or not (Path(path) / "rdmem").is_dir():
+            ap.error(f"--src {spec!r}: expected NAME=PATH, PATH a source directory holding rdmem/")
+        trees.append((name, Path(path).resolve()))
+    head = [f"machine: {machine()}",
+            f"command: benchmarks/proxy_latency.py {' '.join(argv if argv is not None else sys.argv[1:])}", "",
+            "| requests | tree | n | direct p50 | proxied p50 | added p50 | direct p95 | proxied p95 | added p95 |"
+            " compacted |", "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    print("\n".join(head), flush=True)
+    turns = [t for s in locomo_turns(LOCOMO) for t in s]
+    work = Path(tempfile.mkdtemp(prefix="rdmem-proxy-latency-"))
+    lines = []
+    for k, (label, start, window) in enumerate(CASES):
+        if args.case is None or k in args.case:
+            lines += run_case(trees, label, start, window, turns, args, work)
+    print("\n## summary\n\n" + "\n".join(head + lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,80 @@
+"""One resent turn in one pass: what a client that resends its history each time (the proxy) costs memory.
+
+A chat client sends its whole history with every request. :func:`take_turn`
+reads the session's state once (the manager's view, brought up to date with
+one version check), lines the request up against it in memory (no store
+read: the view holds the stored messages), decides once, stores what is new
+in one append, and builds the context from the same view. The working set is
+not trimmed here: the write leaves that to :meth:`MemoryManager.maintain`,
+which the embedding worker's owner calls once the new vectors have landed,
+off the request path (only a working set past twice its high watermark is
+trimmed in line, so that it stays bounded when no worker runs).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass, field
+
+from .compaction import Compaction
+from .manager import MemoryManager
+from .messages import Message
+
+__all__ = ["Turn", "take_turn", "store_untrimmed"]
+
+
+@dataclass(frozen=True)
+class Turn:
+    """What :func:`take_turn` did: the positions of the messages it stored (``new``) and their ids, the ids
+    of stored messages the client no longer has at the end (``dropped``; deleted when ``replace`` allowed
+    it), and the context (``None`` when none was asked for)."""
+
+    new: list[int] = field(default_factory=list)
+    ids: list[str] = field(default_factory=list)
+    dropped: list[str] = field(default_factory=list)
+    deleted: bool = False
+    context: Compaction | None = None
+
+
+def take_turn(
+    mem: MemoryManager,
+    messages: Sequence[Message],
+    *,
+    replace: int = 0,
+    context: tuple[str | None, int] | None = None,
+    charge: Callable[[list[Message]], AbstractContextManager[object]] | None = None,
+) -> Turn:
+    """Store what ``messages`` (a resent history, parsed once by the caller) adds to ``mem``'s session, and
+    build the context ``(query, budget)`` if asked, from one read of the session.
+
+    ``replace``: a resend that drops at most this many stored messages at the end (a regenerated reply, an
+    edited last question) replaces them (deleted, one more write); 0 never deletes. ``charge(new)``: a
+    context manager around the store's write of the new messages (a rate limit's charge).
+    """
+    with mem._lock:
+        view = mem._sync()  # the one read: a version check, and what others wrote since, if anything
+        new, dropped = view.resent([m.chat for m in messages])
+        deleted = bool(dropped) and len(dropped) <= replace
+        if deleted:  # the client went on from an earlier point: its history is the one kept (rare)
+            view.store.delete(mem.session, dropped)
+            view = mem._sync()
+            new, _ = view.resent([m.chat for m in messages])
+        ids = store_untrimmed(mem, [messages[i] for i in new], charge=charge)  # the one write
+        ctx = None
+        if context is not None:
+            query, budget = context
+            ctx = mem._context(view, query, budget, warn=False)
+        return Turn(new, ids, dropped, deleted, ctx)
+
+
+def store_untrimmed(
+    mem: MemoryManager, messages: Sequence[Message], *,
+    charge: Callable[[list[Message]], AbstractContextManager[object]] | None = None,
+) -> list[str]:
+    """Append ``messages`` (parsed) to ``mem``'s session in one write and return their ids; the working set
+    is left for :meth:`~rdmem.MemoryManager.maintain` to trim (unless it passed twice its high watermark)."""
+    if not messages:
+        return []
+    with mem._lock, charge(list(messages)) if charge is not None else nullcontext():
+        return mem._write(list(messages), trim=False)
