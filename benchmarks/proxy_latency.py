@@ -59,7 +59,7 @@ def run_case(trees: Sequence[tuple[str, Path]], label: str, start: int, window: 
         history = [{"role": "system", "content": "You are a helpful assistant."}]
         history += [{"role": "user" if i % 2 == 0 else "assistant", "content": turns[i]} for i in range(start)]
         headers = {"X-Rdmem-Session": f"bench-{window}"}
-        names = [n for n, _ in trees]
+        names = [n for n, _ in trees] + (["this, no session"] if args.floor else [])
         times: dict[str, list[float]] = {n: [] for n in ["direct", *names]}
         compacted = dict.fromkeys(names, 0)
         for i in range(args.calls + 2):
@@ -73,8 +73,9 @@ def run_case(trees: Sequence[tuple[str, Path]], label: str, start: int, window: 
                     direct.chat.completions.create(model="m", messages=history)
                     took = time.perf_counter() - t0
                 else:
-                    raw = proxied[who].chat.completions.with_raw_response.create(
-                        model="m", messages=history, extra_headers=headers)
+                    floor = who == "this, no session"  # nothing read or stored: the proxy's plumbing
+                    raw = proxied["this" if floor else who].chat.completions.with_raw_response.create(
+                        model="m", messages=history, extra_headers={} if floor else headers)
                     took = time.perf_counter() - t0
                     reply = raw.parse().choices[0].message.content
                     if i >= 2:
@@ -104,6 +105,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="another source tree to run side by side (its src directory)")
     ap.add_argument("--calls", type=int, default=40, help="timed requests per case")
     ap.add_argument("--settle", type=float, default=0.0, help="seconds to wait after the untimed requests")
+    ap.add_argument("--floor", action="store_true",
+                    help="also time requests without a session to this tree's proxy (nothing read or stored)")
     ap.add_argument("--case", type=int, choices=(0, 1), action="append", help="only these cases (0, 1)")
     args = ap.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")

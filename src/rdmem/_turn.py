@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
+from typing import Any
 
 from .compaction import Compaction
 from .manager import MemoryManager
@@ -71,10 +72,14 @@ def take_turn(
 def store_untrimmed(
     mem: MemoryManager, messages: Sequence[Message], *,
     charge: Callable[[list[Message]], AbstractContextManager[object]] | None = None,
+    log: dict[str, Any] | None = None,
 ) -> list[str]:
-    """Append ``messages`` (parsed) to ``mem``'s session in one write and return their ids; the working set
-    is left for :meth:`~rdmem.MemoryManager.maintain` to trim (unless it passed twice its high watermark)."""
+    """Append ``messages`` (parsed) to ``mem``'s session in one write, with ``log`` in the session's
+    compaction log in the same transaction, and return their ids; the working set is left for
+    :meth:`~rdmem.MemoryManager.maintain` to trim (unless it passed twice its high watermark)."""
     if not messages:
+        if log is not None:
+            mem.store.log_compaction(mem.session, log)
         return []
     with mem._lock, charge(list(messages)) if charge is not None else nullcontext():
-        return mem._write(list(messages), trim=False)
+        return mem._write(list(messages), trim=False, log=log)

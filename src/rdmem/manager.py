@@ -200,8 +200,8 @@ class MemoryManager(OnlineLearning):
         none is stored); then compact once if needed. Returns their ids."""
         return self._write(parse_messages(messages, json_extras=True))
 
-    def _write(self, parsed: list[Message], *, trim: bool = True) -> list[str]:
-        """Store ``parsed`` in one append, then trim the working set (``trim=False``: only past 2 × high)."""
+    def _write(self, parsed: list[Message], *, trim: bool = True, log: dict[str, Any] | None = None) -> list[str]:
+        """Store ``parsed`` (and ``log``) in one append, then trim the working set (``trim=False``: past 2 × high)."""
         if not parsed:
             return []
         with self._lock:
@@ -211,8 +211,8 @@ class MemoryManager(OnlineLearning):
             if emb is not None:
                 for u, v in zip(units, emb.embed([embed_text(u) for u in units]), strict=True):
                     u.embedding = v
-            written = view.store.append(self.session, [new_unit(u, m.original(), tok, m.id)
-                                                       for u, m in zip(units, parsed, strict=True)])
+            news = [new_unit(u, m.original(), tok, m.id) for u, m in zip(units, parsed, strict=True)]
+            written = view.store.append(self.session, news, **({"log": log} if log is not None else {}))
             fresh = view.written(written.prev, written.version)
             if fresh:
                 for u, su in zip(units, written.units, strict=True):

@@ -26,7 +26,7 @@ from ..errors import InvalidInput
 from ..messages import Message, chat_fields, parse_message
 from .._turn import store_untrimmed, take_turn
 from ..tokens import content_text, get_tokenizer
-from .savings import record
+from .savings import entry
 
 __all__ = ["Prepared", "session_of", "readable_messages", "prepare", "store_reply", "SESSION_HEADER"]
 
@@ -41,14 +41,16 @@ _REPLACEABLE = 4
 
 @dataclass(frozen=True)
 class Prepared:
-    """What the proxy sends: the messages, their tokens before and after, whether they were compacted, and
-    how many messages were skipped (not stored)."""
+    """What the proxy sends: the messages, their tokens before and after, whether they were compacted, how
+    many messages were skipped (not stored), and the session's record of the request (written with the
+    reply, :func:`store_reply`; ``None`` without a session)."""
 
     messages: list[dict[str, Any]]
     before: int
     after: int
     compacted: bool
     skipped: int = 0
+    saving: dict[str, Any] | None = None
 
 
 def session_of(headers: Mapping[str, str], body: Mapping[str, Any], tenant: str, derive: bool) -> tuple[str | None, bool]:
@@ -117,9 +119,8 @@ def prepare(state: Any, tenant: str | None, session: str | None, derived: bool, 
             state.metrics.count("rdmem_messages_stored_total", len(turn.new))
         ctx = turn.context
     if fits:
-        if mem is not None:
-            record(state.store, mem.session, before, before, False)
-        return Prepared(body["messages"], before, before, False, len(skipped))
+        return Prepared(body["messages"], before, before, False, len(skipped),
+                        entry(before, before, False) if mem is not None else None)
     if room <= 0:
         raise InvalidInput(f"the system messages alone take {budget - room} of the {budget} tokens of the window")
     if mem is None:  # no identity: this request's own messages, nothing read or stored
@@ -128,24 +129,29 @@ def prepare(state: Any, tenant: str | None, session: str | None, derived: bool, 
         ctx = compact([m.chat for m in conv], budget=room, policy=state.settings.policy, query=query or None,
                       embedder=state.pool.embedder)
     assert ctx is not None
-    if mem is not None:
-        record(state.store, mem.session, before, budget - room + ctx.tokens, True)
+    after = budget - room + ctx.tokens
     state.metrics.count("rdmem_compactions_total")
     state.metrics.count("rdmem_tokens_in_total", before)
-    state.metrics.count("rdmem_tokens_out_total", budget - room + ctx.tokens)
-    return Prepared(head + ctx.messages, before, budget - room + ctx.tokens, True, len(skipped))
+    state.metrics.count("rdmem_tokens_out_total", after)
+    return Prepared(head + ctx.messages, before, after, True, len(skipped),
+                    entry(before, after, True) if mem is not None else None)
 
 
-def store_reply(state: Any, tenant: str, session: str, budget: int, message: dict[str, Any] | None) -> None:
-    """Store the assistant's reply in one write, the working set's trim left to the embedding worker (a
-    failure is one log line: the reply comes again with the next request)."""
-    if not message or message.get("role") != "assistant":
+def store_reply(state: Any, tenant: str, session: str, budget: int, saving: dict[str, Any] | None,
+                message: dict[str, Any] | None) -> None:
+    """Store the assistant's reply and the request's record (``saving``) in one write, the working set's
+    trim left to the embedding worker; without a reply, the record alone. A failure is one log line: the
+    reply comes again with the next request, the record is only for looking back."""
+    reply = message if message and message.get("role") == "assistant" else None
+    if reply is None and saving is None:
         return
     try:
         mem = state.pool.manager(tenant, session, budget=max(budget, 1))
-        store_untrimmed(mem, [parse_message(chat_fields(message), json_extras=True)], charge=_charge(state, tenant, mem))
-        state.pool.worker.wake()
-        state.metrics.count("rdmem_messages_stored_total")
+        new = [parse_message(chat_fields(reply), json_extras=True)] if reply is not None else []
+        store_untrimmed(mem, new, charge=_charge(state, tenant, mem), log=saving)
+        if new:
+            state.pool.worker.wake()
+            state.metrics.count("rdmem_messages_stored_total")
     except Exception as exc:
         log.warning("rdmem proxy: could not store the reply in session %r: %s", session, exc)
 

@@ -9,7 +9,8 @@ session's compacted context (rd, the last user message as the query, the
 archive brought back by it). Then forward it with the client's own
 ``Authorization`` (and an allow-list of the client's headers), relay the
 answer (streamed chunk by chunk when ``stream`` is true, as the upstream sent
-it), and store the assistant's reply after it has reached the client.
+it), and store the assistant's reply after it has reached the client (with
+the request's record for the session's log, in one write).
 
 It fails open, and model access never waits on memory for longer than
 ``memory_timeout``: if anything of rdmem's fails or is late (the store down or
@@ -130,7 +131,11 @@ async def _bounded(state: Any, fn: Any, *args: Any, after: asyncio.Future[Any] |
 _pending: dict[tuple[int, str, str], asyncio.Future[Any]] = {}
 
 
-def _store_later(state: Any, where: tuple[str, str, int], message: dict[str, Any] | None) -> None:
+#: Where a reply goes: (tenant, session, budget, the request's record for the session's log or None).
+_Where = tuple[str, str, int, "dict[str, Any] | None"]
+
+
+def _store_later(state: Any, where: _Where, message: dict[str, Any] | None) -> None:
     """Store the reply in a worker thread, off the relay: the client's stream never waits on the store."""
     key = (id(state), where[0], where[1])
     job = asyncio.get_running_loop().run_in_executor(None, store_reply, state, *where, message)
@@ -149,7 +154,7 @@ async def chat_completions(request: Request, tenant: ProxyTenant) -> Response:
     if session:
         headers[SESSION_HEADER] = session
     budget = _budget(state, body, headers)
-    forward = body
+    forward, saving = body, None
     try:
         if tenant is None:
             raise RuntimeError("the rdmem key could not be checked")
@@ -160,40 +165,52 @@ async def chat_completions(request: Request, tenant: ProxyTenant) -> Response:
                         "X-Rdmem-Compacted": "true" if done.compacted else "false"})
         if done.skipped:
             headers["X-Rdmem-Skipped"] = str(done.skipped)
+        saving = done.saving
     except Exception as exc:  # fail open: the model gets the request as the client sent it
         log.warning("rdmem proxy: compaction failed for session %r (%s: %s); forwarding the request unchanged",
                     session, type(exc).__name__, exc)
         state.metrics.count("rdmem_proxy_fail_open_total")
         headers["X-Rdmem-Compacted"] = "failed"
-    where = (tenant, session, budget) if tenant is not None and session else None
+    where: _Where | None = (tenant, session, budget, saving) if tenant is not None and session else None
     if body.get("stream"):
         return await _stream(request, state, forward, headers, where)
     try:
         resp = await state.http.post("/chat/completions", json=forward, headers=_forward_headers(request))
     except Exception as exc:
+        _record_only(state, where)
         return _upstream_failure(exc, headers)
-    if resp.is_success and where is not None:
+    if where is not None and resp.is_success:
         try:
             reply = resp.json()["choices"][0]["message"]
         except (ValueError, KeyError, IndexError, TypeError):
             reply = None
-        try:  # waited on within the bound, so that the next request finds it; else it is stored later
+        try:  # waited on within the bound (one write), so that the answer's reader finds it; else stored later
             await _bounded(state, store_reply, state, *where, reply)
         except TimeoutError:
             log.warning("rdmem proxy: the reply of session %r is still being stored", session)
+    elif where is not None:
+        _record_only(state, where)
     passed = {k: v for k, v in resp.headers.items() if k.lower() in ("content-type", "x-request-id", "openai-processing-ms")}
     return Response(resp.content, status_code=resp.status_code, headers={**passed, **headers})
 
 
+def _record_only(state: Any, where: _Where | None) -> None:
+    """No reply to store: the request's record alone, off the relay."""
+    if where is not None and where[3] is not None:
+        _store_later(state, where, None)
+
+
 async def _stream(request: Request, state: Any, forward: dict[str, Any], headers: dict[str, str],
-                  where: tuple[str, str, int] | None) -> Response:
+                  where: _Where | None) -> Response:
     """Relay the upstream's server-sent events chunk by chunk, as sent; store the reply once it is complete."""
     upstream = state.http.build_request("POST", "/chat/completions", json=forward, headers=_forward_headers(request))
     try:
         resp = await state.http.send(upstream, stream=True)
     except Exception as exc:
+        _record_only(state, where)
         return _upstream_failure(exc, headers)
     if not resp.is_success:
+        _record_only(state, where)
         content = await resp.aread()
         await resp.aclose()
         return Response(content, status_code=resp.status_code,
@@ -201,6 +218,7 @@ async def _stream(request: Request, state: Any, forward: dict[str, Any], headers
 
     async def relay() -> AsyncIterator[bytes]:
         collector = ReplyCollector() if where is not None else None
+        stored = False
         try:
             async for chunk in resp.aiter_raw():
                 if collector is not None:
@@ -208,9 +226,11 @@ async def _stream(request: Request, state: Any, forward: dict[str, Any], headers
                     if collector is not None and collector.done:
                         assert where is not None
                         _store_later(state, where, collector.message())
-                        collector = None
+                        collector, stored = None, True
                 yield chunk
         finally:  # also when the client went away: the upstream is closed with it
+            if not stored:
+                _record_only(state, where)
             await resp.aclose()
 
     return StreamingResponse(relay(), status_code=resp.status_code,

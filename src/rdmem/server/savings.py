@@ -1,22 +1,21 @@
 """What the proxy saved: for each request of a session, the tokens the client sent and those forwarded.
 
 The proxy writes one record per request into the session's log in the store
-(beside the working set's compactions; a log write does not change the
-session's version), so every process of a server and the inspector at
-``/ui`` read the same figures, and they go when the session is deleted.
+(beside the working set's compactions), in the transaction that stores the
+request's reply (alone when there is none), so every process of a server and
+the inspector at ``/ui`` read the same figures, and they go when the session
+is deleted.
 """
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
+from typing import Any
 
 from ..store import Store
 from .sessions import store_session, tenant_sessions
 
-__all__ = ["Saving", "record", "session_savings", "tenant_savings"]
-
-log = logging.getLogger("rdmem.server")
+__all__ = ["Saving", "entry", "session_savings", "tenant_savings"]
 
 #: The key of a proxy request's record in a session's log.
 KEY = "proxy"
@@ -32,13 +31,9 @@ class Saving:
     compacted: bool
 
 
-def record(store: Store, session: str, sent: int, forwarded: int, compacted: bool) -> None:
-    """Log one proxy request of the store's session ``session``; a failure is one log line, never the
-    request's."""
-    try:
-        store.log_compaction(session, {KEY: {"sent": sent, "forwarded": forwarded, "compacted": compacted}})
-    except Exception as exc:  # the figures are for looking back: the request goes on without them
-        log.warning("rdmem proxy: could not record the tokens of a request of %r: %s", session, exc)
+def entry(sent: int, forwarded: int, compacted: bool) -> dict[str, Any]:
+    """The log record of one proxy request (written with the request's reply: ``Store.append(log=...)``)."""
+    return {KEY: {"sent": sent, "forwarded": forwarded, "compacted": compacted}}
 
 
 def _savings(store: Store, name: str) -> list[Saving]:

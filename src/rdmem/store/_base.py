@@ -222,8 +222,9 @@ class BaseStore(EmbeddingsMixin, KeysMixin):
         self._results: dict[str, tuple[int, OrderedDict[tuple[Any, ...], list[tuple[str, float]]]]] = {}
 
     # -- writes ------------------------------------------------------------------
-    def append(self, session: str, units: Sequence[NewUnit]) -> Written:
-        """Add units at the end of ``session`` (created if new), atomically: all or nothing.
+    def append(self, session: str, units: Sequence[NewUnit], *, log: Mapping[str, Any] | None = None) -> Written:
+        """Add units at the end of ``session`` (created if new), atomically: all or nothing, with ``log``
+        appended to the compaction log in the same transaction.
 
         Ids given are checked (:class:`DuplicateIdError` if the session has
         one already); ``None`` ids become ``m<n>``. Returns the stored units,
@@ -233,10 +234,14 @@ class BaseStore(EmbeddingsMixin, KeysMixin):
         if isinstance(units, (str, bytes, Mapping)) or not isinstance(units, Sequence):
             raise InvalidType(f"units must be a list of NewUnit, got {type(units).__name__}")
         encoded = [_encode(u, n) for n, u in enumerate(units)]
+        record = None if log is None else self._record(log)
         if not encoded:
+            if record is not None:
+                self._log(session, record)
             v = self.version(session)
             return Written(v, v)
-        return self._append(session, encoded)
+        # A backend written before ``log`` existed takes two arguments: it is given two when there is no record.
+        return self._append(session, encoded, record) if record is not None else self._append(session, encoded)
 
     def set_tier(
         self, session: str, ids: Sequence[str], tier: Tier, *, expect: int | None = None,
@@ -369,7 +374,7 @@ class BaseStore(EmbeddingsMixin, KeysMixin):
         self.close()
 
     # -- hooks ---------------------------------------------------------------------
-    def _append(self, session: str, units: list[Encoded]) -> Written:
+    def _append(self, session: str, units: list[Encoded], log: str | None = None) -> Written:
         raise NotImplementedError
 
     def _set_tier(self, session: str, ids: list[str], tier: Tier, expect: int | None, log: str | None) -> Written:

@@ -76,7 +76,7 @@ class MemoryStore(BaseStore):
             raise VersionConflict(f"session {session!r} is at version {current}, not {expect}; nothing was written")
 
     # -- writes ------------------------------------------------------------------
-    def _append(self, session: str, units: list[Encoded]) -> Written:
+    def _append(self, session: str, units: list[Encoded], log: str | None = None) -> Written:
         with self._lock:
             existing = self._sessions_.get(session)
             have = existing.units if existing is not None else {}
@@ -93,6 +93,8 @@ class MemoryStore(BaseStore):
                 s.units[uid], s.changed[uid], s.text[uid] = su, version, u.text
                 stored.append(_copy(su))
             s.next_auto = next_auto
+            if log is not None:
+                s.log.append((time.time(), log))
             return Written(prev, version, units=stored)
 
     def _set_tier(self, session: str, ids: list[str], tier: Tier, expect: int | None, log: str | None) -> Written:

@@ -205,7 +205,7 @@ class PostgresStore(PgSearchMixin, BaseStore):
         return prev, int(version)
 
     # -- writes ----------------------------------------------------------------
-    def _append(self, session: str, units: list[Encoded]) -> Written:
+    def _append(self, session: str, units: list[Encoded], log: str | None = None) -> Written:
         dims = {u.embedding.shape[0] for u in units if u.embedding is not None}
 
         def write(conn: Any) -> Written:
@@ -234,6 +234,9 @@ class PostgresStore(PgSearchMixin, BaseStore):
                         f"to_tsvector('{TS_CONFIG}', %s), %s)",
                         rows,
                     )
+                if log is not None:
+                    conn.execute("INSERT INTO rdmem_compactions (session, time, record) VALUES (%s, %s, %s)",
+                                 (session, time.time(), log))
             stored = [
                 StoredUnit(r[1], r[2], json.loads(u.message), u.tokens, json.loads(u.features), u.embedding, u.tier)
                 for r, u in zip(rows, units, strict=True)

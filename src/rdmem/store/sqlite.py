@@ -220,7 +220,7 @@ class SQLiteStore(SQLiteEmbeddings, SearchMixin, BaseStore):
             self._caches.pop(session, None)
 
     # -- writes ----------------------------------------------------------------
-    def _append(self, session: str, units: list[Encoded]) -> Written:
+    def _append(self, session: str, units: list[Encoded], log: str | None = None) -> Written:
         fts = fts_table(session)
 
         def write(conn: sqlite3.Connection) -> _Outcome:
@@ -246,6 +246,8 @@ class SQLiteStore(SQLiteEmbeddings, SearchMixin, BaseStore):
             )
             conn.executemany(f"INSERT INTO {fts} (rowid, body) VALUES (?, ?)",
                              [(r[0], u.text) for r, u in zip(rows, units, strict=True)])
+            if log is not None:
+                conn.execute("INSERT INTO compactions (session, time, record) VALUES (?, ?, ?)", (session, time.time(), log))
             stored = [
                 StoredUnit(r[2], r[3], json.loads(u.message), u.tokens, json.loads(u.features), u.embedding, u.tier)
                 for r, u in zip(rows, units, strict=True)
