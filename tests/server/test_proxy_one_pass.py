@@ -1,0 +1,102 @@
+"""One proxy request is one pass through memory: one read of the session, one write of what is new, the
+context from the same view, the reply and the request's record in one more write, the working set trimmed
+off the request path (to the request's budget, not the server's)."""
+
+from __future__ import annotations
+
+import openai
+import pytest
+
+from rdmem.server import ServerSettings, create_app
+from rdmem.server._proxy_memory import prepare, store_reply
+from rdmem.server.app import ServerState
+from rdmem.server.metrics import Metrics
+from rdmem.server.savings import session_savings
+from rdmem.server.sessions import SessionPool
+from rdmem.store import MemoryStore
+
+from ..integrations._scenario import conversation
+from .conftest import settle_embeddings
+
+WINDOW, RESERVE = 900, 100
+
+
+class CountingStore(MemoryStore):
+    """Counts the store calls a request makes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[str] = []
+
+    def _count(name):  # noqa: N805 - a decorator factory for the methods below
+        def call(self, *args, **kwargs):
+            self.calls.append(name)
+            return getattr(MemoryStore, name)(self, *args, **kwargs)
+        return call
+
+    for _name in ("append", "set_tier", "delete", "update_state", "log_compaction", "load", "changes",
+                  "version", "search"):
+        locals()[_name] = _count(_name)
+    del _name, _count
+
+
+def _history(n: int) -> list[dict]:
+    return [{"role": "system", "content": "You are a travel assistant."}, *conversation(n)]
+
+
+def test_a_compacting_request_reads_once_writes_once_and_the_reply_is_one_more_write(hashing_embedder):
+    store = CountingStore()
+    settings = ServerSettings(upstream="http://127.0.0.1:9", context_window=WINDOW, reply_reserve=RESERVE)
+    state = ServerState(settings, store, SessionPool(store, settings, hashing_embedder), Metrics())  # no worker
+    history = _history(60)
+    budget = WINDOW - RESERVE
+    done = prepare(state, "default", "trip", False, {"messages": history}, budget)  # opens the session
+    store_reply(state, "default", "trip", budget, done.saving, {"role": "assistant", "content": "Sure."})
+    history += [{"role": "assistant", "content": "Sure."}, {"role": "user", "content": "And the tram to Belem?"}]
+    mem = state.pool.manager("default", "trip", budget=budget)
+    assert mem.stats()["working_tokens"] > budget  # not trimmed on the request's path...
+    mem.maintain()  # ...but by the embedding worker once the vectors landed (here, by hand)
+    assert 0 < mem.stats()["working_tokens"] <= budget
+
+    store.calls.clear()
+    done = prepare(state, "default", "trip", False, {"messages": history}, budget)
+    assert done.compacted and done.after <= budget and done.messages[-1] == history[-1]
+    # one version check, one append (the new question), one search of the archive for the query; no load of
+    # the stored history to line the resend up, no trim of the working set, no separate log write
+    assert sorted(store.calls) == ["append", "search", "version"]
+
+    store.calls.clear()
+    store_reply(state, "default", "trip", budget, done.saving, {"role": "assistant", "content": "Tram 15."})
+    assert store.calls == ["append"]  # the reply and the request's record, in one transaction
+    assert [s.compacted for s in session_savings(store, "default", "trip")] == [True, True]
+    assert [h["content"] for h in mem.history()][-3:] == ["Sure.", "And the tram to Belem?", "Tram 15."]
+    assert len(mem) == len(history)  # everything once (the system prompt is not stored), the last reply too
+
+
+@pytest.mark.slow  # starts servers (and PostgreSQL)
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+def test_the_working_set_is_trimmed_after_the_reply_to_the_requests_budget(backend, serve, fake_openai,
+                                                                          hashing_embedder, tmp_path, request):
+    import uuid
+
+    url = f"sqlite:///{tmp_path / 'p.db'}" if backend == "sqlite" else request.getfixturevalue("pg_url")
+    # the server's --budget (4,000) is larger than the whole history: only the request's budget trims it
+    app = create_app(ServerSettings(store=url, upstream=fake_openai.url, context_window=WINDOW,
+                                    reply_reserve=RESERVE, budget=4000), embedder=hashing_embedder)
+    live = serve(app)
+    oai = openai.OpenAI(base_url=f"{live.url}/v1", api_key="sk-x", max_retries=0)
+    session = f"trim-{uuid.uuid4().hex[:8]}"
+    history = _history(40)
+    for n in range(3):
+        history.append({"role": "user", "content": f"Question {n}: which tram goes to Belem?"})
+        fake_openai.text = f"Answer {n}."
+        raw = oai.chat.completions.with_raw_response.create(model="m", messages=history, max_tokens=RESERVE,
+                                                            extra_headers={"X-Rdmem-Session": session})
+        assert raw.headers["x-rdmem-compacted"] == "true"
+        history.append({"role": "assistant", "content": raw.parse().choices[0].message.content})
+    settle_embeddings(live.app)
+    mem = live.app.state.rdmem.pool.manager("default", session, budget=WINDOW - RESERVE)
+    stats = mem.stats()
+    assert stats["units"] == len(history) - 1  # each message once, the replies too
+    assert 0 < stats["working_tokens"] <= WINDOW - RESERVE < stats["tokens"]
+    assert len(session_savings(live.app.state.rdmem.store, "default", session)) == 3
