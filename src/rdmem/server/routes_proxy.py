@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -67,6 +68,9 @@ def _upstream_failure(exc: Exception, headers: dict[str, str] | None = None) -> 
                         status_code=502, headers=headers)
 
 
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+
+
 def _lone_surrogate(value: Any, path: str = "") -> str | None:
     """The path of the first string in ``value`` that is not valid Unicode (it cannot be sent on), or ``None``."""
     stack = [(value, path)]
@@ -92,7 +96,8 @@ def read_request(raw: bytes, limits: HasLimits | None = None) -> dict[str, Any]:
         body = read_chat_body(raw, limits or Limits())
     except InvalidInput as exc:
         raise ApiError(400, str(exc), code="invalid_request") from None
-    bad = _lone_surrogate(body)
+    # The body was decoded strictly: only a JSON escape of a surrogate (\uD800-\uDFFF) can make one.
+    bad = _lone_surrogate(body) if _SURROGATE_ESCAPE.search(raw) else None
     if bad is not None:
         raise ApiError(400, f"{bad} is not valid Unicode (a lone surrogate)", code="invalid_request")
     return body
