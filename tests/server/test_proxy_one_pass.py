@@ -100,3 +100,43 @@ def test_the_working_set_is_trimmed_after_the_reply_to_the_requests_budget(backe
     assert stats["units"] == len(history) - 1  # each message once, the replies too
     assert 0 < stats["working_tokens"] <= WINDOW - RESERVE < stats["tokens"]
     assert len(session_savings(live.app.state.rdmem.store, "default", session)) == 3
+
+
+@pytest.mark.slow  # starts a server
+def test_a_request_that_fits_reaches_the_model_while_memory_stores_it(serve, fake_openai, hashing_embedder,
+                                                                      monkeypatch):
+    import time
+
+    from rdmem.server import _proxy_memory
+
+    from .._fake_openai import Reply, completion
+
+    events: list[tuple[str, float]] = []
+    turn = _proxy_memory.take_turn
+
+    def slow_turn(*args, **kwargs):  # a store slower than the model
+        time.sleep(0.4)
+        out = turn(*args, **kwargs)
+        events.append(("stored", time.monotonic()))
+        return out
+
+    def answer(req):
+        events.append(("model", time.monotonic()))
+        return Reply(body=completion("Fine."))
+
+    monkeypatch.setattr(_proxy_memory, "take_turn", slow_turn)
+    fake_openai.respond = answer
+    app = create_app(ServerSettings(upstream=fake_openai.url, context_window=WINDOW, reply_reserve=RESERVE,
+                                    memory_timeout=30), store=MemoryStore(), embedder=hashing_embedder)
+    live = serve(app)
+    oai = openai.OpenAI(base_url=f"{live.url}/v1", api_key="sk-x", max_retries=0)
+    short = [{"role": "user", "content": "Hello there."}]
+    raw = oai.chat.completions.with_raw_response.create(model="m", messages=short, user="fits")
+    assert [e for e, _ in events] == ["model", "stored"]  # the model did not wait for the store...
+    assert raw.headers["x-rdmem-compacted"] == "false" and raw.headers["x-rdmem-tokens-before"]  # ...the answer did
+    mem = app.state.rdmem.pool.manager("default", "fits", budget=WINDOW - RESERVE)
+    assert [h["content"] for h in mem.history()] == ["Hello there.", "Fine."]
+
+    events.clear()  # a request that must be compacted waits for memory: what the model gets depends on it
+    raw = oai.chat.completions.with_raw_response.create(model="m", messages=_history(80), user="long")
+    assert raw.headers["x-rdmem-compacted"] == "true" and [e for e, _ in events] == ["stored", "model"]

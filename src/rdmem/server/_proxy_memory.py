@@ -18,7 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -88,14 +88,17 @@ def readable_messages(messages: list[Any]) -> tuple[list[Message], list[str]]:
 
 
 def prepare(state: Any, tenant: str | None, session: str | None, derived: bool, body: dict[str, Any],
-            budget: int) -> Prepared:
+            budget: int, *, fits: Callable[[], object] | None = None) -> Prepared:
     """Store what is new and compact if needed, in one pass (:func:`rdmem._turn.take_turn`): one read of the
     session, one write of what is new, the context from the same view; the working set is trimmed later,
     off the request path (the embedding worker calls ``maintain()`` once the new vectors have landed).
 
     The request's leading system messages travel with every request (a client may change them each
     time): they are not stored, they are matched by nothing, and a compacted request is them followed
-    by the session's context within what they leave of the budget."""
+    by the session's context within what they leave of the budget.
+
+    ``fits()`` is called as soon as the request is known to fit as sent (before anything is stored): the
+    caller may forward it then, while this stores what is new."""
     parsed, skipped = readable_messages(body["messages"])  # the one parse of the messages
     if skipped:
         log.warning("rdmem proxy: %d message(s) of session %r not stored: %s", len(skipped), session,
@@ -106,19 +109,21 @@ def prepare(state: Any, tenant: str | None, session: str | None, derived: bool, 
     mem = state.pool.manager(tenant, session, budget=max(budget, 1)) if named else None
     tok = mem.tokenizer if mem is not None else get_tokenizer("cl100k_base")  # the managers' tokenizer
     before = tok.messages_tokens([m.chat for m in parsed])
-    fits = budget <= 0 or before <= budget
+    as_sent = budget <= 0 or before <= budget
+    if as_sent and fits is not None:
+        fits()
     room = budget - tok.messages_tokens(head)
     query = next((content_text(m.chat.get("content")) for m in reversed(conv) if m.chat["role"] == "user"), None)
     if mem is not None:
         assert tenant is not None
         turn = take_turn(mem, conv, replace=0 if derived else _REPLACEABLE,
-                         context=None if fits or room <= 0 else (query or None, room),
+                         context=None if as_sent or room <= 0 else (query or None, room),
                          charge=_charge(state, tenant, mem))
         if turn.new:
             state.pool.worker.wake()
             state.metrics.count("rdmem_messages_stored_total", len(turn.new))
         ctx = turn.context
-    if fits:
+    if as_sent:
         return Prepared(body["messages"], before, before, False, len(skipped),
                         entry(before, before, False) if mem is not None else None)
     if room <= 0:

@@ -6,7 +6,9 @@ stored, unless ``--derive-sessions``), store the messages it has not seen yet
 (a client resends its whole history each time), and, if the request is larger
 than the model's window less the reply's reserve, replace its messages by the
 session's compacted context (rd, the last user message as the query, the
-archive brought back by it). Then forward it with the client's own
+archive brought back by it). A request that fits as sent goes on as soon as
+that is known, while its new messages are stored (the answer waits for both,
+within the bound). Forward it with the client's own
 ``Authorization`` (and an allow-list of the client's headers), relay the
 answer (streamed chunk by chunk when ``stream`` is true, as the upstream sent
 it), and store the assistant's reply after it has reached the client (with
@@ -25,6 +27,7 @@ Headers say what happened: ``X-Rdmem-Session`` (absent: no session),
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import re
 from collections.abc import AsyncIterator
@@ -148,6 +151,60 @@ def _store_later(state: Any, where: _Where, message: dict[str, Any] | None) -> N
     job.add_done_callback(lambda done: _pending.pop(key, None) if _pending.get(key) is done else None)
 
 
+class _Memory:
+    """The request's memory work in a worker thread, bounded by ``memory_timeout`` in all: :meth:`fits` says
+    as soon as the request fits the window as sent (it may then go to the model while memory stores what is
+    new), :meth:`result` waits for the whole (:func:`prepare`)."""
+
+    def __init__(self, state: Any, args: tuple[Any, ...], after: asyncio.Future[Any] | None) -> None:
+        loop = asyncio.get_running_loop()
+        self._loop, self._timeout = loop, state.settings.memory_timeout
+        self._deadline = loop.time() + self._timeout
+        self._fits: asyncio.Future[bool] = loop.create_future()
+
+        def fits() -> None:  # in the worker thread
+            loop.call_soon_threadsafe(lambda: None if self._fits.done() else self._fits.set_result(True))
+
+        async def run() -> Prepared:
+            if after is not None:  # the session's previous reply, stored off the relay
+                await asyncio.shield(after)
+            return await asyncio.shield(loop.run_in_executor(None, functools.partial(prepare, *args, fits=fits)))
+
+        self.job: asyncio.Future[Prepared] = asyncio.ensure_future(run())
+
+    async def fits(self) -> bool:
+        """``True`` once the request is known to fit as sent and the work goes on; ``False`` when it is done
+        (or late: :meth:`result` then says so)."""
+        either: set[asyncio.Future[Any]] = {self._fits, self.job}
+        await asyncio.wait(either, timeout=self._left(), return_when=asyncio.FIRST_COMPLETED)
+        return not self.job.done() and self._fits.done()
+
+    async def result(self) -> Prepared:
+        try:
+            return await asyncio.wait_for(asyncio.shield(self.job), self._left())
+        except asyncio.TimeoutError:
+            raise TimeoutError(f"memory did not answer within {self._timeout} s") from None
+
+    def _left(self) -> float:
+        return max(0.0, self._deadline - self._loop.time())
+
+
+def _applied(done: Prepared, headers: dict[str, str]) -> dict[str, Any] | None:
+    """Say in ``headers`` what memory did; the request's record for the session's log."""
+    headers.update({"X-Rdmem-Tokens-Before": str(done.before), "X-Rdmem-Tokens-After": str(done.after),
+                    "X-Rdmem-Compacted": "true" if done.compacted else "false"})
+    if done.skipped:
+        headers["X-Rdmem-Skipped"] = str(done.skipped)
+    return done.saving
+
+
+def _failed_open(state: Any, session: str | None, exc: Exception, headers: dict[str, str]) -> None:
+    log.warning("rdmem proxy: compaction failed for session %r (%s: %s); forwarding the request unchanged",
+                session, type(exc).__name__, exc)
+    state.metrics.count("rdmem_proxy_fail_open_total")
+    headers["X-Rdmem-Compacted"] = "failed"
+
+
 @router.post("/chat/completions", operation_id="chat_completions", responses=_ERRORS)
 async def chat_completions(request: Request, tenant: ProxyTenant) -> Response:
     """An OpenAI chat completion, through rdmem: the history compacted when it does not fit the model."""
@@ -159,31 +216,38 @@ async def chat_completions(request: Request, tenant: ProxyTenant) -> Response:
     if session:
         headers[SESSION_HEADER] = session
     budget = _budget(state, body, headers)
-    forward, saving = body, None
+    forward, saving, memory = body, None, None
     try:
         if tenant is None:
             raise RuntimeError("the rdmem key could not be checked")
-        done: Prepared = await _bounded(state, prepare, state, tenant, session, derived, body, budget,
-                                        after=_pending.get((id(state), tenant, session or "")))
-        forward = {**body, "messages": done.messages}
-        headers.update({"X-Rdmem-Tokens-Before": str(done.before), "X-Rdmem-Tokens-After": str(done.after),
-                        "X-Rdmem-Compacted": "true" if done.compacted else "false"})
-        if done.skipped:
-            headers["X-Rdmem-Skipped"] = str(done.skipped)
-        saving = done.saving
+        memory = _Memory(state, (state, tenant, session, derived, body, budget),
+                         _pending.get((id(state), tenant, session or "")))
+        if not await memory.fits():  # compacted (or late): the model waits for it, within the bound
+            done = await memory.result()
+            forward, saving, memory = {**body, "messages": done.messages}, _applied(done, headers), None
     except Exception as exc:  # fail open: the model gets the request as the client sent it
-        log.warning("rdmem proxy: compaction failed for session %r (%s: %s); forwarding the request unchanged",
-                    session, type(exc).__name__, exc)
-        state.metrics.count("rdmem_proxy_fail_open_total")
-        headers["X-Rdmem-Compacted"] = "failed"
+        _failed_open(state, session, exc, headers)
+        memory = None
+    stream = bool(body.get("stream"))
+    if stream:
+        call = state.http.send(state.http.build_request("POST", "/chat/completions", json=forward,
+                                                        headers=_forward_headers(request)), stream=True)
+    else:
+        call = state.http.post("/chat/completions", json=forward, headers=_forward_headers(request))
+    upstream = asyncio.ensure_future(call)  # on its way; memory finishes meanwhile (the request fits as sent)
+    if memory is not None:
+        try:
+            saving = _applied(await memory.result(), headers)
+        except Exception as exc:
+            _failed_open(state, session, exc, headers)
     where: _Where | None = (tenant, session, budget, saving) if tenant is not None and session else None
-    if body.get("stream"):
-        return await _stream(request, state, forward, headers, where)
     try:
-        resp = await state.http.post("/chat/completions", json=forward, headers=_forward_headers(request))
+        resp = await upstream
     except Exception as exc:
         _record_only(state, where)
         return _upstream_failure(exc, headers)
+    if stream:
+        return await _stream(state, resp, headers, where)
     if where is not None and resp.is_success:
         try:
             reply = resp.json()["choices"][0]["message"]
@@ -205,15 +269,8 @@ def _record_only(state: Any, where: _Where | None) -> None:
         _store_later(state, where, None)
 
 
-async def _stream(request: Request, state: Any, forward: dict[str, Any], headers: dict[str, str],
-                  where: _Where | None) -> Response:
+async def _stream(state: Any, resp: Any, headers: dict[str, str], where: _Where | None) -> Response:
     """Relay the upstream's server-sent events chunk by chunk, as sent; store the reply once it is complete."""
-    upstream = state.http.build_request("POST", "/chat/completions", json=forward, headers=_forward_headers(request))
-    try:
-        resp = await state.http.send(upstream, stream=True)
-    except Exception as exc:
-        _record_only(state, where)
-        return _upstream_failure(exc, headers)
     if not resp.is_success:
         _record_only(state, where)
         content = await resp.aread()
