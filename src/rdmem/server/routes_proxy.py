@@ -209,7 +209,8 @@ def _failed_open(state: Any, session: str | None, exc: Exception, headers: dict[
 async def chat_completions(request: Request, tenant: ProxyTenant) -> Response:
     """An OpenAI chat completion, through rdmem: the history compacted when it does not fit the model."""
     state = request.app.state.rdmem
-    body = read_request(await request.body(), state.settings)  # the limits: a 400 naming limit and field
+    raw = await request.body()
+    body = read_request(raw, state.settings)  # the limits: a 400 naming limit and field
     session, derived = (None, False) if tenant is None else \
         session_of(request.headers, body, tenant, state.settings.derive_sessions)
     headers = {"X-Rdmem-Compacted": "false", "X-Rdmem-Memory": "session" if session else "none"}
@@ -229,11 +230,13 @@ async def chat_completions(request: Request, tenant: ProxyTenant) -> Response:
         _failed_open(state, session, exc, headers)
         memory = None
     stream = bool(body.get("stream"))
+    # unchanged: the client's own bytes go on (nothing to serialise again); else the compacted request
+    payload: dict[str, Any] = {"content": raw} if forward is body else {"json": forward}
     if stream:
-        call = state.http.send(state.http.build_request("POST", "/chat/completions", json=forward,
+        call = state.http.send(state.http.build_request("POST", "/chat/completions", **payload,
                                                         headers=_forward_headers(request)), stream=True)
     else:
-        call = state.http.post("/chat/completions", json=forward, headers=_forward_headers(request))
+        call = state.http.post("/chat/completions", **payload, headers=_forward_headers(request))
     upstream = asyncio.ensure_future(call)  # on its way; memory finishes meanwhile (the request fits as sent)
     if memory is not None:
         try:
