@@ -8,6 +8,7 @@ start over from the whole session.
 
 from __future__ import annotations
 
+import hashlib
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -65,7 +66,7 @@ class SessionView:
         self._groups = ToolGroups()
         self._working: dict[str, MemoryUnit] = {}
         self._working_tokens = 0
-        self._keys: dict[str, str] = {}  # id -> resend key
+        self._keys: dict[str, bytes] = {}  # id -> digest of its resend key
 
     # -- following the store --------------------------------------------------------
     def sync(self) -> bool:
@@ -211,12 +212,17 @@ class SessionView:
         if not total or not messages:
             return list(range(len(messages))), []
         tail = self.units[max(0, total - len(messages) - slack):]  # as stored: no store read
-        m, d = resend_alignment([self._key(u) for u in tail], [resend_key(x) for x in messages])
+        m, d = resend_alignment([self._key(u) for u in tail], [_digest(resend_key(x)) for x in messages])
         return list(range(m, len(messages))), [u.id for u in tail[len(tail) - d:]] if d else []
 
-    def _key(self, unit: MemoryUnit) -> str:
-        """The unit's :func:`~rdmem.history.resend_key` (its fields sent to the model), made once."""
+    def _key(self, unit: MemoryUnit) -> bytes:
+        """The digest of the unit's :func:`~rdmem.history.resend_key` (its fields sent to the model), made once
+        (16 bytes a unit, not a second copy of every message)."""
         key = self._keys.get(unit.id)
         if key is None:
-            key = self._keys[unit.id] = resend_key(unit.message)
+            key = self._keys[unit.id] = _digest(resend_key(unit.message))
         return key
+
+
+def _digest(key: str) -> bytes:
+    return hashlib.blake2b(key.encode("utf-8", "surrogatepass"), digest_size=16).digest()
