@@ -8,20 +8,26 @@ Each tree (this checkout's ``src``, and each ``--src NAME=PATH``) runs its own
 loopback (tests/_fake_openai.py, answers at once). The ``openai`` client
 sends a history that grows by a question and a reply per request, as a chat
 client does; every request goes straight to the fake and through each proxy,
-in an order that rotates with each request, so every tree meets the same
-machine. Two cases, as ``serve_bench.py``'s proxy phase: a 10-turn history
+in an order shuffled for each request, so every tree meets the same machine.
+Two cases, as ``serve_bench.py``'s proxy phase: a 10-turn history
 in a 100,000-token window (never compacted) and a 300-turn history in a
 4,096-token window (compacted on every request). The first two requests of
 each case are not timed (they open the session and store the history);
 ``--settle S`` waits S seconds after them (the embedding worker lands the
 history's vectors) before the timed ones. The added latency is the proxied
-p50 (p95) less the direct one.
+p50 (p95) less the direct one. ``--floor`` adds two references: this tree's
+proxy without a session (nothing read or stored) and a bare pass-through
+(``benchmarks/_passthrough.py``: Starlette and httpx, no rdmem), the cost of
+any Python HTTP hop on the machine.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import random
+import signal
+import subprocess
 import sys
 import tempfile
 import time
@@ -32,11 +38,33 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 sys.path.insert(0, str(ROOT))
 
-from serve_bench import Serve  # noqa: E402
+from serve_bench import Serve, _free_port  # noqa: E402
 from store_bench import LOCOMO, locomo_turns, machine, pct  # noqa: E402
 
 CASES = (("10-turn history, window 100,000 (no compaction)", 10, 100_000),
          ("300-turn history, window 4,096 (compacted)", 300, 4096))
+
+
+def _passthrough(upstream: str, work: Path) -> tuple[subprocess.Popen[bytes], str]:
+    """``benchmarks/_passthrough.py`` under uvicorn: the cost of any Python HTTP hop, memory aside."""
+    import httpx
+
+    port = _free_port()
+    log = open(work / "passthrough.log", "w")  # noqa: SIM115 - lives as long as the process
+    proc = subprocess.Popen([sys.executable, "-m", "uvicorn", "_passthrough:app", "--port", str(port),
+                             "--log-level", "warning", "--app-dir", str(ROOT / "benchmarks")],
+                            env={**os.environ, "PASSTHROUGH_UPSTREAM": upstream}, stdout=log, stderr=log)
+    url = f"http://127.0.0.1:{port}"
+    for _ in range(300):
+        if proc.poll() is not None:
+            raise RuntimeError(f"the pass-through exited; see {work / 'passthrough.log'}")
+        try:
+            httpx.get(url + "/", timeout=2)
+            return proc, url
+        except httpx.TransportError:
+            time.sleep(0.2)
+    proc.kill()
+    raise RuntimeError("the pass-through did not start")
 
 
 def run_case(trees: Sequence[tuple[str, Path]], label: str, start: int, window: int, turns: Sequence[str],
@@ -48,6 +76,7 @@ def run_case(trees: Sequence[tuple[str, Path]], label: str, start: int, window: 
     fake = FakeOpenAI()
     fake.text = "Noted."
     servers: dict[str, Serve] = {}
+    bare = None
     try:
         for name, src in trees:
             servers[name] = Serve("--store", f"sqlite:///{work / f'{name}-{window}.db'}", "--upstream", fake.url,
@@ -59,13 +88,19 @@ def run_case(trees: Sequence[tuple[str, Path]], label: str, start: int, window: 
         history = [{"role": "system", "content": "You are a helpful assistant."}]
         history += [{"role": "user" if i % 2 == 0 else "assistant", "content": turns[i]} for i in range(start)]
         headers = {"X-Rdmem-Session": f"bench-{window}"}
-        names = [n for n, _ in trees] + (["this, no session"] if args.floor else [])
+        bare = _passthrough(fake.url, work) if args.floor else None
+        if bare is not None:
+            proxied["bare pass-through"] = openai.OpenAI(base_url=bare[1] + "/v1", api_key="sk-bench", max_retries=0)
+        names = [n for n, _ in trees] + (["this, no session", "bare pass-through"] if args.floor else [])
         times: dict[str, list[float]] = {n: [] for n in ["direct", *names]}
         compacted = dict.fromkeys(names, 0)
+        rng = random.Random(window)
         for i in range(args.calls + 2):
             history.append({"role": "user", "content": f"{turns[start + i]} What do you think?"})
             order = ["direct", *names]
-            order = order[i % len(order):] + order[:i % len(order)]
+            rng.shuffle(order)  # a fresh order each time: the work one server leaves after its answer (its
+            # worker's embedding, a trim) slows whichever request comes next, and a fixed cycle would always
+            # give it to the same neighbour
             reply = None
             for who in order:
                 t0 = time.perf_counter()
@@ -74,8 +109,9 @@ def run_case(trees: Sequence[tuple[str, Path]], label: str, start: int, window: 
                     took = time.perf_counter() - t0
                 else:
                     floor = who == "this, no session"  # nothing read or stored: the proxy's plumbing
+                    plain = floor or who == "bare pass-through"
                     raw = proxied["this" if floor else who].chat.completions.with_raw_response.create(
-                        model="m", messages=history, extra_headers={} if floor else headers)
+                        model="m", messages=history, extra_headers={} if plain else headers)
                     took = time.perf_counter() - t0
                     reply = raw.parse().choices[0].message.content
                     if i >= 2:
@@ -88,6 +124,9 @@ def run_case(trees: Sequence[tuple[str, Path]], label: str, start: int, window: 
     finally:
         for s in servers.values():
             s.stop()
+        if bare is not None:
+            bare[0].send_signal(signal.SIGINT)
+            bare[0].wait(30)
         fake.stop()
     ms = {who: (pct(v, 50) * 1e3, pct(v, 95) * 1e3) for who, v in times.items()}
     lines = []
@@ -106,7 +145,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--calls", type=int, default=40, help="timed requests per case")
     ap.add_argument("--settle", type=float, default=0.0, help="seconds to wait after the untimed requests")
     ap.add_argument("--floor", action="store_true",
-                    help="also time requests without a session to this tree's proxy (nothing read or stored)")
+                    help="also time requests without a session to this tree's proxy (nothing read or stored), and "
+                    "through a bare pass-through (benchmarks/_passthrough.py: Starlette and httpx, no rdmem)")
     ap.add_argument("--case", type=int, choices=(0, 1), action="append", help="only these cases (0, 1)")
     args = ap.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
