@@ -20,8 +20,9 @@ import numpy as np
 
 from ..errors import InvalidInput
 from ..tokens import message_payload
-from ._base import BaseStore, Encoded, allocate_ids, damaged_unit, decode_unit, dumps, state_patch
+from ._base import BaseStore, Encoded, allocate_ids, damaged_unit, decode_unit, dumps, searchable, state_patch
 from ._dense import Dense
+from ._fts import LEXICAL_ROWS, check_lexical_rows
 from ._sqlite_embeddings import SQLiteEmbeddings
 from ._sqlite_open import in_transaction, open_file, retry
 from ._sqlite_schema import SCHEMA_VERSION
@@ -87,7 +88,7 @@ class SQLiteStore(SQLiteEmbeddings, SearchMixin, BaseStore):
         synchronous: str = "normal",
         timeout: float = 30.0,
         cache_size: int = 256,
-        lexical_rows: int = 1000,
+        lexical_rows: int = LEXICAL_ROWS,
         readonly: bool = False,
         create: bool = True,
     ) -> None:
@@ -95,8 +96,7 @@ class SQLiteStore(SQLiteEmbeddings, SearchMixin, BaseStore):
             raise InvalidInput(f"synchronous must be one of {', '.join(_SYNCHRONOUS)}, got {synchronous!r}")
         if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0:
             raise InvalidInput(f"timeout must be a number of seconds > 0, got {timeout!r}")
-        if isinstance(lexical_rows, bool) or not isinstance(lexical_rows, int) or lexical_rows < 1:
-            raise InvalidInput(f"lexical_rows must be an int >= 1, got {lexical_rows!r}")
+        check_lexical_rows(lexical_rows)
         self._init_base(cache_size)
         self.path = os.fspath(path)
         self.where = f"SQLite store {self.path}"
@@ -286,7 +286,7 @@ class SQLiteStore(SQLiteEmbeddings, SearchMixin, BaseStore):
             prev, version = self._bump(conn, session, row)
             conn.execute("UPDATE sessions SET reset = ? WHERE session = ?", (version, session))
             conn.executemany(f"INSERT INTO {fts} ({fts}, rowid, body) VALUES ('delete', ?, ?)",
-                             [(uid, message_payload(json.loads(m))) for uid, _, m in rows])
+                             [(uid, searchable(message_payload(json.loads(m)))) for uid, _, m in rows])
             conn.executemany("DELETE FROM units WHERE uid = ?", [(uid,) for uid, _, _ in rows])
             return Written(prev, version, deleted=[i for _, i, _ in rows]), True, None
 
