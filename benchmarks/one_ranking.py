@@ -51,7 +51,7 @@ def main() -> None:
                         for k, s in stores.items()}
                 for mem in mems.values():
                     mem.extend(conv.messages)
-                for probe in conv.probes:
+                for probe in (p for p in conv.probes if p.evidence):
                     kept = {k: set(m.context(query=probe.question).kept_ids) for k, m in mems.items()}
                     same += kept["memory"] == kept["sqlite"]
                     for k, ids in kept.items():

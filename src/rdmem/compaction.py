@@ -18,6 +18,7 @@ import numpy as np
 
 from ._accounting import RenderCost
 from ._layout import Head, Layout, fit_pinned, truncate_block
+from ._threads import on_one_math_thread
 from .contract import Plan, Problem
 from .embed import Embedder
 from .reconstruct import render, summary_message
@@ -48,6 +49,7 @@ class _Settled:
     notes: list[str] = field(default_factory=list)
 
 
+@on_one_math_thread
 def compact_units(
     units: Sequence[MemoryUnit],
     *,

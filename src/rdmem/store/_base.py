@@ -18,6 +18,7 @@ from typing import Any, Self
 
 import numpy as np
 
+from .._threads import on_one_math_thread
 from ..errors import InvalidInput, InvalidType
 from ..tokens import message_payload
 from ._embeddings import EmbeddingsMixin
@@ -317,6 +318,7 @@ class BaseStore(EmbeddingsMixin, KeysMixin):
         check_session(session)
         return [dict(json.loads(rec), time=t) for t, rec in self._read_log(session)]
 
+    @on_one_math_thread
     def search(
         self, session: str, query: str, query_embedding: np.ndarray | None, *, k: int, tier: Tier | None = None
     ) -> list[tuple[str, float]]:
