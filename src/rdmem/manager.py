@@ -11,13 +11,14 @@ from ._learning import OnlineLearning
 from ._session import SessionView, new_unit
 from .compaction import Compaction, compact_units
 from .contract import Composed, Policy
-from .embed import Embedder, get_embedder
+from .embed import Embedder
 from .errors import InvalidInput, InvalidType
 from .history import pending_call
 from .learn.online import Feedback
 from .messages import Message, parse_message, parse_messages
 from .policies import RDPolicy, get_policy
 from .scoring import embed_text
+from .sessions import embedder_for
 from .store import Store, VersionConflict, check_session, check_store, open_store
 from .summarize import Summarizer
 from .tokens import Tokenizer, check_budget, get_tokenizer
@@ -169,8 +170,7 @@ class MemoryManager(OnlineLearning):
     @property
     def _embedder(self) -> Embedder | None:
         if self._embedder_obj is _UNSET:  # resolved once (the check is a runtime protocol check)
-            needed = self.policy.needs_embeddings or self._embedder_spec is not None
-            self._embedder_obj = get_embedder(self._embedder_spec) if needed else None
+            self._embedder_obj = embedder_for(self.policy, self._embedder_spec)
         return self._embedder_obj
 
     # -- writing -----------------------------------------------------------------------

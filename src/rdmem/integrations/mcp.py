@@ -45,11 +45,10 @@ except ImportError as exc:  # pragma: no cover - the extra is missing
     raise MissingDependency(f"rdmem.integrations.mcp needs the MCP SDK: pip install 'rdmem[mcp]' ({exc})") from None
 
 from .._wire import ChatMessage, JsonPositiveInt, SessionSummary, message_dict
-from ..embed import Embedder, get_embedder
+from ..embed import Embedder
 from ..limits import Limits, check_messages, check_text, load_json, read_body
 from ..manager import MemoryManager
-from ..names import check_session_name
-from ..policies import get_policy
+from ..sessions import embedder_for, policy_for, session_name
 from ..store import SessionInfo, Store, StoreError, open_store
 from ..tokens import check_budget
 
@@ -151,12 +150,12 @@ class StoreSessions:
         self._lock = threading.Lock()  # the SDK runs tools in worker threads
 
     def manager(self, session: str) -> MemoryManager:
-        check_session_name(session)
+        session_name(session)
         with self._lock:
             mem = self._managers.get(session)
             if mem is None:
-                if get_policy(self.policy).needs_embeddings and not isinstance(self._embedder, Embedder):
-                    self._embedder = get_embedder(self._embedder)  # one model for every session
+                if not isinstance(self._embedder, Embedder):  # resolved once: one model for every session
+                    self._embedder = embedder_for(self.policy, self._embedder)
                 mem = MemoryManager(budget=self.budget, policy=self.policy, store=self.store, session=session,
                                     embedder=self._embedder)
                 self._managers[session] = mem
@@ -169,7 +168,7 @@ class StoreSessions:
         return [(i.session, i) for i in self.store.sessions()]
 
     def delete_session(self, session: str) -> bool:
-        check_session_name(session)
+        session_name(session)
         if self.store.version(session) == 0:
             return False
         self.store.delete_session(session)
@@ -258,7 +257,7 @@ def create_mcp_server(
     ['context', 'explain', 'forget', 'recall', 'remember']
     """
     check_budget(budget)
-    get_policy(policy)
+    policy_for(policy)  # an unknown name: the error lists the valid ones
     if not isinstance(session, str) or not session:
         raise InvalidInput(f"session must be a non-empty string, got {session!r}")
     if max_budget is not None:

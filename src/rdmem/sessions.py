@@ -1,0 +1,64 @@
+"""The session service: the one home of the rules every front door applies to a session.
+
+REST, mem0's routes, the proxy, MCP, the CLI, the evaluation harness and
+the adapters decide none of these themselves; they ask here:
+
+- what a session's name may be: :func:`session_name` (the rule is
+  :func:`rdmem.names.check_session_name`, in the bottom layer so that the
+  wire types can state it too);
+- which policy a task mode means: :func:`policy_for`, over :data:`MODES`;
+- whether a policy needs an embedder, and which one a session gets:
+  :func:`needs_embedder`, :func:`embedder_for`;
+- which messages of a resent history are new, and which stored ones it
+  dropped: :meth:`rdmem.MemoryManager.resent` (the session's view aligns them
+  against the store, :func:`rdmem.history.resend_alignment`).
+
+>>> policy_for(mode="task"), policy_for(mode="qa"), policy_for(policy="window"), policy_for()
+('rd-task', 'rd', 'window', None)
+>>> needs_embedder("window"), needs_embedder("rd")
+(False, True)
+>>> embedder_for("window") is None
+True
+"""
+
+from __future__ import annotations
+
+from .contract import Policy
+from .embed import Embedder, get_embedder
+from .errors import InvalidInput
+from .names import check_session_name
+from .policies import MODE_POLICIES, get_policy
+
+__all__ = ["MODES", "session_name", "policy_for", "needs_embedder", "embedder_for"]
+
+#: The task modes a front door may name instead of a policy (``qa`` is plain ``rd``).
+MODES: tuple[str, ...] = tuple(MODE_POLICIES)
+
+#: A session's name, or an ``InvalidInput`` naming the field, the value and the rule.
+session_name = check_session_name
+
+
+def policy_for(policy: str | None = None, mode: str | None = None) -> str | None:
+    """The policy a caller asked for, by name or by task mode (not both); ``None`` if neither (the front
+    door's default). An unknown name or mode is an ``InvalidInput`` listing the valid ones."""
+    if policy is not None and mode is not None:
+        raise InvalidInput("give a policy or a mode, not both")
+    if mode is not None:
+        if mode not in MODE_POLICIES:
+            raise InvalidInput(f"unknown mode {mode!r}; choose one of {', '.join(MODES)}")
+        return MODE_POLICIES[mode]
+    if policy is not None:
+        get_policy(policy)
+    return policy
+
+
+def needs_embedder(policy: str | Policy, embedder: Embedder | str | None = None) -> bool:
+    """Whether a session under ``policy`` embeds its messages: when the policy scores by meaning, or when
+    the caller chose an embedder (search then ranks by meaning too)."""
+    return get_policy(policy).needs_embeddings or embedder is not None
+
+
+def embedder_for(policy: str | Policy, embedder: Embedder | str | None = None) -> Embedder | None:
+    """The embedder a session under ``policy`` uses: ``embedder`` resolved (``None``: the shared default
+    MiniLM, loaded once per process) when :func:`needs_embedder`, else ``None`` (no model is loaded)."""
+    return get_embedder(embedder) if needs_embedder(policy, embedder) else None
