@@ -104,7 +104,7 @@ def test_the_mcp_endpoint_alone_keeps_the_sdks_dns_rebinding_protection():
     from starlette.applications import Starlette
     from starlette.routing import Route
 
-    from rdmem.integrations.mcp import HTTPEndpoint, create_mcp_server
+    from rdmem.mcp import HTTPEndpoint, create_mcp_server
 
     from .conftest import LiveServer
 

@@ -216,14 +216,14 @@ async def _mcp_tenant(request: Request) -> str:
 
 
 def _mcp_endpoint(settings: ServerSettings, hosts: HostRule) -> Any:
-    """``/mcp``: the MCP server (``rdmem.integrations.mcp``), if the SDK is installed (``rdmem[mcp]``), with
+    """``/mcp``: the MCP server (``rdmem.mcp``), if the SDK is installed (``rdmem[mcp]``), with
     the SDK's DNS-rebinding protection on and told the server's Host rule (off only where the rule admits any
     Host, which the SDK cannot express: a non-loopback server, whose keys guard it)."""
     if importlib.util.find_spec("mcp") is None:
         return None
     from mcp.server.transport_security import TransportSecuritySettings
 
-    from ..integrations.mcp import CALLER, HTTPEndpoint, create_mcp_server
+    from ..mcp import CALLER, HTTPEndpoint, create_mcp_server
 
     server = create_mcp_server(
         budget=settings.budget, policy=settings.policy, max_budget=settings.max_budget,
