@@ -172,7 +172,7 @@ def test_the_ladder_is_a_policy_composed_over_rd() -> None:
     assert isinstance(ladder, LadderPolicy) and isinstance(ladder, Composed) and ladder.base == RDPolicy()
     task = LadderPolicy(base=RDPolicy(mode="task"))
     assert task.base.mode == "task" and task.needs_embeddings
-    with pytest.raises(TypeError, match="base must be an RDPolicy, got str"):
+    with pytest.raises(TypeError, match=r"base must be a policy with a valuation\(problem\) \(rd, a ScoredPolicy, ...\), got str"):
         LadderPolicy(base="rd")  # type: ignore[arg-type]
     # The watermarks are the manager's: rd and the ladder over it compact down to 0.98, the others 0.8.
     assert default_low(ladder) == default_low(get_policy("rd")) == 0.98
