@@ -9,6 +9,7 @@ the adapters decide none of these themselves; they ask here:
 - which policy a task mode means: :func:`policy_for`, over :data:`MODES`;
 - whether a policy needs an embedder, and which one a session gets:
   :func:`needs_embedder`, :func:`embedder_for`;
+- the low watermark a session's working set is compacted down to unless told: :func:`default_low`;
 - which messages of a resent history are new, and which stored ones it
   dropped: :meth:`rdmem.MemoryManager.resent` (the session's view aligns them
   against the store, :func:`rdmem.history.resend_alignment`).
@@ -23,13 +24,13 @@ True
 
 from __future__ import annotations
 
-from .contract import Policy
+from .contract import Composed, Policy
 from .embed import Embedder, get_embedder
 from .errors import InvalidInput
 from .names import check_session_name
-from .policies import MODE_POLICIES, get_policy
+from .policies import MODE_POLICIES, RDPolicy, get_policy
 
-__all__ = ["MODES", "session_name", "policy_for", "needs_embedder", "embedder_for"]
+__all__ = ["MODES", "session_name", "policy_for", "needs_embedder", "embedder_for", "default_low"]
 
 #: The task modes a front door may name instead of a policy (``qa`` is plain ``rd``).
 MODES: tuple[str, ...] = tuple(MODE_POLICIES)
@@ -62,3 +63,12 @@ def embedder_for(policy: str | Policy, embedder: Embedder | str | None = None) -
     """The embedder a session under ``policy`` uses: ``embedder`` resolved (``None``: the shared default
     MiniLM, loaded once per process) when :func:`needs_embedder`, else ``None`` (no model is loaded)."""
     return get_embedder(embedder) if needs_embedder(policy, embedder) else None
+
+
+def default_low(policy: Policy) -> float:
+    """The low watermark a manager compacts down to unless told (a fraction of its budget): 0.98 for ``rd``,
+    which compacts often and by little (room left free is room no kept message uses; BENCHMARKS "Issue 25,
+    the value side" measures 0.8 to 1.0), 0.8 for policies that judge less, so the prompt prefix stays stable.
+    """
+    base = policy.base if isinstance(policy, Composed) else policy
+    return 0.98 if isinstance(base, RDPolicy) else 0.8

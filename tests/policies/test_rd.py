@@ -165,7 +165,8 @@ def test_ladder_compresses_what_does_not_fit_verbatim() -> None:
 
 def test_the_ladder_is_a_policy_composed_over_rd() -> None:
     from rdmem.contract import Composed
-    from rdmem.manager import MemoryManager, default_low
+    from rdmem.manager import MemoryManager
+    from rdmem.sessions import default_low
     from rdmem.policies import LadderPolicy
 
     ladder = get_policy("rd-ladder")
