@@ -234,13 +234,13 @@ def test_the_scenario_continues_in_a_new_process(tmp_path):
 @pytest.fixture
 def keyed_server(tmp_path, hashing_embedder):
     from rdmem.server import ServerSettings, create_app
-    from rdmem.store import open_store
+    from rdmem.store import KeyStore, open_store
 
     from ..server.conftest import LiveServer
 
     url = f"sqlite:///{tmp_path / 'keyed.db'}"
     with open_store(url) as store:
-        (_, acme), (_, globex) = store.create_key("acme"), store.create_key("globex")
+        (_, acme), (_, globex) = KeyStore(store).create_key("acme"), KeyStore(store).create_key("globex")
     live = LiveServer(create_app(ServerSettings(store=url, policy="window"), embedder=hashing_embedder))
     yield live, acme, globex, url
     live.stop()
