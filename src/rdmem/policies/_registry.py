@@ -21,7 +21,7 @@ MODE_POLICIES: dict[str, str] = {mode: "rd" if mode == "qa" else f"rd-{mode}" fo
 
 
 def _rd_in_mode(mode: str) -> Callable[[], Policy]:
-    return lambda: RDPolicy(name=f"rd-{mode}", description=f"rd in {mode} mode: {TASK_MODES[mode].description}",
+    return lambda: RDPolicy(name=MODE_POLICIES[mode], description=f"rd in {mode} mode: {TASK_MODES[mode].description}",
                             mode=mode)
 
 
