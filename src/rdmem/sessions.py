@@ -12,7 +12,9 @@ the adapters decide none of these themselves; they ask here:
 - the low watermark a session's working set is compacted down to unless told: :func:`default_low`;
 - which messages of a resent history are new, and which stored ones it
   dropped: :meth:`rdmem.MemoryManager.resent` (the session's view aligns them
-  against the store, :func:`rdmem.history.resend_alignment`).
+  against the store, :func:`rdmem.history.resend_alignment`); and where the
+  new ones begin in a model call's input that starts with a context rdmem
+  rendered (markers, cut messages): :func:`first_unseen`.
 
 >>> policy_for(mode="task"), policy_for(mode="qa"), policy_for(policy="window"), policy_for()
 ('rd-task', 'rd', 'window', None)
@@ -24,13 +26,20 @@ True
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
 from .contract import Composed, Policy
 from .embed import Embedder, get_embedder
 from .errors import InvalidInput
+from .history import resend_key
+from .messages import chat_fields
 from .names import check_session_name
 from .policies import MODE_POLICIES, RDPolicy, get_policy
+from .reconstruct import MARKER
+from .tokens import content_text
 
-__all__ = ["MODES", "session_name", "policy_for", "needs_embedder", "embedder_for", "default_low"]
+__all__ = ["MODES", "session_name", "policy_for", "needs_embedder", "embedder_for", "default_low", "first_unseen"]
 
 #: The task modes a front door may name instead of a policy (``qa`` is plain ``rd``).
 MODES: tuple[str, ...] = tuple(MODE_POLICIES)
@@ -72,3 +81,23 @@ def default_low(policy: Policy) -> float:
     """
     base = policy.base if isinstance(policy, Composed) else policy
     return 0.98 if isinstance(base, RDPolicy) else 0.8
+
+
+def first_unseen(messages: Sequence[Mapping[str, Any]], newest: Mapping[str, Any] | None,
+                 unseen: Callable[[list[dict[str, Any]]], list[int]]) -> int:
+    """Where the messages a session does not have begin in ``messages``, a model call's input that may start
+    with a context rdmem rendered for the session (a framework's model-input filter sees it again).
+
+    Right after the session's ``newest`` stored message when the input holds it verbatim (rdmem sends the
+    newest messages as they are); else, as that message was cut, after the input's last elision marker, less
+    what the session has there (``unseen``: :meth:`rdmem.MemoryManager.unseen`, the resent-history rule).
+    """
+    last = resend_key(newest) if newest is not None else None
+    keys = [resend_key(m) for m in messages]
+    start = next((p for p in range(len(keys), 0, -1) if keys[p - 1] == last), None)
+    if start is None:
+        start = max((i + 1 for i, m in enumerate(messages)
+                     if m["role"] in ("user", "system") and MARKER.match(content_text(m.get("content")) or "")),
+                    default=0)
+        start += (unseen([chat_fields(m) for m in messages[start:]]) or [len(messages) - start])[0]
+    return start
