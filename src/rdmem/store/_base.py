@@ -22,7 +22,7 @@ from .._threads import on_one_math_thread
 from ..errors import InvalidInput, InvalidType
 from ..tokens import message_payload
 from ._embeddings import EmbeddingsMixin
-from ._keys import KeysMixin, check_name, check_tenant
+from ._keys import check_name, check_tenant
 from ._types import (
     TIERS, Changes, DuplicateIdError, NewUnit, SessionInfo, StoredUnit, StoreError, Tier, Written,
 )
@@ -202,7 +202,7 @@ def state_patch(state: Mapping[str, Any], patch: Mapping[str, Any]) -> dict[str,
     return out
 
 
-class BaseStore(EmbeddingsMixin, KeysMixin):
+class BaseStore(EmbeddingsMixin):
     """The public store methods, checked once for every backend (see :class:`~rdmem.store.Store`).
 
     A backend sets ``where`` (the store named in messages), ``_lock`` (an
