@@ -15,7 +15,7 @@ from .embed import Embedder
 from .errors import InvalidInput, InvalidType
 from .history import pending_call
 from .messages import Message, parse_message, parse_messages
-from .policies import get_policy
+from .policies import for_working_set, get_policy
 from .scoring import embed_text
 from .sessions import default_low, embedder_for
 from .store import Store, VersionConflict, check_session, check_store, open_store
@@ -427,9 +427,9 @@ class MemoryManager:
     @property
     def _working_policy(self) -> Policy:
         """The policy that trims the working set: it holds whole messages, so a policy composed over another
-        (the representation ladder over rd) trims it with its base."""
+        (the representation ladder over rd) trims it with its base; rd values free room (:func:`for_working_set`)."""
         policy = self._learning.policy()
-        return policy.base if isinstance(policy, Composed) else policy
+        return for_working_set(policy.base if isinstance(policy, Composed) else policy)
 
     # -- lifecycle -------------------------------------------------------------------------
     def close(self) -> None:

@@ -16,11 +16,12 @@ from ..contract import Plan, Policy, Problem
 from ._registry import MODE_POLICIES, POLICIES, get_policy, register_policy
 from .ladder import LadderPolicy
 from .modes import TASK_MODES, TaskMode
-from .rd import RDPolicy, Valuation
+from .rd import STREAM_ROOM_VALUE, RDPolicy, Valuation, for_working_set
 from .scored import ScoredPolicy
 from .summary_buffer import SummaryBuffer
 
 __all__ = [
     "Policy", "Problem", "Plan", "ScoredPolicy", "SummaryBuffer", "RDPolicy", "Valuation", "LadderPolicy",
-    "TaskMode", "TASK_MODES", "POLICIES", "MODE_POLICIES", "get_policy", "register_policy",
+    "TaskMode", "TASK_MODES", "POLICIES", "MODE_POLICIES", "get_policy", "register_policy", "for_working_set",
+    "STREAM_ROOM_VALUE",
 ]
