@@ -44,6 +44,8 @@ class RDPolicy:
     fill, which spends the room on other messages. (The knapsack itself still
     counts each copy, so this is a repair, not the optimum of a coverage
     objective: :func:`rdmem.select.coverage` is that, for plain budgets.)
+    When messages keep arriving (a manager trimming its working set,
+    :func:`for_working_set`), ``room_value`` prices the tokens it keeps.
     """
 
     name: str = "rd"
