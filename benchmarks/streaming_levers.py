@@ -16,7 +16,7 @@ compaction, and the path after it): ``--spread`` averages over the budgets
 Levers, for the tables in BENCHMARKS "Issue 25, item 2":
 
 - ``--no-markers``: ``MemoryManager(markers=False)`` (the marker-free ceiling);
-- ``--room X``: rd's ``room_value`` for working-set trimming (default: the shipped one);
+- ``--room X``: rd's ``room_value`` for working-set trimming, markers or not (default: the shipped rule);
 - ``--marker-text T``: a simulation of a cheaper marker, ``T`` with ``N`` for the count (e.g. ``"[…]"``,
   5 tokens with cl100k's overhead, against 9 for ``[N messages omitted]``); it is a measurement only
   (other parts of rdmem parse the shipped format).
@@ -28,6 +28,7 @@ Levers, for the tables in BENCHMARKS "Issue 25, item 2":
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import time
 
@@ -37,6 +38,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import rdmem._accounting as accounting  # noqa: E402
 import rdmem.policies.rd as rd  # noqa: E402
+import rdmem.manager as manager  # noqa: E402
 import rdmem.reconstruct as reconstruct  # noqa: E402
 from rdmem import MemoryManager  # noqa: E402
 from rdmem.compaction import compact_units  # noqa: E402
@@ -84,8 +86,13 @@ def main() -> None:
     ap.add_argument("--room", type=float, default=None, help="rd's room_value for working-set trimming")
     ap.add_argument("--marker-text", default=None, help="simulate a cheaper marker (N: the count)")
     args = ap.parse_args()
-    if args.room is not None:
-        rd.STREAM_ROOM_VALUE = args.room
+    if args.room is not None:  # with or without markers (the shipped default values room only without)
+        room = args.room
+
+        def working(policy: object, *, markers: bool = True) -> object:
+            return dataclasses.replace(policy, room_value=room) if isinstance(policy, rd.RDPolicy) else policy
+
+        manager.for_working_set = working  # type: ignore[assignment]
     if args.marker_text is not None:
         text = args.marker_text
 

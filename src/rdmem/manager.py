@@ -429,7 +429,7 @@ class MemoryManager:
         """The policy that trims the working set: it holds whole messages, so a policy composed over another
         (the representation ladder over rd) trims it with its base; rd values free room (:func:`for_working_set`)."""
         policy = self._learning.policy()
-        return for_working_set(policy.base if isinstance(policy, Composed) else policy)
+        return for_working_set(policy.base if isinstance(policy, Composed) else policy, markers=self.markers)
 
     # -- lifecycle -------------------------------------------------------------------------
     def close(self) -> None:

@@ -60,11 +60,14 @@ def test_room_value_is_checked() -> None:
             RDPolicy(room_value=bad)  # type: ignore[arg-type]
 
 
-def test_a_manager_trims_its_working_set_with_room_valued() -> None:
-    mem = MemoryManager(budget=100, policy=RDPolicy(value=Fixed(()), duplicates=None))
+def test_a_manager_without_markers_trims_its_working_set_with_room_valued() -> None:
+    mem = MemoryManager(budget=100, policy=RDPolicy(value=Fixed(()), duplicates=None), markers=False)
     working, active = mem._working_policy, mem._learning.policy()
     assert isinstance(working, RDPolicy) and isinstance(active, RDPolicy)
     assert working.room_value == STREAM_ROOM_VALUE
     assert active.room_value is None  # a context is one-off: its free room goes unused
+    # With markers (the default) valuing the room measured within the noise: the policy is left as it is.
+    marked = MemoryManager(budget=100, policy=RDPolicy(value=Fixed(()), duplicates=None))._working_policy
+    assert isinstance(marked, RDPolicy) and marked.room_value is None
     own = MemoryManager(budget=100, policy=RDPolicy(room_value=0.25))._working_policy
     assert isinstance(own, RDPolicy) and own.room_value == 0.25  # a policy's own setting stands

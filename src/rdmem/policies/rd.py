@@ -65,9 +65,9 @@ class RDPolicy:
     #: block a fill by value per token would leave out). 0 suits a one-off context, whose free room goes
     #: unused; when messages keep arriving (a manager trimming its working set) room freed now holds the
     #: next messages, so a long block of middling value should go before a short one worth nearly as much.
-    #: ``None``: 0 for a context, :data:`STREAM_ROOM_VALUE` when a :class:`~rdmem.MemoryManager` trims its
-    #: working set (BENCHMARKS "Issue 25, streaming": the knapsack alone, with room worth nothing, filled the
-    #: working set with long messages).
+    #: ``None``: 0 for a context, :data:`STREAM_ROOM_VALUE` when a :class:`~rdmem.MemoryManager` without
+    #: markers trims its working set (BENCHMARKS "Issue 25, item 2": the knapsack alone, with room worth
+    #: nothing, filled the working set with long messages); see :func:`for_working_set`.
     room_value: float | None = None
 
     def __post_init__(self) -> None:
@@ -266,9 +266,11 @@ class RDPolicy:
         return np.flatnonzero(is_chosen).tolist()
 
 
-def for_working_set(policy: Policy) -> Policy:
+def for_working_set(policy: Policy, *, markers: bool = True) -> Policy:
     """The policy a :class:`~rdmem.MemoryManager` trims its working set with: ``policy`` itself, except that
-    rd with ``room_value=None`` values free room at :data:`STREAM_ROOM_VALUE` (messages keep arriving)."""
-    if isinstance(policy, RDPolicy) and policy.room_value is None:
+    rd with ``room_value=None`` values free room at :data:`STREAM_ROOM_VALUE` (messages keep arriving) when
+    the manager sends no elision markers. With markers each kept message already carries a marker's tokens,
+    and valuing the room measured within the noise (BENCHMARKS "Issue 25, item 2"): it stays 0 there."""
+    if isinstance(policy, RDPolicy) and policy.room_value is None and not markers:
         return dataclasses.replace(policy, room_value=STREAM_ROOM_VALUE)
     return policy
