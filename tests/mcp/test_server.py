@@ -212,6 +212,25 @@ def test_a_second_process_sees_what_the_first_remembered(tmp_path):
     assert hits[0]["id"] == ids[0] and hits[0]["tier"] == "archive"
 
 
+@pytest.mark.slow  # starts a server process
+def test_rdmem_mcp_takes_the_limits_rdmem_serve_takes(tmp_path):
+    store = f"sqlite:///{tmp_path / 'm.db'}"
+
+    async def go():
+        async with Client(rdmem_mcp(store, "--policy", "window", "--max-message-chars", "40", "--max-messages", "2",
+                                    "--max-budget", "500")) as client:
+            long = await error(client, "remember", content="x" * 41)
+            many = await error(client, "remember", messages=conversation(3))
+            budget = await error(client, "context", budget=501)
+            await ok(client, "remember", content="x" * 40)
+            return long, many, budget
+
+    long, many, budget = run(go())
+    assert "40" in long and "content" in long
+    assert "2" in many and "messages" in many
+    assert "500" in budget and "budget" in budget
+
+
 @pytest.mark.slow  # each process loads the model
 def test_the_scenario_continues_in_a_new_process(tmp_path):
     store = f"sqlite:///{tmp_path / 'm.db'}"

@@ -35,7 +35,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         store=args.store, data_dir=args.data_dir, budget=args.budget, policy=args.policy, upstream=args.upstream,
         context_window=args.context_window, reply_reserve=args.reply_reserve, upstream_timeout=args.upstream_timeout,
         max_body_bytes=args.max_body_bytes, max_messages=args.max_messages, max_message_chars=args.max_message_chars,
-        max_budget=args.max_budget, host=args.host, allowed_hosts=tuple(args.allow_host or ()),
+        max_budget=args.max_budget, max_page=args.max_page, host=args.host, allowed_hosts=tuple(args.allow_host or ()),
         rate_requests=args.rate_requests, rate_tokens=args.rate_tokens, metrics_tenant=args.metrics_tenant,
         header_timeout=args.header_timeout, ui=not args.no_ui, derive_sessions=args.derive_sessions,
         memory_timeout=args.memory_timeout,
@@ -161,6 +161,8 @@ def register(sub: Any) -> None:
                         help="characters of any string in a message, every field counted: content, name, "
                         "tool calls, metadata (default 200000)")
     limits.add_argument("--max-budget", type=positive_int, default=1_000_000, help="tokens a request may ask for")
+    limits.add_argument("--max-page", type=positive_int, default=1000,
+                        help="messages or search hits one request may ask for (default 1000)")
     limits.add_argument("--rate-requests", type=whole_number("requests per minute"), default=None,
                         help="requests per minute per tenant (default: no limit); over it, 429 with Retry-After")
     limits.add_argument("--rate-tokens", type=whole_number("tokens per minute"), default=None,
