@@ -14,13 +14,15 @@ from ._dense import Dense
 from ._search import query_terms, rank_fusion, rarest_terms
 from ._types import Tier
 
-__all__ = ["SessionCache", "SearchMixin", "fts_table", "FTS_CREATE", "FTS_TOKENIZE"]
+__all__ = ["SessionCache", "SearchMixin", "fts_table", "FTS_CREATE", "FTS_TOKENIZE", "DENSE_ROWS"]
 
 FTS_CREATE = "CREATE VIRTUAL TABLE IF NOT EXISTS {} USING fts5(body, content='', tokenize='{}')"
 FTS_TOKENIZE = "porter unicode61 remove_diacritics 2"
 _FTS_WORD = re.compile(r"\w+")
 #: Full-text search ranks the index alone (no join) when at most this many units are of the other tier.
 _LEXICAL_OVERFETCH = 2000
+#: The vector search's default window: the most recent units it ranks (see ``SQLiteStore(dense_rows=...)``).
+DENSE_ROWS = 100_000
 
 
 def fts_table(session: str) -> str:
@@ -43,6 +45,7 @@ class SearchMixin:
 
     _caches: dict[str, SessionCache]
     lexical_rows: int
+    dense_rows: int | None
     _reading: Callable[..., AbstractContextManager[sqlite3.Connection]]
     _current: Callable[[sqlite3.Connection, str], tuple[int, int]]
 
@@ -80,7 +83,9 @@ class SearchMixin:
                                   "ORDER BY uid", (session, cache.version)).fetchall()
                 dense = cache.dense
                 moved = [r for r in rows if r[1] in dense.row_of]
-                dense.extend([r for r in rows if r[1] not in dense.row_of])
+                # Units older than the window (a tier change, a vector landing) stay out of it.
+                last = int(dense.uids[dense.n - 1]) if dense.n else -1
+                dense.extend([r for r in rows if r[1] not in dense.row_of and r[0] > last])
                 for tier in ("working", "archive"):
                     dense.set_tier([r[1] for r in moved if r[2] == tier], tier)
                 dense.set_vectors([(r[1], r[3]) for r in moved if r[3] and not dense.has[dense.row_of[r[1]]]])
@@ -93,10 +98,11 @@ class SearchMixin:
 
     def _dense(self, db: sqlite3.Connection, session: str, cache: SessionCache) -> Dense:
         if cache.dense is None:
-            rows = db.execute("SELECT uid, id, tier, embedding FROM units WHERE session = ? ORDER BY uid",
-                              (session,)).fetchall()
-            cache.dense = Dense()
-            cache.dense.extend(rows)
+            # The window's rows only, read backwards along the session's (session, seq) index: bounded.
+            rows = db.execute("SELECT uid, id, tier, embedding FROM units WHERE session = ? ORDER BY seq DESC "
+                              "LIMIT ?", (session, -1 if self.dense_rows is None else self.dense_rows)).fetchall()
+            cache.dense = Dense(self.dense_rows)
+            cache.dense.extend(sorted(rows))
         return cache.dense
 
     def _lexical(
