@@ -7,14 +7,16 @@ import re
 import sqlite3
 from collections.abc import Callable
 from contextlib import AbstractContextManager
+from typing import Literal, overload
 
 import numpy as np
 
+from ..errors import InvalidInput
 from ._dense import Dense
 from ._search import query_terms, rank_fusion, rarest_terms
 from ._types import Tier
 
-__all__ = ["SessionCache", "SearchMixin", "fts_table", "FTS_CREATE", "FTS_TOKENIZE", "DENSE_ROWS"]
+__all__ = ["SessionCache", "SearchMixin", "fts_table", "rows_bound", "FTS_CREATE", "FTS_TOKENIZE", "DENSE_ROWS"]
 
 FTS_CREATE = "CREATE VIRTUAL TABLE IF NOT EXISTS {} USING fts5(body, content='', tokenize='{}')"
 FTS_TOKENIZE = "porter unicode61 remove_diacritics 2"
@@ -23,6 +25,19 @@ _FTS_WORD = re.compile(r"\w+")
 _LEXICAL_OVERFETCH = 2000
 #: The vector search's default window: the most recent units it ranks (see ``SQLiteStore(dense_rows=...)``).
 DENSE_ROWS = 100_000
+
+
+@overload
+def rows_bound(name: str, value: object, *, optional: Literal[False] = False) -> int: ...
+@overload
+def rows_bound(name: str, value: object, *, optional: bool) -> int | None: ...
+def rows_bound(name: str, value: object, *, optional: bool = False) -> int | None:
+    """A search's row bound, checked: an int >= 1 (or ``None`` where ``optional``)."""
+    if value is None and optional:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InvalidInput(f"{name} must be an int >= 1{' or None' if optional else ''}, got {value!r}")
+    return value
 
 
 def fts_table(session: str) -> str:

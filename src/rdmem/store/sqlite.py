@@ -25,7 +25,7 @@ from ._dense import Dense
 from ._sqlite_embeddings import SQLiteEmbeddings
 from ._sqlite_open import in_transaction, open_file, retry
 from ._sqlite_schema import SCHEMA_VERSION
-from ._sqlite_search import DENSE_ROWS, FTS_CREATE, FTS_TOKENIZE, SearchMixin, SessionCache, fts_table
+from ._sqlite_search import DENSE_ROWS, FTS_CREATE, FTS_TOKENIZE, SearchMixin, SessionCache, fts_table, rows_bound
 from ._types import ApiKey, Changes, SessionInfo, StoredUnit, StoreError, Tier, VersionConflict, Written
 
 __all__ = ["SQLiteStore", "SCHEMA_VERSION"]
@@ -59,11 +59,9 @@ class SQLiteStore(SQLiteEmbeddings, SearchMixin, BaseStore):
         At most this many full-text matches are ranked by BM25 per search
         (see :meth:`_lexical`); bounds the cost on very large sessions.
     dense_rows:
-        The vector search ranks exactly, by cosine, the session's
-        ``dense_rows`` most recent units (its cost and the memory of its
-        matrix stay bounded however long the session grows; older units are
-        still found by the full-text ranking). ``None``: every unit, at a
-        cost that grows with the session (~0.1 ms per 1,000 units).
+        The vector search ranks the session's ``dense_rows`` newest units exactly, by cosine: its cost
+        and memory stay bounded however long the session grows (older units are found by their words).
+        ``None``: every unit, at a cost that grows with the session (~0.1 ms per 1,000 units).
     readonly:
         Open for reading only (nothing is ever written, not even the WAL
         switch); works in a read-only directory too.
@@ -102,18 +100,13 @@ class SQLiteStore(SQLiteEmbeddings, SearchMixin, BaseStore):
             raise InvalidInput(f"synchronous must be one of {', '.join(_SYNCHRONOUS)}, got {synchronous!r}")
         if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0:
             raise InvalidInput(f"timeout must be a number of seconds > 0, got {timeout!r}")
-        if isinstance(lexical_rows, bool) or not isinstance(lexical_rows, int) or lexical_rows < 1:
-            raise InvalidInput(f"lexical_rows must be an int >= 1, got {lexical_rows!r}")
         self._init_base(cache_size)
         self.path = os.fspath(path)
         self.where = f"SQLite store {self.path}"
         self.synchronous = synchronous
         self.timeout = float(timeout)
-        if dense_rows is not None and (isinstance(dense_rows, bool) or not isinstance(dense_rows, int)
-                                       or dense_rows < 1):
-            raise InvalidInput(f"dense_rows must be an int >= 1 or None, got {dense_rows!r}")
-        self.lexical_rows = lexical_rows
-        self.dense_rows = dense_rows
+        self.lexical_rows = rows_bound("lexical_rows", lexical_rows)
+        self.dense_rows = rows_bound("dense_rows", dense_rows, optional=True)
         self.readonly = bool(readonly)
         self._caches: dict[str, SessionCache] = {}
         self._versions: dict[str, tuple[int, int]] = {}  # session -> (version, reset), while data_version holds
@@ -359,8 +352,7 @@ class SQLiteStore(SQLiteEmbeddings, SearchMixin, BaseStore):
         if cache is None or cache.version != version or cache.dense is None:
             cache = self._caches[session] = SessionCache(version)
             by_uid = sorted(range(len(rows)), key=lambda i: rows[i][0])
-            if self.dense_rows is not None:
-                by_uid = by_uid[-self.dense_rows:]  # the older units' vectors are their own (decoded below)
+            by_uid = by_uid[-self.dense_rows:] if self.dense_rows else by_uid  # older: own vectors (decoded)
             cache.dense = Dense(self.dense_rows)
             vecs = cache.dense.extend([(rows[i][0], rows[i][1], rows[i][7], rows[i][6]) for i in by_uid])
             vectors = {rows[i][0]: v for i, v in zip(by_uid, vecs, strict=True)}
