@@ -97,8 +97,8 @@ def bench_proxy(url: str, turns: Sequence[str], calls: int, work: Path, tag: str
     t_direct: list[float] = []
     t_proxy: list[float] = []
     try:
-        direct = openai.OpenAI(base_url=fake.url, api_key="sk-bench", max_retries=0, timeout=120)
-        proxied = openai.OpenAI(base_url=server.url + "/v1", api_key="sk-bench", max_retries=0, timeout=120)
+        direct = openai.OpenAI(base_url=fake.url, api_key="sk-bench", max_retries=0, timeout=timeout)
+        proxied = openai.OpenAI(base_url=server.url + "/v1", api_key="sk-bench", max_retries=0, timeout=timeout)
         history = [{"role": "user" if i % 2 == 0 else "assistant", "content": turns[i]} for i in range(10)]
         headers = {"X-Rdmem-Session": "big"}
         # The server's manager of the session reads all of it when it opens (linear in its length; a
