@@ -14,14 +14,14 @@ __all__ = ["register"]
 
 def _cmd_mcp(args: argparse.Namespace) -> int:
     try:
-        from ..integrations.mcp import create_mcp_server
+        from ..mcp import create_mcp_server
     except ImportError as exc:
         raise CLIError(f"rdmem mcp needs the MCP SDK: pip install 'rdmem[mcp]' ({exc})") from None
     from ..store import open_store, redact_url
 
-    from ..names import check_session_name
+    from ..sessions import session_name
 
-    check_session_name(args.session, "--session")
+    session_name(args.session, "--session")
     require_embeddings(args.policy, "rdmem mcp")
     url = args.store
     if url is None:

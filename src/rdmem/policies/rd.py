@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..contract import Plan, Problem, scores_of
+from ..contract import Plan, Problem, Valuation, scores_of
 from ..deps import LINK_KINDS, find_links, merge_blocks
 from ..errors import InvalidInput
 from ..scoring import Informativeness, LearnedValue, Recency, Scorer
@@ -23,19 +23,6 @@ _GAP_DP_CELLS = 40_000_000
 def _logit(p: np.ndarray) -> np.ndarray:
     q = np.clip(p, 1e-12, 1.0 - 1e-12)
     return np.log(q) - np.log1p(-q)
-
-
-@dataclass
-class Valuation:
-    """What rd makes of a problem before it selects: each unit's value (protected units above all the
-    rest), the breakdown for the report, reasons, and the groups of blocks that travel together
-    (``None`` when no link joins two blocks)."""
-
-    values: np.ndarray
-    parts: dict[str, np.ndarray]
-    protected: np.ndarray
-    reasons: dict[int, str]
-    merged: list[np.ndarray] | None
 
 
 @dataclass(frozen=True)

@@ -20,12 +20,13 @@ import numpy as np
 
 from ..errors import InvalidInput
 from ..tokens import message_payload
-from ._base import BaseStore, Encoded, allocate_ids, damaged_unit, decode_unit, dumps, state_patch
+from ._base import BaseStore, Encoded, allocate_ids, damaged_unit, decode_unit, dumps, searchable, state_patch
 from ._dense import Dense
+from ._fts import LEXICAL_ROWS, check_lexical_rows
 from ._sqlite_embeddings import SQLiteEmbeddings
 from ._sqlite_open import in_transaction, open_file, retry
 from ._sqlite_schema import SCHEMA_VERSION
-from ._sqlite_search import DENSE_ROWS, FTS_CREATE, FTS_TOKENIZE, SearchMixin, SessionCache, fts_table, rows_bound
+from ._sqlite_search import DENSE_ROWS, FTS_CREATE, FTS_TOKENIZE, SearchMixin, SessionCache, check_dense_rows, fts_table
 from ._types import ApiKey, Changes, SessionInfo, StoredUnit, StoreError, Tier, VersionConflict, Written
 
 __all__ = ["SQLiteStore", "SCHEMA_VERSION"]
@@ -55,13 +56,11 @@ class SQLiteStore(SQLiteEmbeddings, SearchMixin, BaseStore):
         Seconds a write waits for another process's write before failing.
     cache_size:
         Search results kept per session (dropped on every write).
-    lexical_rows:
-        At most this many full-text matches are ranked by BM25 per search
-        (see :meth:`_lexical`); bounds the cost on very large sessions.
-    dense_rows:
-        The vector search ranks the session's ``dense_rows`` newest units exactly, by cosine: its cost
-        and memory stay bounded however long the session grows (older units are found by their words).
-        ``None``: every unit, at a cost that grows with the session (~0.1 ms per 1,000 units).
+    lexical_rows, dense_rows:
+        Bounds on a search's cost however long the session grows: at most ``lexical_rows`` full-text
+        matches are ranked by BM25 (see :meth:`_lexical`), and the vector search ranks the session's
+        ``dense_rows`` newest units exactly, by cosine (older ones are found by their words). ``None``
+        for ``dense_rows``: every unit, at a cost that grows with the session (~0.1 ms per 1,000).
     readonly:
         Open for reading only (nothing is ever written, not even the WAL
         switch); works in a read-only directory too.
@@ -91,7 +90,7 @@ class SQLiteStore(SQLiteEmbeddings, SearchMixin, BaseStore):
         synchronous: str = "normal",
         timeout: float = 30.0,
         cache_size: int = 256,
-        lexical_rows: int = 1000,
+        lexical_rows: int = LEXICAL_ROWS,
         dense_rows: int | None = DENSE_ROWS,
         readonly: bool = False,
         create: bool = True,
@@ -100,13 +99,14 @@ class SQLiteStore(SQLiteEmbeddings, SearchMixin, BaseStore):
             raise InvalidInput(f"synchronous must be one of {', '.join(_SYNCHRONOUS)}, got {synchronous!r}")
         if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0:
             raise InvalidInput(f"timeout must be a number of seconds > 0, got {timeout!r}")
+        check_lexical_rows(lexical_rows)
         self._init_base(cache_size)
         self.path = os.fspath(path)
         self.where = f"SQLite store {self.path}"
         self.synchronous = synchronous
         self.timeout = float(timeout)
-        self.lexical_rows = rows_bound("lexical_rows", lexical_rows)
-        self.dense_rows = rows_bound("dense_rows", dense_rows, optional=True)
+        self.lexical_rows = lexical_rows
+        self.dense_rows = check_dense_rows(dense_rows)
         self.readonly = bool(readonly)
         self._caches: dict[str, SessionCache] = {}
         self._versions: dict[str, tuple[int, int]] = {}  # session -> (version, reset), while data_version holds
@@ -290,7 +290,7 @@ class SQLiteStore(SQLiteEmbeddings, SearchMixin, BaseStore):
             prev, version = self._bump(conn, session, row)
             conn.execute("UPDATE sessions SET reset = ? WHERE session = ?", (version, session))
             conn.executemany(f"INSERT INTO {fts} ({fts}, rowid, body) VALUES ('delete', ?, ?)",
-                             [(uid, message_payload(json.loads(m))) for uid, _, m in rows])
+                             [(uid, searchable(message_payload(json.loads(m)))) for uid, _, m in rows])
             conn.executemany("DELETE FROM units WHERE uid = ?", [(uid,) for uid, _, _ in rows])
             return Written(prev, version, deleted=[i for _, i, _ in rows]), True, None
 
