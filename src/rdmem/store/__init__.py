@@ -56,7 +56,7 @@ def sqlite_path(url: str) -> str | None:
     return target if kind == "sqlite" else None  # type: ignore[return-value]
 
 
-def _parse(url: object) -> tuple[str, object, dict[str, str]]:
+def _parse(url: object) -> tuple[str, object, dict[str, Any]]:
     """``(kind, target, options)``: ``memory``, ``object`` (a store), ``sqlite`` (its path), ``postgres`` (its URL)."""
     if url is None or url == "memory://" or url == "memory":
         return "memory", None, {}

@@ -8,15 +8,25 @@ from contextlib import AbstractContextManager
 
 import numpy as np
 
+from ..errors import InvalidInput
 from ._dense import Dense
 from ._fts import FTS_CREATE, FTS_TOKENIZE, fts_table, ranked_match, ranked_rows
 from ._search import rank_fusion
 from ._types import Tier
 
-__all__ = ["SessionCache", "SearchMixin", "fts_table", "FTS_CREATE", "FTS_TOKENIZE"]
+__all__ = ["SessionCache", "SearchMixin", "fts_table", "check_dense_rows", "FTS_CREATE", "FTS_TOKENIZE", "DENSE_ROWS"]
 
 #: Full-text search ranks the index alone (no join) when at most this many units are of the other tier.
 _LEXICAL_OVERFETCH = 2000
+#: The vector search's default window: the most recent units it ranks (see ``SQLiteStore(dense_rows=...)``).
+DENSE_ROWS = 100_000
+
+
+def check_dense_rows(dense_rows: object) -> int | None:
+    """``SQLiteStore(dense_rows=...)``, checked: an int >= 1 or ``None``."""
+    if dense_rows is None or (isinstance(dense_rows, int) and not isinstance(dense_rows, bool) and dense_rows >= 1):
+        return dense_rows
+    raise InvalidInput(f"dense_rows must be an int >= 1 or None, got {dense_rows!r}")
 
 
 class SessionCache:
@@ -34,6 +44,7 @@ class SearchMixin:
 
     _caches: dict[str, SessionCache]
     lexical_rows: int
+    dense_rows: int | None
     _reading: Callable[..., AbstractContextManager[sqlite3.Connection]]
     _current: Callable[[sqlite3.Connection, str], tuple[int, int]]
 
@@ -71,7 +82,9 @@ class SearchMixin:
                                   "ORDER BY uid", (session, cache.version)).fetchall()
                 dense = cache.dense
                 moved = [r for r in rows if r[1] in dense.row_of]
-                dense.extend([r for r in rows if r[1] not in dense.row_of])
+                # Units older than the window (a tier change, a vector landing) stay out of it.
+                last = int(dense.uids[dense.n - 1]) if dense.n else -1
+                dense.extend([r for r in rows if r[1] not in dense.row_of and r[0] > last])
                 for tier in ("working", "archive"):
                     dense.set_tier([r[1] for r in moved if r[2] == tier], tier)
                 dense.set_vectors([(r[1], r[3]) for r in moved if r[3] and not dense.has[dense.row_of[r[1]]]])
@@ -84,10 +97,11 @@ class SearchMixin:
 
     def _dense(self, db: sqlite3.Connection, session: str, cache: SessionCache) -> Dense:
         if cache.dense is None:
-            rows = db.execute("SELECT uid, id, tier, embedding FROM units WHERE session = ? ORDER BY uid",
-                              (session,)).fetchall()
-            cache.dense = Dense()
-            cache.dense.extend(rows)
+            # The window's rows only, read backwards along the session's (session, seq) index: bounded.
+            rows = db.execute("SELECT uid, id, tier, embedding FROM units WHERE session = ? ORDER BY seq DESC "
+                              "LIMIT ?", (session, -1 if self.dense_rows is None else self.dense_rows)).fetchall()
+            cache.dense = Dense(self.dense_rows)
+            cache.dense.extend(sorted(rows))
         return cache.dense
 
     def _lexical(

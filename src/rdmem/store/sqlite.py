@@ -26,7 +26,7 @@ from ._fts import LEXICAL_ROWS, check_lexical_rows
 from ._sqlite_embeddings import SQLiteEmbeddings
 from ._sqlite_open import in_transaction, open_file, retry
 from ._sqlite_schema import SCHEMA_VERSION
-from ._sqlite_search import FTS_CREATE, FTS_TOKENIZE, SearchMixin, SessionCache, fts_table
+from ._sqlite_search import DENSE_ROWS, FTS_CREATE, FTS_TOKENIZE, SearchMixin, SessionCache, check_dense_rows, fts_table
 from ._types import ApiKey, Changes, SessionInfo, StoredUnit, StoreError, Tier, VersionConflict, Written
 
 __all__ = ["SQLiteStore", "SCHEMA_VERSION"]
@@ -56,9 +56,11 @@ class SQLiteStore(SQLiteEmbeddings, SearchMixin, BaseStore):
         Seconds a write waits for another process's write before failing.
     cache_size:
         Search results kept per session (dropped on every write).
-    lexical_rows:
-        At most this many full-text matches are ranked by BM25 per search
-        (see :meth:`_lexical`); bounds the cost on very large sessions.
+    lexical_rows, dense_rows:
+        Bounds on a search's cost however long the session grows: at most ``lexical_rows`` full-text
+        matches are ranked by BM25 (see :meth:`_lexical`), and the vector search ranks the session's
+        ``dense_rows`` newest units exactly, by cosine (older ones are found by their words). ``None``
+        for ``dense_rows``: every unit, at a cost that grows with the session (~0.1 ms per 1,000).
     readonly:
         Open for reading only (nothing is ever written, not even the WAL
         switch); works in a read-only directory too.
@@ -89,6 +91,7 @@ class SQLiteStore(SQLiteEmbeddings, SearchMixin, BaseStore):
         timeout: float = 30.0,
         cache_size: int = 256,
         lexical_rows: int = LEXICAL_ROWS,
+        dense_rows: int | None = DENSE_ROWS,
         readonly: bool = False,
         create: bool = True,
     ) -> None:
@@ -103,6 +106,7 @@ class SQLiteStore(SQLiteEmbeddings, SearchMixin, BaseStore):
         self.synchronous = synchronous
         self.timeout = float(timeout)
         self.lexical_rows = lexical_rows
+        self.dense_rows = check_dense_rows(dense_rows)
         self.readonly = bool(readonly)
         self._caches: dict[str, SessionCache] = {}
         self._versions: dict[str, tuple[int, int]] = {}  # session -> (version, reset), while data_version holds
@@ -348,7 +352,8 @@ class SQLiteStore(SQLiteEmbeddings, SearchMixin, BaseStore):
         if cache is None or cache.version != version or cache.dense is None:
             cache = self._caches[session] = SessionCache(version)
             by_uid = sorted(range(len(rows)), key=lambda i: rows[i][0])
-            cache.dense = Dense()
+            by_uid = by_uid[-self.dense_rows:] if self.dense_rows else by_uid  # older: own vectors (decoded)
+            cache.dense = Dense(self.dense_rows)
             vecs = cache.dense.extend([(rows[i][0], rows[i][1], rows[i][7], rows[i][6]) for i in by_uid])
             vectors = {rows[i][0]: v for i, v in zip(by_uid, vecs, strict=True)}
         else:
