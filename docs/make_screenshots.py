@@ -40,14 +40,14 @@ def main() -> None:
 
     from rdmem.embed import CachedEmbedder, SentenceTransformerEmbedder
     from rdmem.server import create_app
-    from rdmem.store import open_store
+    from rdmem.store import KeyStore, open_store
 
     work = Path(tempfile.mkdtemp(prefix="rdmem-shots-"))
     upstream = FakeOpenAI()
     upstream.text = "Try the grilled fish at Casa Alfama: no peanuts in the kitchen."
     url = f"sqlite:///{work / 'memory.db'}"
     with open_store(url) as store:
-        _, key = store.create_key("acme")
+        _, key = KeyStore(store).create_key("acme")
     embedder = CachedEmbedder(SentenceTransformerEmbedder(), cache_dir=ROOT / ".rdmem-cache" / "tests")
     live = LiveServer(create_app(settings(url, upstream.url), embedder=embedder))
     try:

@@ -70,9 +70,9 @@ def test_reset_feedback_is_awaited(hashing_embedder):
         mem = AsyncMemoryManager(budget=200, policy="rd", embedder=hashing_embedder)
         ids = await mem.extend([{"role": "user", "content": f"My locker is number {i}."} for i in range(6)])
         await mem.feedback(ids[:2], 1.0, learning_rate=0.5, max_shift=2.0)
-        shifted = mem.sync._feedback.values()
+        shifted = mem.sync._learning.feedback.values()
         await mem.reset_feedback()
-        return shifted, mem.sync._feedback.values()
+        return shifted, mem.sync._learning.feedback.values()
 
     shifted, reset = asyncio.run(main())
     assert any(v != 0 for v in shifted) and not any(reset)

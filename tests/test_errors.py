@@ -13,7 +13,7 @@ from rdmem.errors import (
     DuplicateIdError, InvalidInput, InvalidType, MissingDependency, RdmemError, StoreError, UnknownIdError,
     VersionConflict,
 )
-from rdmem.store import MemoryStore, NewUnit
+from rdmem.store import KeyStore, MemoryStore, NewUnit
 
 from ._checks import HashingEmbedder
 
@@ -51,7 +51,7 @@ def test_the_tree_keeps_the_builtin_bases_callers_already_catch():
     (lambda: MemoryManager(budget=100, session=""), InvalidInput, "session must be a non-empty string, got ''"),
     (lambda: MemoryStore().append("", []), InvalidInput, "session must be a non-empty string, got ''"),
     (lambda: MemoryStore().set_tier("s", "abc", "working"), InvalidType, "ids must be a list of message ids, got str"),
-    (lambda: MemoryStore().create_key("a/b"), InvalidInput, "tenant must be 1-64 letters"),
+    (lambda: KeyStore(MemoryStore()).create_key("a/b"), InvalidInput, "tenant must be 1-64 letters"),
 ])
 def test_caller_errors_are_invalid_input_with_the_same_messages(call, kind, message):
     with pytest.raises(kind, match=re.escape(message)):

@@ -65,7 +65,7 @@ def test_prefix_is_byte_stable_between_compactions(cl100k):
 
 def test_default_watermarks():
     assert (MemoryManager(budget=100, policy="window").high, MemoryManager(budget=100, policy="window").low) == (1.0, 0.8)
-    # rd compacts often and by little (rdmem.manager.default_low).
+    # rd compacts often and by little (rdmem.sessions.default_low).
     assert MemoryManager(budget=100, policy="rd").low == 0.98
     assert MemoryManager(budget=100, policy="rd", low=0.5).low == 0.5
     assert MemoryManager(budget=100, policy="rd", high=0.9).low == 0.9  # never above the high watermark

@@ -66,3 +66,71 @@ def test_share_cores_leaves_the_users_choice_alone():
 def test_limit_threads_refuses_what_is_not_a_count(bad):
     with pytest.raises(ValueError, match=rf"threads must be an int >= 1, got {bad!r}"):
         limit_threads(bad)
+
+
+ONE_THREAD = """
+import json, sys
+import numpy as np
+from threadpoolctl import threadpool_info, threadpool_limits
+threadpool_limits(limits=2)  # numpy's default on a 2-core machine, whatever this one has
+import rdmem
+from rdmem.store import MemoryStore, NewUnit
+
+def blas():
+    return sorted({i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"})
+
+seen = []
+class Spy:  # an embedder called inside compaction (units without vectors): records the BLAS threads
+    name, dim = "spy", 8
+    def embed(self, texts):
+        seen.append(blas())
+        rng = np.random.default_rng(len(texts))
+        v = rng.standard_normal((len(texts), 8)).astype(np.float32)
+        return v / np.linalg.norm(v, axis=1, keepdims=True)
+
+msgs = [{"role": "user" if i % 2 else "assistant", "content": f"note {i} about topic {i % 7}"} for i in range(60)]
+rdmem.compact(msgs, budget=200, embedder=Spy(), query="topic 3?")
+class SpyStore(MemoryStore):  # records the BLAS threads a search runs under
+    def _search(self, *args):
+        seen.append(blas())
+        return super()._search(*args)
+
+embedded = len(seen)
+store = SpyStore()
+store.append("s", [NewUnit(m, 5) for m in msgs])
+store.search("s", "topic 3", np.ones(8, dtype=np.float32), k=5)
+assert embedded >= 1 and len(seen) == embedded + 1
+out = {"compaction": sorted({t for s in seen for t in s}), "after": blas()}
+if len(sys.argv) > 1:  # MiniLM itself: a query alone, then a bulk batch
+    from rdmem._minilm import NumpyMiniLM
+    model = NumpyMiniLM()
+    forward = model._forward
+    model._forward = lambda *a: (seen.append(blas()), forward(*a))[1]
+    seen.clear(); model.embed(["a query"]); out["one_text"] = seen[-1]
+    seen.clear(); model.embed([f"text {i}" for i in range(40)]); out["bulk"] = seen[-1]
+print(json.dumps(out))
+"""
+
+
+def _one_thread(*args: str, **env: str) -> dict:
+    clean = {k: v for k, v in os.environ.items() if k not in THREAD_VARIABLES}
+    done = subprocess.run([sys.executable, "-c", ONE_THREAD, *args], capture_output=True, text=True, timeout=120,
+                          env={**clean, "HF_HUB_OFFLINE": "1", **env})
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_rdmem_computes_on_one_blas_thread_and_gives_the_others_back():
+    """Compaction and store searches run numpy's BLAS on one thread (its matrices are small; on a busy machine a second thread
+    made messages(query) 8x slower), and the process's setting is back when it returns."""
+    assert _one_thread() == {"compaction": [1], "after": [2]}
+
+
+def test_thread_counts_the_environment_sets_stand():
+    assert _one_thread(OPENBLAS_NUM_THREADS="2") == {"compaction": [2], "after": [2]}
+
+
+@pytest.mark.slow
+def test_minilm_embeds_a_few_texts_on_one_thread_and_a_batch_on_numpys():
+    got = _one_thread("minilm")
+    assert (got["one_text"], got["bulk"], got["after"]) == ([1], [2], [2])

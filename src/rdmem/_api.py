@@ -7,10 +7,11 @@ from typing import Any
 
 from .compaction import compact_units
 from .contract import Policy
-from .embed import Embedder, get_embedder
+from .embed import Embedder
 from .errors import InvalidType
 from .policies import get_policy
 from .result import Compaction
+from .sessions import embedder_for
 from .summarize import Summarizer
 from .tokens import Tokenizer, check_budget, get_tokenizer
 from .units import encode_units
@@ -68,7 +69,7 @@ def compact(
     pol = get_policy(policy)
     tok = get_tokenizer(tokenizer, message_overhead=message_overhead)
     units = encode_units(messages, tok)
-    emb = get_embedder(embedder) if (pol.needs_embeddings or embedder is not None) else None
+    emb = embedder_for(pol, embedder)
     return compact_units(
         units, budget=budget, policy=pol, query=query, tokenizer=tok, embedder=emb,
         summarizer=summarizer, markers=markers,

@@ -1,10 +1,16 @@
-"""What a :class:`~rdmem.MemoryManager` learns online from feedback: a mixin over its session and policy."""
+"""What a :class:`~rdmem.MemoryManager` learns online from feedback: an object the manager holds.
+
+Its inputs are explicit: the policy and the session's name when it is made,
+and on every call the session's view (brought up to date by the manager,
+under its lock) and the embedder.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from .contract import Policy
 from .errors import InvalidInput
 from .learn.online import STATE_KEY as FEEDBACK_KEY
 from .learn.online import Feedback
@@ -18,72 +24,55 @@ __all__ = ["OnlineLearning"]
 
 
 class OnlineLearning:
-    """``feedback()`` and ``reset_feedback()`` of a manager: its session's shift of the value model, kept in
-    the session's state in the store. The manager provides ``_lock``, ``_sync()``, ``_embedder``,
-    ``session``, ``policy`` and ``_feedback`` (``None`` for a policy without a learned value model)."""
+    """A session's shift of its policy's value model, learned from feedback and kept in the session's state
+    in the store. ``feedback`` is ``None`` for a policy without a learned value model."""
 
-    _feedback: Feedback | None
-    _lock: Any
-    session: str
-    policy: Any
+    def __init__(self, policy: Policy, session: str) -> None:
+        self.base = policy
+        self.session = session
+        self.feedback: Feedback | None = Feedback.of(policy)
 
-    if TYPE_CHECKING:  # what the manager provides
-        def _sync(self) -> SessionView: ...
+    def policy(self) -> Policy:
+        """The policy, with this session's feedback applied to its value model."""
+        return self.feedback.policy() if self.feedback is not None else self.base
 
-        @property
-        def _embedder(self) -> Embedder | None: ...
-
-    def feedback(self, ids: Sequence[str], reward: float, *, learning_rate: float = 0.5, max_shift: float = 2.0) -> None:
-        """Tell the value model whether the units ``ids`` turned out to be needed (online learning).
-
-        ``reward`` in [0, 1]: 1 means "these were needed" (an answer used them),
-        0 means "not needed". Each call takes one stochastic-gradient step on
-        the logistic loss of the prior value model, every weight's shift
-        clipped to ``[-max_shift, max_shift]`` (see :class:`rdmem.learn.Feedback`).
-        The shift applies to this session only, is saved in the session's
-        state in the store (other managers of the session, and a reopened one,
-        use it), and :meth:`reset_feedback` reverts it exactly. Needs a policy
-        with a learned value model (``rd``).
-        """
+    def step(self, view: SessionView, ids: Sequence[str], reward: float, embedder: Embedder | None, *,
+             learning_rate: float, max_shift: float) -> None:
+        """One step of :meth:`rdmem.MemoryManager.feedback` on the session ``view`` shows, saved in its store."""
         if not 0.0 <= float(reward) <= 1.0:
             raise InvalidInput(f"reward must be in [0, 1], got {reward!r}")
         if not learning_rate > 0:
             raise InvalidInput(f"learning_rate must be > 0, got {learning_rate!r}")
-        with self._lock:
-            view = self._sync()
-            feedback = self._learner()
-            unknown = [i for i in ids if i not in view.by_id]
-            if unknown:
-                raise UnknownIdError(f"unknown ids in feedback: {unknown[:5]}")
-            if not ids:
-                return
-            from .scoring import ScoringContext
+        feedback = self._learner()
+        unknown = [i for i in ids if i not in view.by_id]
+        if unknown:
+            raise UnknownIdError(f"unknown ids in feedback: {unknown[:5]}")
+        if not ids:
+            return
+        from .scoring import ScoringContext
 
-            units = [view.by_id[i] for i in ids]
-            ctx = ScoringContext(units, embedder=self._embedder, doc_freq=(view.df, len(view.units)))
-            feedback.step(units, ctx, reward, learning_rate=learning_rate, max_shift=max_shift)
-            self._save_feedback(view, feedback)
+        units = [view.by_id[i] for i in ids]
+        ctx = ScoringContext(units, embedder=embedder, doc_freq=(view.df, len(view.units)))
+        feedback.step(units, ctx, reward, learning_rate=learning_rate, max_shift=max_shift)
+        self._save(view, feedback)
 
-    def reset_feedback(self) -> None:
-        """Undo all :meth:`feedback` for this session (back to the shipped or given model), in the store too."""
-        with self._lock:
-            view = self._sync()
-            feedback = self._learner()
-            feedback.reset()
-            self._save_feedback(view, feedback)
+    def reset(self, view: SessionView) -> None:
+        """Undo every step for this session (back to the shipped or given model), in the store too."""
+        feedback = self._learner()
+        feedback.reset()
+        self._save(view, feedback)
+
+    def restore(self, view: SessionView) -> None:
+        """The session's saved shift, when its policy learns (a reading of the session's state)."""
+        if self.feedback is not None:
+            self.feedback.restore(view.state, view.store, self.session, has_units=bool(view.units))
 
     def _learner(self) -> Feedback:
-        if self._feedback is None:
-            raise InvalidInput(f"feedback needs a policy with a learned value model (rd); {self.policy.name!r} has none")
-        return self._feedback
+        if self.feedback is None:
+            raise InvalidInput(f"feedback needs a policy with a learned value model (rd); {self.base.name!r} has none")
+        return self.feedback
 
-    def _save_feedback(self, view: SessionView, feedback: Feedback) -> None:
+    def _save(self, view: SessionView, feedback: Feedback) -> None:
         written = feedback.save(view.store, self.session)
         if view.written(written.prev, written.version):
             view.state[FEEDBACK_KEY] = feedback.values()
-
-    def _restore_feedback(self, view: SessionView) -> None:
-        """The session's saved feedback shift, when its policy learns (a reading of the session's state)."""
-        if self._feedback is not None:
-            self._feedback.restore(view.state, view.store, self.session, has_units=bool(view.units))
-

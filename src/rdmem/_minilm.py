@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from ._threads import one_math_thread
 from .errors import InvalidInput, MissingDependency
 
 __all__ = ["NumpyMiniLM", "packaged_model_dir"]
@@ -175,9 +176,19 @@ class NumpyMiniLM:
         return self._w, self._tok
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
-        """Unit vectors, one row per text (float32, 384 columns)."""
+        """Unit vectors, one row per text (float32, 384 columns).
+
+        A few texts (a query, a new message) run on one BLAS thread (see
+        :func:`rdmem._threads.one_math_thread`); a bulk batch keeps numpy's threads.
+        """
         if not texts:
             return np.zeros((0, 0), dtype=np.float32)
+        if len(texts) <= _FEW_TEXTS:
+            with one_math_thread():
+                return self._embed(texts)
+        return self._embed(texts)
+
+    def _embed(self, texts: Sequence[str]) -> np.ndarray:
         w, tok = self._load()
         out = np.zeros((len(texts), w["embeddings.word_embeddings.weight"].shape[1]), dtype=np.float32)
         # Similar lengths together: less padding in each attention block.
@@ -224,6 +235,10 @@ class NumpyMiniLM:
 
     def __repr__(self) -> str:
         return f"NumpyMiniLM({str(self.model_dir)!r})"
+
+
+#: Up to this many texts are embedded on one BLAS thread (a query, a few new messages).
+_FEW_TEXTS = 16
 
 
 @dataclass(frozen=True)

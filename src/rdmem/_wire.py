@@ -1,6 +1,6 @@
 """OpenAI chat messages as pydantic wire types: what the service's routes and the MCP server's tools take.
 
-One home for both front doors (``rdmem.server`` and ``rdmem.integrations.mcp``): a message's fields are
+One home for both front doors (``rdmem.server`` and ``rdmem.mcp``): a message's fields are
 checked further by :mod:`rdmem.messages`, so a bad one gets the library's error, with the path of the field.
 Needs pydantic (both front doors' extras bring it).
 """

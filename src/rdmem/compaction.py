@@ -18,6 +18,7 @@ import numpy as np
 
 from ._accounting import RenderCost
 from ._layout import Head, Layout, fit_pinned, truncate_block
+from ._threads import on_one_math_thread
 from .contract import Plan, Problem
 from .embed import Embedder
 from .reconstruct import render, summary_message
@@ -33,7 +34,7 @@ if TYPE_CHECKING:
 #: What the report says of a unit whose vector has not landed yet (a background worker embeds it).
 NOT_EMBEDDED = "not yet embedded: ranked by its lexical and prior terms"
 
-__all__ = ["NOT_EMBEDDED", "Compaction", "UnitDecision", "Plan", "Problem", "compact_units", "dumps"]
+__all__ = ["NOT_EMBEDDED", "Compaction", "UnitDecision", "Plan", "Problem", "compact_units", "unit_values", "dumps"]
 
 
 @dataclass
@@ -48,6 +49,7 @@ class _Settled:
     notes: list[str] = field(default_factory=list)
 
 
+@on_one_math_thread
 def compact_units(
     units: Sequence[MemoryUnit],
     *,
@@ -70,15 +72,9 @@ def compact_units(
     embedded here (a background worker will); they are ranked by their lexical and prior terms, and the
     report says so (``embedded=False``)."""
     tok = tokenizer
-    layout = Layout(units)
-    head = fit_pinned(layout, budget, tok)
-    ctx = ScoringContext(layout.cand, query=query, embedder=embedder, now=now, doc_freq=doc_freq,
-                         embed_missing=embed_missing)
+    layout, head, cost, problem = _problem(units, budget, query, tok, embedder, now, doc_freq, embed_missing, markers)
     pending = frozenset() if embed_missing or not policy.needs_embeddings else \
         frozenset(p for p, u in enumerate(units) if u.embedding is None)
-    cost = RenderCost(layout, tok, np.zeros(len(layout.blocks), dtype=np.int64), markers=markers)
-    problem = Problem(layout.cand, layout.local_blocks, head.avail, ctx, tok, cost.marker(10), layout.forced_gaps())
-    cost.costs = problem.block_costs()
     newest = layout.newest_user_block()
     plan, planned = _plan(problem, policy, cost, head.avail, newest)
     settled = _settle(plan, problem, layout, cost, head, budget, summarizer, newest)
@@ -86,6 +82,38 @@ def compact_units(
     # asked only if someone reads the report.
     explained = plan if planned else _Lazy(lambda: policy.plan(problem))
     return _result(units, layout, head, settled, tok, budget, policy, markers, explained, warn, pending)
+
+
+def _problem(
+    units: Sequence[MemoryUnit], budget: int, query: str | None, tok: Tokenizer, embedder: Embedder | None,
+    now: int | None, doc_freq: tuple[Counter[str], int] | None, embed_missing: bool, markers: bool,
+) -> tuple[Layout, Head, RenderCost, Problem]:
+    """What a policy is given for ``units`` under ``budget``: the layout, the pinned head, the render's costs
+    and the problem over the candidates."""
+    layout = Layout(units)
+    head = fit_pinned(layout, budget, tok)
+    ctx = ScoringContext(layout.cand, query=query, embedder=embedder, now=now, doc_freq=doc_freq,
+                         embed_missing=embed_missing)
+    cost = RenderCost(layout, tok, np.zeros(len(layout.blocks), dtype=np.int64), markers=markers)
+    problem = Problem(layout.cand, layout.local_blocks, head.avail, ctx, tok, cost.marker(10), layout.forced_gaps())
+    cost.costs = problem.block_costs()
+    return layout, head, cost, problem
+
+
+def unit_values(
+    units: Sequence[MemoryUnit], *, policy: Policy, tokenizer: Tokenizer, query: str | None = None,
+    embedder: Embedder | None = None,
+) -> np.ndarray:
+    """Each unit's value under ``policy`` when there is room for every unit: the scores of its plan (a
+    :class:`~rdmem.contract.Valued` policy's valuation, after its own rules: rd's near-duplicate of a kept
+    message is worth nothing); 0 for a unit no policy sees (a pinned system message, one that cannot be
+    sent). Nothing is rendered."""
+    room = sum(u.tokens for u in units) + 16 * len(units) + 1  # every unit, and a marker before each
+    layout, _, _, problem = _problem(units, room, query, tokenizer, embedder, None, None, True, True)
+    values = np.zeros(len(units))
+    if problem.units:
+        values[layout.cand_arr] = policy.plan(problem).scores
+    return values
 
 
 class _Lazy:

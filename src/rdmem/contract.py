@@ -41,7 +41,7 @@ from .scoring import LearnedValue, Scorer, ScoringContext
 from .tokens import Tokenizer
 from .units import MemoryUnit, Rung
 
-__all__ = ["Problem", "Plan", "Policy", "Composed", "LearnsOnline", "scores_of"]
+__all__ = ["Problem", "Plan", "Valuation", "Policy", "Valued", "Composed", "LearnsOnline", "scores_of"]
 
 
 @dataclass
@@ -144,6 +144,28 @@ class Policy(Protocol):
     def needs_embeddings(self) -> bool: ...
 
     def plan(self, problem: Problem) -> Plan: ...
+
+
+@dataclass
+class Valuation:
+    """What a policy makes of a problem before it selects: each unit's value (protected units above all
+    the rest), the breakdown for the report, reasons, and the groups of blocks that travel together
+    (``None`` when no link joins two blocks)."""
+
+    values: np.ndarray
+    parts: dict[str, np.ndarray]
+    protected: np.ndarray
+    reasons: dict[int, str]
+    merged: list[np.ndarray] | None
+
+
+@runtime_checkable
+class Valued(Policy, Protocol):
+    """A policy that says what each unit is worth before it selects (:class:`Valuation`): a wrapper over it
+    (``rd-ladder``) reads it, whatever the policy is (``rd``, a :class:`~rdmem.ScoredPolicy`, or a user's
+    own)."""
+
+    def valuation(self, problem: Problem) -> Valuation: ...
 
 
 @runtime_checkable

@@ -11,13 +11,13 @@ from ._learning import OnlineLearning
 from ._session import SessionView, new_unit
 from .compaction import Compaction, compact_units
 from .contract import Composed, Policy
-from .embed import Embedder, get_embedder
+from .embed import Embedder
 from .errors import InvalidInput, InvalidType
 from .history import pending_call
-from .learn.online import Feedback
 from .messages import Message, parse_message, parse_messages
-from .policies import RDPolicy, get_policy
+from .policies import for_working_set, get_policy
 from .scoring import embed_text
+from .sessions import default_low, embedder_for
 from .store import Store, VersionConflict, check_session, check_store, open_store
 from .summarize import Summarizer
 from .tokens import Tokenizer, check_budget, get_tokenizer
@@ -32,16 +32,7 @@ ON_DEMAND_EMBEDDINGS = 64
 _UNSET: Any = object()
 
 
-def default_low(policy: Policy) -> float:
-    """The low watermark a manager compacts down to unless told (a fraction of its budget): 0.98 for ``rd``,
-    which compacts often and by little (room left free is room no kept message uses; BENCHMARKS "Issue 25,
-    the value side" measures 0.8 to 1.0), 0.8 for policies that judge less, so the prompt prefix stays stable.
-    """
-    base = policy.base if isinstance(policy, Composed) else policy
-    return 0.98 if isinstance(base, RDPolicy) else 0.8
-
-
-class MemoryManager(OnlineLearning):
+class MemoryManager:
     """Working memory under a token budget, with everything else archived, never lost.
 
     Messages stream in with :meth:`add`. When the working set passes
@@ -140,7 +131,7 @@ class MemoryManager(OnlineLearning):
         self._store_spec = store
         self._view: SessionView | None = None
         self._lock = threading.RLock()
-        self._feedback = Feedback.of(self.policy)
+        self._learning = OnlineLearning(self.policy, session)
         self._settings_saved = False
 
     # -- the session's state, from the store ---------------------------------------------
@@ -159,7 +150,7 @@ class MemoryManager(OnlineLearning):
         """The view, caught up with what anyone wrote to the session since this manager last looked."""
         view = self._session()
         if view.sync():
-            self._restore_feedback(view)
+            self._learning.restore(view)
         return view
 
     @property
@@ -169,8 +160,7 @@ class MemoryManager(OnlineLearning):
     @property
     def _embedder(self) -> Embedder | None:
         if self._embedder_obj is _UNSET:  # resolved once (the check is a runtime protocol check)
-            needed = self.policy.needs_embeddings or self._embedder_spec is not None
-            self._embedder_obj = get_embedder(self._embedder_spec) if needed else None
+            self._embedder_obj = embedder_for(self.policy, self._embedder_spec)
         return self._embedder_obj
 
     # -- writing -----------------------------------------------------------------------
@@ -218,7 +208,7 @@ class MemoryManager(OnlineLearning):
                 for u, su in zip(units, written.units, strict=True):
                     u.id = su.id
                     view.append(u, "working")
-            self._restore_feedback(view)
+            self._learning.restore(view)
             fresh = self._save_settings(view) and fresh
             bound = 2 * self.high * self.budget  # deferred: trim once the working set's vectors landed (maintain)
             if (view.vectors_landed(self.policy.needs_embeddings, bound) if trim else view.working_tokens() > bound) \
@@ -269,6 +259,20 @@ class MemoryManager(OnlineLearning):
         model: the longest run at the start of ``messages`` that matches the end of what is stored is old."""
         with self._lock:
             return self._sync().resent(messages)
+
+    def feedback(self, ids: Sequence[str], reward: float, *, learning_rate: float = 0.5, max_shift: float = 2.0) -> None:
+        """Tell the value model whether the units ``ids`` turned out to be needed (``reward`` in [0, 1]: 1
+        needed, 0 not): one clipped gradient step (:class:`rdmem.learn.Feedback`), for this session only, saved
+        in its state in the store (other and reopened managers use it); :meth:`reset_feedback` reverts it
+        exactly. Needs a policy with a learned value model (``rd``)."""
+        with self._lock:
+            self._learning.step(self._sync(), ids, reward, self._embedder, learning_rate=learning_rate,
+                                max_shift=max_shift)
+
+    def reset_feedback(self) -> None:
+        """Undo all :meth:`feedback` for this session (back to the shipped or given model), in the store too."""
+        with self._lock:
+            self._learning.reset(self._sync())
 
     def clear(self) -> None:
         """Delete the whole session for good (every message, its feedback and settings); the manager stays
@@ -393,7 +397,7 @@ class MemoryManager(OnlineLearning):
             extra = {view.by_id[i].index for i, _ in hits if i in view.by_id and view.tier[i] == "archive"}
             cands = view.whole_groups(sorted(cands + [view.units[j] for j in extra], key=lambda u: u.index))
         cands = view.with_turn_in_progress(cands)
-        return self._compact(cands, budget, self._active_policy, query, warn=warn)
+        return self._compact(cands, budget, self._learning.policy(), query, warn=warn)
 
     def messages(self, query: str | None = None) -> list[dict[str, Any]]:
         """The messages for the next model call (``context(query).messages``)."""
@@ -421,16 +425,11 @@ class MemoryManager(OnlineLearning):
         )
 
     @property
-    def _active_policy(self) -> Policy:
-        """The policy, with this session's feedback applied to its value model."""
-        return self._feedback.policy() if self._feedback is not None else self.policy
-
-    @property
     def _working_policy(self) -> Policy:
         """The policy that trims the working set: it holds whole messages, so a policy composed over another
-        (the representation ladder over rd) trims it with its base."""
-        policy = self._active_policy
-        return policy.base if isinstance(policy, Composed) else policy
+        (the representation ladder over rd) trims it with its base; rd values free room (:func:`for_working_set`)."""
+        policy = self._learning.policy()
+        return for_working_set(policy.base if isinstance(policy, Composed) else policy, markers=self.markers)
 
     # -- lifecycle -------------------------------------------------------------------------
     def close(self) -> None:

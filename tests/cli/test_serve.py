@@ -99,9 +99,11 @@ def test_mcp_refuses_a_session_name_the_service_would_refuse(tmp_path, capsys):
 
 @pytest.mark.slow  # starts rdmem serve
 def test_a_connection_that_never_finishes_its_headers_is_closed(tmp_path):
+    """... and --max-page bounds a search's k, as the other limits their fields."""
     from ..server.conftest import ServeProcess
 
     server = ServeProcess("--store", f"sqlite:///{tmp_path / 'm.db'}", "--policy", "window", "--header-timeout", "1",
+                          "--max-page", "5",
                           env={"RDMEM_DATA_DIR": str(tmp_path)}, log_dir=tmp_path)
     try:
         with socket.create_connection(("127.0.0.1", server.port), timeout=20) as silent, \
@@ -112,5 +114,10 @@ def test_a_connection_that_never_finishes_its_headers_is_closed(tmp_path):
             assert time.monotonic() - start < 15
         # a complete request on a fresh connection is answered as ever
         assert httpx.get(f"{server.url}/v1/sessions").status_code == 200
+        assert httpx.post(f"{server.url}/v1/sessions/s/messages", json={"role": "user", "content": "hi"}).is_success
+        search = f"{server.url}/v1/sessions/s/search"
+        assert httpx.post(search, json={"query": "hi", "k": 5}).status_code == 200
+        refused = httpx.post(search, json={"query": "hi", "k": 6})
+        assert refused.status_code == 400 and "k must be at most 5, got 6" in refused.text
     finally:
         server.stop()

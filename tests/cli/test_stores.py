@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from rdmem.cli import main
-from rdmem.store import open_store
+from rdmem.store import KeyStore, open_store
 
 
 @pytest.mark.parametrize("args", [["keys", "list"], ["keys", "revoke", "key_0123"], ["sessions", "list"],
@@ -26,7 +26,7 @@ def test_keys_create_makes_the_store_and_list_reads_it(tmp_path, capsys):
     assert main(["keys", "list", "--store", url]) == 0
     assert "acme" in capsys.readouterr().out
     with open_store(url) as store:
-        assert [k.tenant for k in store.list_keys()] == ["acme"]
+        assert [k.tenant for k in KeyStore(store).list_keys()] == ["acme"]
 
 
 def test_a_refused_public_serve_leaves_no_database_behind(tmp_path, capsys):
@@ -43,7 +43,7 @@ def test_a_public_serve_with_keys_is_not_refused_by_the_check(tmp_path, capsys, 
     """The check reads the keys of an existing store (it does not mistake it for a missing one)."""
     url = f"sqlite:///{tmp_path / 'm.db'}"
     with open_store(url) as store:
-        store.create_key("acme")
+        KeyStore(store).create_key("acme")
     served = []
     monkeypatch.setattr("uvicorn.Server.run", lambda self, *a, **k: served.append(self.config.host))
     main(["serve", "--host", "0.0.0.0", "--store", url, "--port", "1"])

@@ -47,7 +47,7 @@ def test_feedback_improves_a_synthetic_task_and_resets_exactly() -> None:
         mem.feedback(sorted(set(m["id"] for m in train) - needed_train), 0.0)
     after = _recall(mem, needed_train)
     assert after > before
-    assert np.all(np.abs(mem._feedback.delta_) <= 2.0)  # bounded
+    assert np.all(np.abs(mem._learning.feedback.delta_) <= 2.0)  # bounded
     mem.reset_feedback()
     assert _recall(mem, needed_train) == pytest.approx(before)
 
@@ -73,16 +73,16 @@ def test_feedback_is_saved_with_the_session(tmp_path) -> None:
         plain = mem.context().kept_ids
         for _ in range(10):
             mem.feedback(sorted(needed), 1.0)
-        tuned, delta = mem.context().kept_ids, mem._feedback.delta_.copy()
+        tuned, delta = mem.context().kept_ids, mem._learning.feedback.delta_.copy()
     assert tuned != plain
     with MemoryManager(budget=150, policy="rd", store=url, session="s", high=100.0, low=100.0) as mem:
         assert mem.context().kept_ids == tuned  # a reopened session keeps what it learned
-        np.testing.assert_array_equal(mem._feedback.delta_, delta)
+        np.testing.assert_array_equal(mem._learning.feedback.delta_, delta)
         mem.reset_feedback()
         assert mem.context().kept_ids == plain
     with MemoryManager(budget=150, policy="rd", store=url, session="s", high=100.0, low=100.0) as mem:
         assert mem.context().kept_ids == plain  # and the reset is saved too
-        assert not np.any(mem._feedback.delta_)
+        assert not np.any(mem._learning.feedback.delta_)
     with MemoryManager(budget=150, policy="rd", store=url, session="other", high=100.0, low=100.0) as other:
         other.extend(train)
         assert other.context().kept_ids == plain  # feedback is per session
@@ -109,6 +109,6 @@ def test_the_ladder_learns_through_its_base() -> None:
     train, needed = _history(4)
     mem.extend(train)
     mem.feedback(sorted(needed), 1.0)
-    assert np.any(mem._feedback.delta_)
-    tuned = mem._active_policy
+    assert np.any(mem._learning.feedback.delta_)
+    tuned = mem._learning.policy()
     assert isinstance(tuned, LadderPolicy) and tuned.base.value.prior is not None  # the shifted prior

@@ -165,14 +165,15 @@ def test_ladder_compresses_what_does_not_fit_verbatim() -> None:
 
 def test_the_ladder_is_a_policy_composed_over_rd() -> None:
     from rdmem.contract import Composed
-    from rdmem.manager import MemoryManager, default_low
+    from rdmem.manager import MemoryManager
+    from rdmem.sessions import default_low
     from rdmem.policies import LadderPolicy
 
     ladder = get_policy("rd-ladder")
     assert isinstance(ladder, LadderPolicy) and isinstance(ladder, Composed) and ladder.base == RDPolicy()
     task = LadderPolicy(base=RDPolicy(mode="task"))
     assert task.base.mode == "task" and task.needs_embeddings
-    with pytest.raises(TypeError, match="base must be an RDPolicy, got str"):
+    with pytest.raises(TypeError, match=r"base must be a policy with a valuation\(problem\) \(rd, a ScoredPolicy, ...\), got str"):
         LadderPolicy(base="rd")  # type: ignore[arg-type]
     # The watermarks are the manager's: rd and the ladder over it compact down to 0.98, the others 0.8.
     assert default_low(ladder) == default_low(get_policy("rd")) == 0.98

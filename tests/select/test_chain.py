@@ -58,3 +58,38 @@ def test_errors() -> None:
         gap_knapsack(np.ones(2), np.ones(2, dtype=int), 5, -1)
     with pytest.raises(ValueError, match=r"gap_before must have shape \(2,\)"):
         gap_knapsack(np.ones(2), np.ones(2, dtype=int), 5, 1, gap_before=np.zeros(3, dtype=bool))
+
+
+def _brute_priced(values: np.ndarray, costs: np.ndarray, budget: int, gap: int, forced: np.ndarray,
+                  gap_value: float) -> float:
+    best = 0.0
+    for mask in itertools.product((0, 1), repeat=len(values)):
+        if any(mask) and _cost_with_markers(mask, costs, gap, forced) <= budget:
+            runs = _cost_with_markers(mask, np.zeros_like(costs), 1, forced)
+            best = max(best, float(sum(v for v, m in zip(values, mask, strict=True) if m)) - gap_value * runs)
+    return best
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_gap_value_is_taken_off_each_marker(seed: int) -> None:
+    rng = np.random.default_rng(100 + seed)
+    for _ in range(60):
+        n = int(rng.integers(1, 8))
+        values = (rng.random(n) - 0.2).round(3)  # some not worth their tokens (a caller pricing them)
+        costs = rng.integers(1, 10, n)
+        budget, gap = int(rng.integers(0, 40)), int(rng.integers(0, 6))
+        forced, gap_value = rng.random(n) < 0.3, round(float(rng.random()), 2)
+        chosen = gap_knapsack(values, costs, budget, gap, gap_before=forced, gap_value=gap_value)
+        mask = tuple(int(i in set(chosen.tolist())) for i in range(n))
+        got = 0.0
+        if chosen.size:
+            got = values[chosen].sum() - gap_value * _cost_with_markers(mask, np.zeros_like(costs), 1, forced)
+        assert got == pytest.approx(max(_brute_priced(values, costs, budget, gap, forced, gap_value), 0.0))
+
+
+def test_a_dear_marker_keeps_a_run_together() -> None:
+    values, costs = np.array([5.0, -0.5, 5.0]), np.array([10, 10, 10])  # the middle one is not worth its tokens
+    assert gap_knapsack(values, costs, 30, 1).tolist() == [0, 2]
+    assert gap_knapsack(values, costs, 30, 1, gap_value=1.0).tolist() == [0, 1, 2]
+    with pytest.raises(ValueError, match="gap_value must be a finite number >= 0, got -1"):
+        gap_knapsack(values, costs, 30, 1, gap_value=-1)

@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from rdmem.server import ServerSettings, create_app
-from rdmem.store import open_store
+from rdmem.store import KeyStore, open_store
 
 pytestmark = pytest.mark.slow  # starts servers
 
@@ -104,7 +104,7 @@ def test_the_mcp_endpoint_alone_keeps_the_sdks_dns_rebinding_protection():
     from starlette.applications import Starlette
     from starlette.routing import Route
 
-    from rdmem.integrations.mcp import HTTPEndpoint, create_mcp_server
+    from rdmem.mcp import HTTPEndpoint, create_mcp_server
 
     from .conftest import LiveServer
 
@@ -136,7 +136,7 @@ def test_the_mcp_endpoint_alone_keeps_the_sdks_dns_rebinding_protection():
 def limited(serve, tmp_path, hashing_embedder, fake_openai):
     url = f"sqlite:///{tmp_path / 'rate.db'}"
     with open_store(url) as store:
-        (_, acme), (_, globex) = store.create_key("acme"), store.create_key("globex")
+        (_, acme), (_, globex) = KeyStore(store).create_key("acme"), KeyStore(store).create_key("globex")
     live = serve(create_app(ServerSettings(store=url, upstream=fake_openai.url, policy="window", rate_requests=4,
                                            rate_tokens=60), embedder=hashing_embedder))
     clients = [httpx.Client(base_url=live.url, timeout=30, headers={"Authorization": f"Bearer {k}"})
@@ -194,7 +194,7 @@ def test_stored_tokens_over_the_rate_are_429_and_nothing_is_written(limited):
 def test_metrics_are_refused_to_tenants_unless_named(serve, tmp_path, hashing_embedder):
     url = f"sqlite:///{tmp_path / 'm.db'}"
     with open_store(url) as store:
-        (_, acme), (_, ops) = store.create_key("acme"), store.create_key("ops")
+        (_, acme), (_, ops) = KeyStore(store).create_key("acme"), KeyStore(store).create_key("ops")
     unnamed = serve(create_app(ServerSettings(store=url, policy="window"), embedder=hashing_embedder))
     r = httpx.get(f"{unnamed.url}/metrics", headers={"Authorization": f"Bearer {acme}"})
     assert r.status_code == 403 and "--metrics-tenant" in r.json()["error"]["message"]

@@ -14,7 +14,7 @@ import pytest
 
 from rdmem.errors import StoreError
 from rdmem.server import ServerSettings, create_app
-from rdmem.store import MemoryStore
+from rdmem.store import ApiKey, KeyStore, MemoryStore
 
 from .._checks import history_problems
 from .._fake_openai import Reply, chunks
@@ -32,15 +32,15 @@ class FlakyStore(MemoryStore):
 
     down = False
 
-    def key_tenant(self, secret: str) -> str | None:
+    def _key_tenant(self, digest: str) -> str | None:
         if self.down:
             raise StoreError("the connection is closed")
-        return super().key_tenant(secret)
+        return super()._key_tenant(digest)
 
-    def has_keys(self) -> bool:
+    def _keys(self) -> list[ApiKey]:
         if self.down:
             raise StoreError("the connection is closed")
-        return super().has_keys()
+        return super()._keys()
 
 
 @pytest.fixture(scope="module")
@@ -57,7 +57,7 @@ def open_proxy(_fake_openai_server, minilm):
 def keyed_proxy(_fake_openai_server, minilm):
     """A server with a key, over a store that a test may take down: ``(live, store, secret)``."""
     store = FlakyStore()
-    _, secret = store.create_key("acme")
+    _, secret = KeyStore(store).create_key("acme")
     live = LiveServer(create_app(ServerSettings(upstream=_fake_openai_server.url, context_window=WINDOW,
                                                 reply_reserve=RESERVE), store=store, embedder=minilm))
     yield live, store, secret

@@ -13,7 +13,7 @@ from rdmem.server.app import ServerState
 from rdmem.server.metrics import Metrics
 from rdmem.server.savings import session_savings
 from rdmem.server.sessions import SessionPool
-from rdmem.store import MemoryStore
+from rdmem.store import KeyStore, MemoryStore
 
 from ..integrations._scenario import conversation
 from .conftest import settle_embeddings
@@ -47,7 +47,8 @@ def _history(n: int) -> list[dict]:
 def test_a_compacting_request_reads_once_writes_once_and_the_reply_is_one_more_write(hashing_embedder):
     store = CountingStore()
     settings = ServerSettings(upstream="http://127.0.0.1:9", context_window=WINDOW, reply_reserve=RESERVE)
-    state = ServerState(settings, store, SessionPool(store, settings, hashing_embedder), Metrics())  # no worker
+    state = ServerState(settings, store, SessionPool(store, settings, hashing_embedder), Metrics(),
+                        KeyStore(store))  # no worker
     history = _history(60)
     budget = WINDOW - RESERVE
     done = prepare(state, "default", "trip", False, {"messages": history}, budget)  # opens the session

@@ -15,14 +15,14 @@ from schemathesis.core.parameters import ParameterLocation  # noqa: E402
 from schemathesis.specs.openapi.checks import negative_data_rejection, positive_data_acceptance  # noqa: E402
 
 from rdmem.server import ServerSettings, create_app  # noqa: E402
-from rdmem.store import MemoryStore  # noqa: E402
+from rdmem.store import KeyStore, MemoryStore  # noqa: E402
 
 from .._checks import HashingEmbedder  # noqa: E402
 
 pytestmark = pytest.mark.slow  # generates hundreds of requests
 
 STORE = MemoryStore()
-_, KEY = STORE.create_key("fuzz")  # a keyed server, as deployed: schemathesis also checks that a missing or bad key is refused
+_, KEY = KeyStore(STORE).create_key("fuzz")  # a keyed server, as deployed: schemathesis also checks that a missing or bad key is refused
 # schemathesis's in-process client sends Host: testserver, which a loopback server answers only when told.
 APP = create_app(ServerSettings(budget=300, max_messages=20, max_message_chars=2000, max_budget=5000,
                                 allowed_hosts=("testserver",), metrics_tenant="fuzz"),

@@ -20,7 +20,7 @@ from schemathesis import GenerationMode  # noqa: E402
 from schemathesis.specs.openapi.checks import negative_data_rejection, positive_data_acceptance  # noqa: E402
 
 from rdmem.server import ServerSettings, create_app  # noqa: E402
-from rdmem.store import open_store  # noqa: E402
+from rdmem.store import KeyStore, open_store  # noqa: E402
 
 from .._checks import HashingEmbedder  # noqa: E402
 from .test_schema import negative_data_rejected, positive_data_accepted  # noqa: E402
@@ -42,7 +42,7 @@ def pg_schema(pg_server, pg_url):
     with psycopg.connect(pg_url, autocommit=True) as conn:
         conn.execute(f"CREATE DATABASE {name}")
     store = open_store(pg_server.get_uri(name))
-    _, key = store.create_key("fuzz")
+    _, key = KeyStore(store).create_key("fuzz")
     app = create_app(ServerSettings(budget=300, max_messages=20, max_message_chars=2000, max_budget=5000,
                                     allowed_hosts=("testserver",), metrics_tenant="fuzz"),
                      store=store, embedder=HashingEmbedder())

@@ -7,7 +7,7 @@ import openai
 import pytest
 
 from rdmem.server import ServerSettings, create_app
-from rdmem.store import open_store
+from rdmem.store import KeyStore, open_store
 
 pytestmark = pytest.mark.slow  # starts servers
 
@@ -16,7 +16,7 @@ pytestmark = pytest.mark.slow  # starts servers
 def keyed(serve, tmp_path, hashing_embedder, fake_openai):
     url = f"sqlite:///{tmp_path / 'keyed.db'}"
     with open_store(url) as store:
-        (acme, acme_secret), (_, globex_secret) = store.create_key("acme"), store.create_key("globex")
+        (acme, acme_secret), (_, globex_secret) = KeyStore(store).create_key("acme"), KeyStore(store).create_key("globex")
     live = serve(create_app(ServerSettings(store=url, upstream=fake_openai.url, context_window=4000),
                             embedder=hashing_embedder))
 
@@ -100,6 +100,6 @@ def test_a_revoked_key_stops_working_at_once(keyed):
     live, a, _, _, acme_id, _, url, _ = keyed
     assert a.get("/v1/sessions").status_code == 200
     with open_store(url) as store:  # revoked from elsewhere (rdmem keys revoke), the server keeps running
-        assert store.revoke_key(acme_id)
+        assert KeyStore(store).revoke_key(acme_id)
     r = a.get("/v1/sessions")
     assert r.status_code == 401 and r.json()["error"]["message"] == "invalid or revoked API key"

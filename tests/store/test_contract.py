@@ -5,13 +5,22 @@ from __future__ import annotations
 import pytest
 
 from rdmem.testing import STORE_CHECKS
-from rdmem.store import NewUnit
+from rdmem.store import KeyStore, NewUnit, keeps_keys
 from rdmem.testing._store import PETS, plain, units_of
 
 
 @pytest.mark.parametrize("check", STORE_CHECKS, ids=lambda c: c.__name__.removeprefix("check_"))
 def test_contract(check, store, session_name):
     check(store, session_name)
+
+
+def test_every_built_in_store_keeps_the_servers_keys_which_no_store_method_exposes(store):
+    """Keys are the server's (a KeyStore over the store's key table), not a part of the Store protocol: the
+    contract's key check runs on every built-in store, and a store of the user's own need not keep keys."""
+    assert keeps_keys(store) and not hasattr(store, "create_key")
+    assert not keeps_keys(object())
+    with pytest.raises(TypeError, match="object keeps no API keys"):
+        KeyStore(object())
 
 
 def test_dense_search_finds_paraphrases_with_the_real_model(store, session_name, minilm):
@@ -51,7 +60,7 @@ def test_nul_characters_in_content_round_trip_and_are_searchable_on_every_store(
     (lambda s, n: s.append(n, [plain("x", uid="a\x00b")]), r"unit 0: id must not contain a NUL character, got 'a\\x00b'"),
     (lambda s, n: s.append(n + "\x00", [plain("x")]), r"session must not contain a NUL character, got '.*\\x00'"),
     (lambda s, n: s.load(n + "\x00"), r"session must not contain a NUL character"),
-    (lambda s, n: s.create_key("t", name="a\x00"), r"name must not contain a NUL character, got 'a\\x00'"),
+    (lambda s, n: KeyStore(s).create_key("t", name="a\x00"), r"name must not contain a NUL character, got 'a\\x00'"),
 ])
 def test_nul_characters_in_names_are_refused_the_same_way_by_every_store(store, session_name, call, match):
     """Ids and names are not text to keep but keys to find things by: a NUL in one is refused, before the
@@ -65,5 +74,5 @@ def test_nul_characters_in_names_are_refused_the_same_way_by_every_store(store, 
     # an id no unit can have is simply not in the session
     assert store.delete(session_name, ["u0\x00"]).deleted == []
     store.set_tier(session_name, ["u0\x00"], "archive")
-    assert store.revoke_key("key\x00") is False
+    assert KeyStore(store).revoke_key("key\x00") is False
     assert [u.tier for u in store.load(session_name)] == ["working"]

@@ -5,8 +5,10 @@ from __future__ import annotations
 import hashlib
 import sqlite3
 
+import numpy as np
 import pytest
 
+from rdmem.errors import InvalidInput
 from rdmem.store import NewUnit, StoreError, open_store
 from rdmem.store._sqlite_search import fts_table as _fts_table
 from rdmem.store.sqlite import SCHEMA_VERSION, SQLiteStore
@@ -234,3 +236,62 @@ def test_damaged_row_is_a_clear_error_naming_the_unit(tmp_path, column, value, p
             store.load("s")
         assert store.load("other") == []  # the rest of the file is still usable
     assert digest(path) == before
+
+
+def _vector_units(start: int, n: int, dim: int = 16, tier: str = "archive") -> list[NewUnit]:
+    """Units with their own text word and a distinct unit vector each (seeded)."""
+    rng = np.random.default_rng(0)
+    vecs = rng.standard_normal((start + n, dim)).astype(np.float32)
+    vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+    return [NewUnit({"role": "user", "content": f"note {_word(i)}"}, 5, {}, vecs[i], tier, id=f"u{i}")
+            for i in range(start, start + n)]
+
+
+def _word(i: int) -> str:
+    """A word of its own for unit ``i`` (letters only): ``31`` -> ``"dbzeta"``."""
+    return "".join(chr(97 + int(d)) for d in str(i)) + "zeta"
+
+
+def _nearest(store: SQLiteStore, i: int, k: int = 1) -> list[str]:
+    """The dense ranking's best ``k`` for unit ``i``'s own vector (the query's words match nothing)."""
+    q = _vector_units(0, i + 1)[i].embedding
+    return [h for h, _ in store.search("s", "zzz", q, k=k, tier="archive")]
+
+
+@pytest.mark.parametrize("build", ["search", "load"])
+def test_dense_search_is_bounded_to_the_most_recent_window(tmp_path, build):
+    """``dense_rows``: the vector search reads and ranks the newest units only, however long the session;
+    older ones are still found by their words."""
+    with SQLiteStore(tmp_path / "m.db", dense_rows=8) as store:
+        store.append("s", _vector_units(0, 40))
+        if build == "load":
+            store.load("s")  # builds the matrix from the whole session's rows: it keeps the window only
+        assert _nearest(store, 39) == ["u39"]
+        dense = store._caches["s"].dense
+        assert dense is not None and dense.n == 8 and dense.first_uid is not None
+        assert _nearest(store, 32) == ["u32"]
+        assert _nearest(store, 31) != ["u31"]  # outside the window: not ranked by its vector ...
+        assert [h for h, _ in store.search("s", _word(31), None, k=1)] == ["u31"]  # ... but by its words
+        # Appends slide the window; the matrix never holds more than twice it.
+        for start in range(40, 100, 5):
+            store.append("s", _vector_units(start, 5))
+            assert _nearest(store, start + 4) == [f"u{start + 4}"]
+            assert store._caches["s"].dense.n <= 16
+        assert _nearest(store, 92) == ["u92"] and _nearest(store, 91) != ["u91"]
+        # An old unit's tier change does not bring it back into the window.
+        store.set_tier("s", ["u3"], "working")
+        store.set_tier("s", ["u3"], "archive")
+        assert _nearest(store, 3) != ["u3"] and store._caches["s"].dense.n <= 16
+
+
+def test_dense_search_without_a_window_ranks_every_unit(tmp_path):
+    with SQLiteStore(tmp_path / "m.db", dense_rows=None) as store:
+        store.append("s", _vector_units(0, 40))
+        assert _nearest(store, 0) == ["u0"] and _nearest(store, 39) == ["u39"]
+        assert store._caches["s"].dense.n == 40
+
+
+@pytest.mark.parametrize("value", [0, -1, True, 1.5, "10"])
+def test_dense_rows_must_be_a_positive_int_or_none(tmp_path, value):
+    with pytest.raises(InvalidInput, match="dense_rows must be an int >= 1 or None"):
+        SQLiteStore(tmp_path / "m.db", dense_rows=value)

@@ -32,7 +32,7 @@ INSERT INTO meta VALUES ('schema_version', '1'), ('created_by', 'rdmem');
 # Two 0.1 processes writing one session could give two units one place (seq 2 here, twice).
 ROWS = [("m0", 0, "working"), ("m1", 1, "archive"), ("m2", 2, "working"), ("mine", 2, "working"), ("m5", 4, "working")]
 # A shift for the shipped value model (feedback saved for another model is ignored, with a warning).
-FEEDBACK = [0.25] * len(MemoryManager(budget=1000, policy="rd")._feedback.base.weights_)
+FEEDBACK = [0.25] * len(MemoryManager(budget=1000, policy="rd")._learning.feedback.base.weights_)
 
 
 def _v1_sqlite(path) -> None:
@@ -63,7 +63,7 @@ def _check_upgraded(url: str) -> None:
         assert got.units[0].id == "m6" and got.units[0].seq == 5  # after the largest m<n>, at the end
     with MemoryManager(budget=1000, policy="rd", store=url, session="s") as mem:
         assert mem.working_ids() == ["m0", "m2", "mine", "m5", "m6"]
-        assert list(mem._feedback.delta_) == FEEDBACK  # the shift 0.1 kept in the log only
+        assert list(mem._learning.feedback.delta_) == FEEDBACK  # the shift 0.1 kept in the log only
 
 
 def test_an_sqlite_store_of_schema_1_is_upgraded(tmp_path):

@@ -115,10 +115,10 @@ def require_embeddings(policy: str | None, command: str) -> None:
     """A command that will embed needs the model: say so in one line at start, not on the first request.
     ``policy``: only if that policy embeds (``None``: always, as the service embeds every message for search)."""
     from ..embed import default_model_problem
-    from ..policies import get_policy
+    from ..sessions import needs_embedder
 
     try:
-        needs = True if policy is None else get_policy(policy).needs_embeddings
+        needs = True if policy is None else needs_embedder(policy)
     except ValueError as exc:
         raise CLIError(str(exc)) from None
     problem = default_model_problem() if needs else None

@@ -20,12 +20,12 @@ def _embed_with_progress(messages: list[dict[str, Any]], policy: str) -> Any:
     """The default embedder, with the messages' vectors computed first, in chunks, showing progress on
     stderr (a long history takes a while to embed; the rest of the compaction is fast)."""
     from ..embed import get_embedder
-    from ..policies import get_policy
     from ..scoring import embed_text
+    from ..sessions import needs_embedder
     from ..tokens import get_tokenizer
     from ..units import encode_units
 
-    if len(messages) < _PROGRESS_FROM or not get_policy(policy).needs_embeddings:
+    if len(messages) < _PROGRESS_FROM or not needs_embedder(policy):
         return None
     emb = get_embedder()
     texts = [embed_text(u) for u in encode_units(messages, get_tokenizer(len))]

@@ -7,21 +7,21 @@ import os
 import sys
 from typing import Any
 
-from ._common import CLIError, positive_int, require_embeddings
+from ._common import CLIError, positive_int, require_embeddings, whole_number
 
 __all__ = ["register"]
 
 
 def _cmd_mcp(args: argparse.Namespace) -> int:
     try:
-        from ..integrations.mcp import create_mcp_server
+        from ..mcp import create_mcp_server
     except ImportError as exc:
         raise CLIError(f"rdmem mcp needs the MCP SDK: pip install 'rdmem[mcp]' ({exc})") from None
     from ..store import open_store, redact_url
 
-    from ..names import check_session_name
+    from ..sessions import session_name
 
-    check_session_name(args.session, "--session")
+    session_name(args.session, "--session")
     require_embeddings(args.policy, "rdmem mcp")
     url = args.store
     if url is None:
@@ -29,7 +29,9 @@ def _cmd_mcp(args: argparse.Namespace) -> int:
 
         url = _default_store()
     with open_store(url) as store:  # opened before the client talks to us: a bad store is one line on stderr
-        server = create_mcp_server(store=store, session=args.session, budget=args.budget, policy=args.policy)
+        server = create_mcp_server(store=store, session=args.session, budget=args.budget, policy=args.policy,
+                                   max_budget=args.max_budget, max_messages=args.max_messages,
+                                   max_message_chars=args.max_message_chars)
         # stdout carries the protocol: everything said to a person goes to stderr.
         print(f"rdmem mcp: store {redact_url(url)}, session {args.session!r}, budget {args.budget}, "
               f"policy {args.policy}", file=sys.stderr, flush=True)
@@ -47,4 +49,11 @@ def register(sub: Any) -> None:
     p.add_argument("--budget", type=positive_int, default=4000, help="tokens: a session's working set and the "
                    "context tool's default (default 4000)")
     p.add_argument("--policy", default="rd", help="the policy (default rd)")
+    limits = p.add_argument_group("limits (as rdmem serve's: a larger call is refused with an error naming the field)")
+    limits.add_argument("--max-messages", type=whole_number("messages"), default=1000,
+                        help="messages one remember call may carry (default 1000)")
+    limits.add_argument("--max-message-chars", type=whole_number("characters"), default=200_000,
+                        help="characters of any string in a message, every field counted (default 200000)")
+    limits.add_argument("--max-budget", type=positive_int, default=1_000_000,
+                        help="tokens a context call may ask for (default 1000000)")
     p.set_defaults(func=_cmd_mcp)

@@ -29,13 +29,13 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         from ..server.settings import SETTINGS_ENV, ServerSettings
     except ImportError as exc:
         raise CLIError(f"rdmem serve needs the server extra: pip install 'rdmem[server]' ({exc.name} is missing)") from None
-    from ..store import open_store, redact_url
+    from ..store import KeyStore, open_store, redact_url
 
     settings = ServerSettings(
         store=args.store, data_dir=args.data_dir, budget=args.budget, policy=args.policy, upstream=args.upstream,
         context_window=args.context_window, reply_reserve=args.reply_reserve, upstream_timeout=args.upstream_timeout,
         max_body_bytes=args.max_body_bytes, max_messages=args.max_messages, max_message_chars=args.max_message_chars,
-        max_budget=args.max_budget, host=args.host, allowed_hosts=tuple(args.allow_host or ()),
+        max_budget=args.max_budget, max_page=args.max_page, host=args.host, allowed_hosts=tuple(args.allow_host or ()),
         rate_requests=args.rate_requests, rate_tokens=args.rate_tokens, metrics_tenant=args.metrics_tenant,
         header_timeout=args.header_timeout, ui=not args.no_ui, derive_sessions=args.derive_sessions,
         memory_timeout=args.memory_timeout,
@@ -49,7 +49,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         raise CLIError(f"no API keys in this store: refusing to serve {args.host} without them. Create one "
                        f"(rdmem keys create --tenant NAME --store {shown}) or pass --insecure")
     with open_store(url) as store:  # opened once here: a bad store is one line, before any worker starts
-        keyed = store.has_keys()
+        keyed = KeyStore(store).has_keys()
     if not keyed:
         print("rdmem serve: no API keys: anyone who can reach the server is tenant 'default'"
               + ("" if is_loopback(args.host) else " (--insecure)"), file=sys.stderr)
@@ -96,13 +96,13 @@ def _port(text: str) -> int:
     return value
 def _has_keys(url: str) -> bool:
     """Whether the store has a valid API key, found out without creating it (a store not there has none)."""
-    from ..store import open_store, sqlite_path
+    from ..store import KeyStore, open_store, sqlite_path
 
     path = sqlite_path(url)
     if path is not None and not (os.path.isfile(path) and os.path.getsize(path) > 0):
         return False
     with open_store(url, create=False) as store:
-        return store.has_keys()
+        return KeyStore(store).has_keys()
 
 
 def _when(t: float | None) -> str:
@@ -110,26 +110,26 @@ def _when(t: float | None) -> str:
 
 
 def _cmd_keys(args: argparse.Namespace) -> int:
-    from ..store import open_store
+    from ..store import KeyStore, open_store
 
     # Only 'create' may create the store; 'list' reads it, 'revoke' changes one that must exist.
     opening = {"create": {}, "list": {"readonly": True}, "revoke": {"create": False}}[args.action]
     with open_store(args.store or _default_store(), **opening) as store:
+        keys = KeyStore(store)
         if args.action == "create":
             if not args.tenant:
                 raise CLIError("'keys create' needs --tenant NAME")
-            key, secret = store.create_key(args.tenant, name=args.name or "")
+            key, secret = keys.create_key(args.tenant, name=args.name or "")
             print(f"created key {key.id} for tenant {key.tenant!r} (shown once; keep it secret):", file=sys.stderr)
             print(secret)
         elif args.action == "list":
-            keys = store.list_keys(args.tenant)
             print(f"{'id':<16}  {'tenant':<20}  {'name':<16}  {'created':<20}  revoked")
-            for k in keys:
+            for k in keys.list_keys(args.tenant):
                 print(f"{k.id:<16}  {k.tenant:<20}  {k.name:<16}  {_when(k.created):<20}  {_when(k.revoked)}")
         else:
             if not args.key_id:
                 raise CLIError("'keys revoke' needs the key's id (see 'rdmem keys list')")
-            if not store.revoke_key(args.key_id):
+            if not keys.revoke_key(args.key_id):
                 raise CLIError(f"no key {args.key_id!r}, or it is revoked already")
             print(f"revoked {args.key_id}")
     return 0
@@ -161,6 +161,8 @@ def register(sub: Any) -> None:
                         help="characters of any string in a message, every field counted: content, name, "
                         "tool calls, metadata (default 200000)")
     limits.add_argument("--max-budget", type=positive_int, default=1_000_000, help="tokens a request may ask for")
+    limits.add_argument("--max-page", type=positive_int, default=1000,
+                        help="messages or search hits one request may ask for (default 1000)")
     limits.add_argument("--rate-requests", type=whole_number("requests per minute"), default=None,
                         help="requests per minute per tenant (default: no limit); over it, 429 with Retry-After")
     limits.add_argument("--rate-tokens", type=whole_number("tokens per minute"), default=None,

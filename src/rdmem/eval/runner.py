@@ -29,7 +29,8 @@ import numpy as np
 from ..datasets import Conversation
 from ..embed import CachedEmbedder, Embedder
 from ..errors import InvalidInput
-from ..policies import POLICIES, get_policy
+from ..policies import POLICIES
+from ..sessions import needs_embedder
 from ..tokens import get_tokenizer
 from ._jobs import (
     EmbedderFactory, history_texts, init_worker, one_thread_per_worker, oracle_records, release_worker, run_job,
@@ -75,7 +76,7 @@ def _aggregate(
     for key in keys:
         regime, policy, budget = key
         qs, cs = by_q.get(key, []), by_c.get(key, [])
-        needs_emb = policy in POLICIES and get_policy(policy).needs_embeddings
+        needs_emb = policy in POLICIES and needs_embedder(policy)
         groups: list[tuple[str, list[dict[str, Any]]]] = [("all", qs)]
         groups += [(str(c), [q for q in qs if q["category"] == c]) for c in cats]
         for cat, group in groups:
@@ -181,7 +182,7 @@ def run_eval(
         tok = get_tokenizer(cfg.tokenizer)
     emb: Embedder = cached_embedder(cache_dir) if embedder is None else embedder
     texts, embed_seconds = _embed_up_front(convs, emb)
-    needs_emb = any(get_policy(p).needs_embeddings for p in cfg.policies)
+    needs_emb = any(needs_embedder(p) for p in cfg.policies)
     embed_ms = _calibrate(emb, texts) if (cfg.calibrate_embedding and needs_emb) else math.nan
     questions, contexts = oracle_records(convs, cfg, tok)
     plans = None

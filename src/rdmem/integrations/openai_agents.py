@@ -43,6 +43,7 @@ from ..manager import MemoryManager
 from ..messages import chat_fields
 from ..reconstruct import MARKER
 from ..result import Compaction
+from ..sessions import first_unseen
 from ..tokens import content_text
 
 __all__ = ["ITEMS_KEY", "RdmemSession", "items_to_messages", "message_items", "context_items"]
@@ -323,17 +324,10 @@ class RdmemSession:
         if not messages:
             return
         tail = await self._tail(1)
-        last = resend_key(tail[-1]) if tail else None
-        keys = [resend_key(m) for m in messages]
-        # After the session's newest message: the newest one, as rdmem sends the newest messages verbatim.
-        start = next((p for p in range(len(keys), 0, -1) if keys[p - 1] == last), None)
-        if start is None:  # the newest message was cut: what follows the context's last marker
-            start = max((i + 1 for i, m in enumerate(messages)
-                         if m["role"] in ("user", "system") and MARKER.match(content_text(m.get("content")) or "")),
-                        default=0)
-            start += (await self.memory.unseen([chat_fields(m) for m in messages[start:]]) or [len(messages) - start])[0]
+        start = await asyncio.to_thread(first_unseen, messages, tail[-1] if tail else None, self.memory.sync.unseen)
         if start < len(messages):
-            await asyncio.to_thread(self._locked, self._mirror, messages[start:], keys[start:])
+            await asyncio.to_thread(self._locked, self._mirror, messages[start:],
+                                    [resend_key(m) for m in messages[start:]])
 
     def _mirror(self, messages: list[dict[str, Any]], keys: list[str]) -> None:
         self.memory.sync.extend(messages)

@@ -19,7 +19,12 @@ from typing import Any
 
 import numpy as np
 
+from ..compaction import unit_values
 from ..errors import InvalidInput, MissingDependency
+from ..policies import get_policy
+from ..sessions import embedder_for
+from ..tokens import get_tokenizer
+from ..units import encode_units
 
 try:
     import torch
@@ -113,14 +118,13 @@ def get_press(name: str) -> ScorerPress:
 
 
 def message_values(messages: Sequence[Mapping[str, Any]], *, policy: str = "rd", embedder: Any = None) -> np.ndarray:
-    """Each message's value as ``policy`` scores it without a query (the engine's report)."""
-    from .. import compact
-
+    """Each message's value as ``policy`` values it without a query (its valuation, before any selection;
+    0 for a pinned system message)."""
     if not messages:
         return np.zeros(0)
-    # The values do not depend on the budget; a large one keeps the engine from cutting anything.
-    result = compact(list(messages), budget=10**9, policy=policy, embedder=embedder)
-    return np.array([d.score for d in result.report], dtype=np.float64)
+    pol = get_policy(policy)
+    tok = get_tokenizer("cl100k_base")
+    return unit_values(encode_units(list(messages), tok), policy=pol, tokenizer=tok, embedder=embedder_for(pol, embedder))
 
 
 def token_values(spans: Sequence[tuple[int, int]], values: Sequence[float], n: int) -> np.ndarray:

@@ -13,11 +13,15 @@ from .rd import RDPolicy
 from .scored import ScoredPolicy
 from .summary_buffer import SummaryBuffer
 
-__all__ = ["POLICIES", "get_policy", "register_policy"]
+__all__ = ["POLICIES", "MODE_POLICIES", "get_policy", "register_policy"]
+
+#: The policy each of rd's task modes names (``qa``, rd's default mode, is plain ``rd``); front doors read it
+#: through :func:`rdmem.sessions.policy_for`.
+MODE_POLICIES: dict[str, str] = {mode: "rd" if mode == "qa" else f"rd-{mode}" for mode in TASK_MODES}
 
 
 def _rd_in_mode(mode: str) -> Callable[[], Policy]:
-    return lambda: RDPolicy(name=f"rd-{mode}", description=f"rd in {mode} mode: {TASK_MODES[mode].description}",
+    return lambda: RDPolicy(name=MODE_POLICIES[mode], description=f"rd in {mode} mode: {TASK_MODES[mode].description}",
                             mode=mode)
 
 
@@ -54,7 +58,7 @@ def _builtin() -> dict[str, Callable[[], Policy]]:
         ),
         "rd": RDPolicy,
         "rd-ladder": LadderPolicy,
-        **{f"rd-{mode}": _rd_in_mode(mode) for mode in ("task", "roleplay", "creative")},
+        **{name: _rd_in_mode(mode) for mode, name in MODE_POLICIES.items() if mode != "qa"},
     }
 
 

@@ -9,8 +9,8 @@ from functools import lru_cache
 import numpy as np
 
 from ..compress import compress, one_line
-from ..contract import Plan, Problem
-from ..errors import InvalidType
+from ..contract import LearnsOnline, Plan, Problem, Valued
+from ..errors import InvalidInput, InvalidType
 from ..features import content_words
 from ..history import split_prefix
 from ..scoring import LearnedValue
@@ -28,7 +28,8 @@ class LadderPolicy:
 
     Each prose message gets three rungs, verbatim, compressed (small talk
     removed, the most informative sentences kept, names, numbers and dates
-    untouched) and a one-line gist, worth its value under ``base`` (an
+    untouched) and a one-line gist, worth its value under ``base`` (any
+    policy with a valuation, :class:`~rdmem.contract.Valued`; by default an
     :class:`RDPolicy`: its mode, value model and links) times the share of its
     information the rung keeps; the knapsack runs on their convex hulls, as
     video coders do. Groups of several messages (a tool call with its
@@ -45,21 +46,25 @@ class LadderPolicy:
 
     name: str = "rd-ladder"
     description: str = "rd with the representation ladder: each message verbatim, compressed, one line or absent"
-    base: RDPolicy = field(default_factory=RDPolicy)
+    base: Valued = field(default_factory=RDPolicy)
 
     def __post_init__(self) -> None:
-        if not isinstance(self.base, RDPolicy):
-            raise InvalidType(f"base must be an RDPolicy, got {type(self.base).__name__}")
+        if not isinstance(self.base, Valued):  # composition: any policy that exposes its valuation
+            raise InvalidType(f"base must be a policy with a valuation(problem) (rd, a ScoredPolicy, ...), "
+                              f"got {type(self.base).__name__}")
 
     @property
     def needs_embeddings(self) -> bool:
         return self.base.needs_embeddings
 
     def value_model(self) -> LearnedValue | None:
-        return self.base.value_model()
+        return self.base.value_model() if isinstance(self.base, LearnsOnline) else None
 
     def with_value_model(self, value: LearnedValue) -> LadderPolicy:
-        return replace(self, base=self.base.with_value_model(value))
+        base = self.base.with_value_model(value) if isinstance(self.base, LearnsOnline) else None
+        if not isinstance(base, Valued):
+            raise InvalidInput(f"the base policy {self.base.name!r} has no value model to replace")
+        return replace(self, base=base)
 
     def plan(self, problem: Problem) -> Plan:
         v = self.base.valuation(problem)

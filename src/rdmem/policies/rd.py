@@ -7,35 +7,24 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..contract import Plan, Problem, scores_of
+from ..contract import Plan, Policy, Problem, Valuation, scores_of
 from ..deps import LINK_KINDS, find_links, merge_blocks
 from ..errors import InvalidInput
 from ..scoring import Informativeness, LearnedValue, Recency, Scorer
 from ..select import get_selector, group_totals, marker_aware, near_duplicate_groups
 from .modes import TASK_MODES, protected
 
-__all__ = ["RDPolicy", "Valuation"]
+__all__ = ["RDPolicy", "Valuation", "STREAM_ROOM_VALUE", "for_working_set"]
 
 #: Above this many (blocks x budget) cells the marker-aware DP falls back to a marker reserve.
 _GAP_DP_CELLS = 40_000_000
+#: ``room_value`` when a manager trims its working set (BENCHMARKS "Issue 25, streaming" measures 0 to 1.5).
+STREAM_ROOM_VALUE = 1.0
 
 
 def _logit(p: np.ndarray) -> np.ndarray:
     q = np.clip(p, 1e-12, 1.0 - 1e-12)
     return np.log(q) - np.log1p(-q)
-
-
-@dataclass
-class Valuation:
-    """What rd makes of a problem before it selects: each unit's value (protected units above all the
-    rest), the breakdown for the report, reasons, and the groups of blocks that travel together
-    (``None`` when no link joins two blocks)."""
-
-    values: np.ndarray
-    parts: dict[str, np.ndarray]
-    protected: np.ndarray
-    reasons: dict[int, str]
-    merged: list[np.ndarray] | None
 
 
 @dataclass(frozen=True)
@@ -55,6 +44,8 @@ class RDPolicy:
     fill, which spends the room on other messages. (The knapsack itself still
     counts each copy, so this is a repair, not the optimum of a coverage
     objective: :func:`rdmem.select.coverage` is that, for plain budgets.)
+    When messages keep arriving (a manager trimming its working set,
+    :func:`for_working_set`), ``room_value`` prices the tokens it keeps.
     """
 
     name: str = "rd"
@@ -70,6 +61,14 @@ class RDPolicy:
     #: How much a query's relevance counts against the prior: an :class:`~rdmem.scoring.Informativeness`
     #: (measured per query), or a fixed weight in [0, 1] (1: relevance alone, as before queries were weighed).
     query_weight: Informativeness | float = field(default_factory=Informativeness)
+    #: What a token left free is worth, as a multiple of the marginal value per token (that of the first
+    #: block a fill by value per token would leave out). 0 suits a one-off context, whose free room goes
+    #: unused; when messages keep arriving (a manager trimming its working set) room freed now holds the
+    #: next messages, so a long block of middling value should go before a short one worth nearly as much.
+    #: ``None``: 0 for a context, :data:`STREAM_ROOM_VALUE` when a :class:`~rdmem.MemoryManager` without
+    #: markers trims its working set (BENCHMARKS "Issue 25, item 2": the knapsack alone, with room worth
+    #: nothing, filled the working set with long messages); see :func:`for_working_set`.
+    room_value: float | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.query_weight, Informativeness) and (
@@ -85,6 +84,11 @@ class RDPolicy:
         unknown = set(self.together) - set(LINK_KINDS)
         if unknown:
             raise InvalidInput(f"together must name link kinds from {LINK_KINDS}, got {sorted(unknown)}")
+        if self.room_value is not None and (
+            isinstance(self.room_value, bool) or not isinstance(self.room_value, (int, float))
+            or not 0 <= self.room_value <= 10
+        ):
+            raise InvalidInput(f"room_value must be a number in [0, 10] or None, got {self.room_value!r}")
         if self.mode not in TASK_MODES:
             raise InvalidInput(f"unknown mode {self.mode!r}; choose one of {', '.join(TASK_MODES)}")
 
@@ -148,11 +152,16 @@ class RDPolicy:
         # Blocks with a span that cannot come back right before them, and blocks holding a protected unit.
         forced = problem.gap_before if problem.gap_before is not None else np.zeros(len(block_costs), bool)
         protected_blocks = problem.block_values(v.protected.astype(np.float64)) > 0
+        price = self._room_price(block_values, block_costs + problem.marker_tokens * forced, protected_blocks,
+                                 problem.budget)
+        if price:  # each token kept (a marker's too) gives up what the room would hold
+            block_values = np.where(protected_blocks, block_values, block_values - price * block_costs)
+        gap_value = price * problem.marker_tokens
         if v.merged is None:
             if problem.marker_tokens and len(block_costs) * (problem.budget + 1) <= _GAP_DP_CELLS:
                 # Elision markers are rate too: choose knowing each skipped run costs one.
                 chosen = marker_aware(block_values, block_costs, problem.budget, problem.marker_tokens,
-                                      forced=forced, always=protected_blocks)
+                                      forced=forced, always=protected_blocks, gap_value=gap_value)
             else:
                 budget = max(problem.budget - problem.marker_tokens, 0)
                 chosen = get_selector("knapsack")(block_values, block_costs, budget)
@@ -168,7 +177,8 @@ class RDPolicy:
             lasts = [int(g[-1]) for g in merged]
             gap_before = np.array([bool(forced[f]) or (k > 0 and f > lasts[k - 1] + 1) for k, f in enumerate(firsts)])
             always = group_totals(merged, protected_blocks.astype(np.float64), block_costs)[0] > 0
-            picked = marker_aware(gv, gc, problem.budget, problem.marker_tokens, forced=gap_before, always=always)
+            picked = marker_aware(gv, gc, problem.budget, problem.marker_tokens, forced=gap_before, always=always,
+                                  gap_value=gap_value)
         else:
             picked = get_selector("knapsack")(gv, gc, problem.budget)
         chosen = np.sort(np.concatenate([merged[k] for k in picked])) if len(picked) else np.zeros(0, int)
@@ -182,6 +192,19 @@ class RDPolicy:
         kept = self._one_copy(problem, chosen, values, v.protected, reasons, linked)
         return Plan(chosen=kept, scores=values, breakdown=v.parts, fill=True, reasons=reasons,
                     together=together)
+
+    def _room_price(self, block_values: np.ndarray, block_costs: np.ndarray, protected_blocks: np.ndarray,
+                    budget: int) -> float:
+        """Value per token of free room: ``room_value`` times the value per token of the first block that a
+        fill by value per token (protected blocks first) leaves out; 0 when everything fits."""
+        if not self.room_value or not len(block_costs):
+            return 0.0
+        density = block_values / np.maximum(block_costs, 1)
+        order = np.lexsort((-np.arange(len(density)), -density, ~protected_blocks))
+        past = int(np.searchsorted(np.cumsum(block_costs[order]), budget, side="right"))
+        if past >= len(order) or protected_blocks[order[past]]:
+            return 0.0
+        return float(self.room_value) * max(float(density[order[past]]), 0.0)
 
     def _dependency_groups(self, problem: Problem) -> list[np.ndarray] | None:
         """Groups of block indices that must travel together, or ``None`` when no link joins blocks."""
@@ -241,3 +264,13 @@ class RDPolicy:
             twin = f"near-duplicate of {problem.units[best].id}"
             reasons.update(dict.fromkeys(dropped.tolist(), twin))
         return np.flatnonzero(is_chosen).tolist()
+
+
+def for_working_set(policy: Policy, *, markers: bool = True) -> Policy:
+    """The policy a :class:`~rdmem.MemoryManager` trims its working set with: ``policy`` itself, except that
+    rd with ``room_value=None`` values free room at :data:`STREAM_ROOM_VALUE` (messages keep arriving) when
+    the manager sends no elision markers. With markers each kept message already carries a marker's tokens,
+    and valuing the room measured within the noise (BENCHMARKS "Issue 25, item 2"): it stays 0 there."""
+    if isinstance(policy, RDPolicy) and policy.room_value is None and not markers:
+        return dataclasses.replace(policy, room_value=STREAM_ROOM_VALUE)
+    return policy

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..contract import Plan, Problem, scores_of
+import numpy as np
+
+from ..contract import Plan, Problem, Valuation, scores_of
 from ..scoring import Scorer
 from ..select import get_selector
 
@@ -33,8 +35,14 @@ class ScoredPolicy:
     def needs_embeddings(self) -> bool:
         return bool(self.scorer.needs_embeddings)
 
-    def plan(self, problem: Problem) -> Plan:
+    def valuation(self, problem: Problem) -> Valuation:
+        """Each unit's score (none protected, no links between blocks)."""
         scores, parts = scores_of(self.scorer, problem)
+        return Valuation(scores, parts, np.zeros(len(scores), dtype=bool), {}, None)
+
+    def plan(self, problem: Problem) -> Plan:
+        v = self.valuation(problem)
+        scores, parts = v.values, v.parts
         select = get_selector(self.selector)
         budget = max(problem.budget - problem.marker_tokens, 0)
         chosen = select(problem.block_values(scores), problem.block_costs(), budget)

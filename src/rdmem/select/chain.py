@@ -16,6 +16,7 @@ def gap_knapsack(
     gap_cost: int,
     *,
     gap_before: np.ndarray | None = None,
+    gap_value: float = 0.0,
 ) -> np.ndarray:
     """Indices (ascending) maximising total value when each maximal run of skipped items costs ``gap_cost``.
 
@@ -25,6 +26,8 @@ def gap_knapsack(
     preceded by a span that is already gone (it costs a marker unless the run
     continues). Dynamic programming over (position, capacity, previous item
     kept or not), one numpy pass per item: O(n·B) like :func:`knapsack`.
+    ``gap_value`` is value lost per marker besides its tokens (a caller that
+    prices tokens, see :class:`rdmem.policies.RDPolicy`'s ``room_value``).
 
     When nothing is kept no marker is rendered, so the empty answer is always
     feasible.
@@ -38,6 +41,8 @@ def gap_knapsack(
     v, c = check_arrays(values, costs, budget)
     if isinstance(gap_cost, bool) or not isinstance(gap_cost, (int, np.integer)) or gap_cost < 0:
         raise ValueError(f"gap_cost must be an int >= 0 tokens, got {gap_cost!r}")
+    if not np.isfinite(gap_value) or gap_value < 0:
+        raise ValueError(f"gap_value must be a finite number >= 0, got {gap_value!r}")
     n = len(v)
     if n == 0 or budget == 0:
         return np.zeros(0, dtype=np.int64)
@@ -46,6 +51,7 @@ def gap_knapsack(
         raise ValueError(f"gap_before must have shape ({n},), got {forced.shape}")
     B = int(budget)
     g = int(gap_cost)
+    gv = float(gap_value)
     neg = -np.inf
     # dp_in[t] / dp_out[t]: best value using exactly t tokens, the last item kept / skipped
     # (a skipped item's run has paid its marker). Before the first item the state is "in",
@@ -67,11 +73,15 @@ def gap_knapsack(
         ci = int(c[i])
         gi = g if forced[i] else 0  # a span already gone before i is a run of its own unless one is open
         a, b = shifted(cur_in, ci + gi), shifted(cur_out, ci)
+        if gv and forced[i]:
+            a = a - gv
         np.greater_equal(a, b, out=keep_from_in[i])
         row = nxt_in[pad:]
         np.maximum(a, b, out=row)
         row += v[i]
         a, b = shifted(cur_in, g), cur_out[pad:]
+        if gv:
+            a = a - gv
         np.greater(a, b, out=skip_from_in[i])
         np.maximum(a, b, out=nxt_out[pad:])
         cur_in, nxt_in, cur_out, nxt_out = nxt_in, cur_in, nxt_out, cur_out
@@ -110,6 +120,7 @@ def marker_aware(
     always: np.ndarray,
     max_items: int = GAP_DP_MAX_ITEMS,
     width: int = GAP_DP_WIDTH,
+    gap_value: float = 0.0,
 ) -> np.ndarray:
     """:func:`gap_knapsack` over the ``max_items`` most valuable items, costs in quanta of tokens.
 
@@ -119,7 +130,8 @@ def marker_aware(
     leaving them out keeps the programme fast on large candidate sets (a
     caller's fill still offers them what is left). Costs are rounded up to a
     quantum of ``budget // width`` tokens, so any choice feasible in quanta
-    is feasible in tokens. Returns ascending indices into ``values``.
+    is feasible in tokens. ``gap_value``: see :func:`gap_knapsack`. Returns
+    ascending indices into ``values``.
 
     >>> marker_aware(np.array([5.0, 1.0, 5.0]), np.array([10, 10, 10]), 25, 2,
     ...              forced=np.zeros(3, bool), always=np.zeros(3, bool)).tolist()
@@ -140,7 +152,8 @@ def marker_aware(
     seen = np.concatenate([[0], np.cumsum(forced)])
     sub_forced = (idx > prev + 1) | (seen[idx + 1] > seen[prev + 1])
     q = max(1, budget // width)
-    chosen = gap_knapsack(values[idx], -(-costs[idx] // q), budget // q, -(-marker_tokens // q), gap_before=sub_forced)
+    chosen = gap_knapsack(values[idx], -(-costs[idx] // q), budget // q, -(-marker_tokens // q), gap_before=sub_forced,
+                          gap_value=gap_value)
     return idx[chosen]
 
 

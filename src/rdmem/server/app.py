@@ -22,7 +22,7 @@ from .. import __version__
 from ..embed import Embedder
 from ..errors import InvalidInput
 from ..limits import Limits
-from ..store import Store, open_store
+from ..store import KeyStore, Store, open_store
 from ._openapi import install_openapi
 from .auth import RDMEM_KEY_HEADER, Tenant, tenant_of
 from .errors import ApiError, install_error_handlers
@@ -46,6 +46,7 @@ class ServerState:
     store: Store
     pool: SessionPool
     metrics: Metrics
+    keys: KeyStore  # the API keys (only the server reads them), in the store's key table
     http: Any = None  # the upstream's httpx.AsyncClient (proxy routes only)
 
     @property
@@ -69,7 +70,8 @@ def create_app(settings: ServerSettings | None = None, *, store: Store | None = 
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         opened = store if store is not None else open_store(settings.store_url())
         limiter = RateLimiter(settings.rate_requests, settings.rate_tokens)
-        state = ServerState(settings, opened, SessionPool(opened, settings, embedder, limiter), metrics)
+        state = ServerState(settings, opened, SessionPool(opened, settings, embedder, limiter), metrics,
+                            KeyStore(opened))
         if settings.upstream:
             import httpx
 
@@ -134,7 +136,7 @@ def create_app(settings: ServerSettings | None = None, *, store: Store | None = 
         tenant; readable by ``--metrics-tenant`` only (default: anyone on a server without keys)."""
         state: ServerState = app.state.rdmem
         if settings.metrics_tenant is None:
-            if state.store.has_keys():
+            if state.keys.has_keys():
                 raise ApiError(403, "the metrics count every tenant: on a server with keys, only the tenant "
                                "named by --metrics-tenant may read them, and none is named")
         elif tenant != settings.metrics_tenant:
@@ -216,14 +218,14 @@ async def _mcp_tenant(request: Request) -> str:
 
 
 def _mcp_endpoint(settings: ServerSettings, hosts: HostRule) -> Any:
-    """``/mcp``: the MCP server (``rdmem.integrations.mcp``), if the SDK is installed (``rdmem[mcp]``), with
+    """``/mcp``: the MCP server (``rdmem.mcp``), if the SDK is installed (``rdmem[mcp]``), with
     the SDK's DNS-rebinding protection on and told the server's Host rule (off only where the rule admits any
     Host, which the SDK cannot express: a non-loopback server, whose keys guard it)."""
     if importlib.util.find_spec("mcp") is None:
         return None
     from mcp.server.transport_security import TransportSecuritySettings
 
-    from ..integrations.mcp import CALLER, HTTPEndpoint, create_mcp_server
+    from ..mcp import CALLER, HTTPEndpoint, create_mcp_server
 
     server = create_mcp_server(
         budget=settings.budget, policy=settings.policy, max_budget=settings.max_budget,

@@ -22,6 +22,7 @@ from typing import Annotated, Any
 from fastapi import Depends, Request, Security
 from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
 
+from ..store import KeyStore
 from .errors import ApiError
 
 __all__ = ["Tenant", "ProxyTenant", "DEFAULT_TENANT", "RDMEM_KEY_HEADER", "tenant_of"]
@@ -39,18 +40,18 @@ _header = APIKeyHeader(name=RDMEM_KEY_HEADER, auto_error=False,
 def tenant_of(request: Request, secret: str | None) -> str:
     """The caller's tenant (a 401 without a valid key on a keyed server), counted against its request rate."""
     state = request.app.state.rdmem
-    tenant = _lookup(state.store, secret)
+    tenant = _lookup(state.keys, secret)
     state.limiter.request(tenant)
     return tenant
 
 
-def _lookup(store: Any, secret: str | None, how: str = "Authorization: Bearer <key>") -> str:
+def _lookup(keys: KeyStore, secret: str | None, how: str = "Authorization: Bearer <key>") -> str:
     if secret:
-        tenant = store.key_tenant(secret)
+        tenant = keys.key_tenant(secret)
         if tenant is None:
             raise ApiError(401, "invalid or revoked API key", headers={"WWW-Authenticate": "Bearer"})
         return tenant
-    if store.has_keys():
+    if keys.has_keys():
         raise ApiError(401, f"an API key is required: {how}", headers={"WWW-Authenticate": "Bearer"})
     return DEFAULT_TENANT
 
@@ -68,7 +69,7 @@ async def _proxy_tenant(request: Request, header: Annotated[str | None, Security
     when the store does not answer within ``memory_timeout`` (the request then goes on without memory)."""
     state = request.app.state.rdmem
     lookup = asyncio.get_running_loop().run_in_executor(
-        None, _lookup, state.store, header, f"{RDMEM_KEY_HEADER}: <key> (Authorization goes to the model)")
+        None, _lookup, state.keys, header, f"{RDMEM_KEY_HEADER}: <key> (Authorization goes to the model)")
     try:
         tenant = await asyncio.wait_for(lookup, state.settings.memory_timeout)
     except ApiError:

@@ -19,6 +19,7 @@ from .._wire import (  # the chat messages: one home for the service and MCP
     ToolMessage, message_dict,
 )
 from ..names import SESSION_NAME_PATTERN
+from ..sessions import MODES, policy_for
 
 __all__ = [
     "ChatMessage", "AddRequest", "AddResponse", "ContextRequest", "ContextResponse", "SearchRequest", "SearchHit",
@@ -28,7 +29,6 @@ __all__ = [
     "ToolMessage", "message_dict",
 ]
 
-MODES = ("qa", "task", "roleplay", "creative")
 
 
 class _Strict(BaseModel):
@@ -62,8 +62,9 @@ class ContextRequest(_Strict):
     budget: JsonPositiveInt | None = Field(None, description="tokens (default: the server's budget)")
     query: str | None = Field(None, description="the next question: archived messages that match it compete too")
     policy: str | None = Field(None, description="a policy name (see GET /v1/policies)")
-    mode: Literal["qa", "task", "roleplay", "creative"] | None = Field(
-        None, description="rd's task mode (instead of policy): rd, rd-task, rd-roleplay, rd-creative")
+    # The modes are the session service's (rdmem.sessions.MODES): Literal of the tuple lists each one.
+    mode: Literal[MODES] | None = Field(  # type: ignore[valid-type]
+        None, description="rd's task mode (instead of policy): " + ", ".join(str(policy_for(mode=m)) for m in MODES))
     breakdown: StrictBool = Field(False, description="each report entry's score broken down by term, as explain gives "
                             "(several times the size of the answer)")
 

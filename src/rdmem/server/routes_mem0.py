@@ -24,7 +24,8 @@ from urllib.parse import parse_qsl, quote, urlencode
 import numpy as np
 from fastapi import APIRouter, Query, Request
 
-from ..names import MAX_SESSION_CHARS, SESSION_NAME_PATTERN, check_session_name
+from ..names import MAX_SESSION_CHARS, SESSION_NAME_PATTERN
+from ..sessions import session_name
 from .auth import Tenant
 from ..limits import check_text
 from .errors import ApiError
@@ -60,7 +61,7 @@ def _scope(values: dict[str, str | None]) -> dict[str, str]:
         raise ApiError(400, "At least one identifier (user_id, agent_id, run_id) is required.")
     for field, value in scope.items():
         try:
-            check_session_name(value, field)
+            session_name(value, field)
         except ValueError as exc:
             raise ApiError(400, str(exc)) from None
     return scope

@@ -16,6 +16,7 @@ from pydantic import BaseModel
 from ..limits import check_messages as check_limits, check_text
 from ..policies import POLICIES, get_policy
 from ..result import Compaction
+from ..sessions import policy_for
 from .auth import Tenant
 from .errors import ApiError
 from .limits import LimitedRoute
@@ -86,16 +87,6 @@ def _existing(request: Request, tenant: str, session: str) -> None:
 def _must_exist(state: Any, tenant: str, session: str) -> None:
     if not state.pool.exists(tenant, session):
         raise ApiError(404, f"no session {session!r}")
-
-
-def _policy(policy: str | None, mode: str | None) -> str | None:
-    if policy is not None and mode is not None:
-        raise ApiError(400, "give a policy or a mode, not both")
-    if mode is not None:
-        return "rd" if mode == "qa" else f"rd-{mode}"
-    if policy is not None:
-        get_policy(policy)  # unknown names: a 400 listing the valid ones
-    return policy
 
 
 @router.post("/sessions/{session}/messages", status_code=201, response_model=AddResponse,
@@ -233,7 +224,7 @@ def session_context(state: Any, tenant: str, session: str, *, budget: int | None
     budget; it writes nothing."""
     _must_exist(state, tenant, session)
     check_text(query, "query", state.settings)
-    name = _policy(policy, mode)
+    name = policy_for(policy, mode)  # unknown names: a 400 listing the valid ones
     budget = budget or state.settings.budget
     mem = state.pool.manager(tenant, session, policy=name)
     if budget > state.settings.max_budget:

@@ -28,7 +28,8 @@ from .._embedding import EmbeddingWorker
 from ..embed import BatchingEmbedder, CachedEmbedder, Embedder, MiniLMEmbedder
 from ..manager import MemoryManager
 from ..messages import parse_messages
-from ..names import MAX_SESSION_CHARS, SESSION_NAME_PATTERN, check_session_name
+from ..names import MAX_SESSION_CHARS, SESSION_NAME_PATTERN
+from ..sessions import session_name
 from ..store import SessionInfo, Store, check_tenant
 from .errors import ApiError
 from .ratelimit import RateLimiter
@@ -50,7 +51,7 @@ def store_session(tenant: str, session: str, field: str = "session") -> str:
     """The store's name for ``tenant``'s session ``session`` (checked: a clear 400 if it is not a name)."""
     check_tenant(tenant)
     try:
-        check_session_name(session, field)
+        session_name(session, field)
     except ValueError as exc:
         raise ApiError(400, str(exc)) from None
     return f"{_PREFIX}{tenant}/{session}"

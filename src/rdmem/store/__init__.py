@@ -6,6 +6,7 @@ from typing import Any
 
 from ..errors import InvalidInput, InvalidType
 from ._base import check_session, check_tenant
+from ._keys import KeyStore, keeps_keys
 from ._pg_pool import redact_url
 from ._types import (
     ApiKey, Changes, DuplicateIdError, NewUnit, SessionInfo, Store, StoredUnit, StoreError, Tier, UnknownIdError,
@@ -16,7 +17,7 @@ from .memory import MemoryStore
 __all__ = [
     "Store", "NewUnit", "StoredUnit", "Written", "Changes", "SessionInfo", "ApiKey", "check_session", "check_tenant",
     "StoreError", "DuplicateIdError", "UnknownIdError",
-    "VersionConflict", "Tier", "MemoryStore", "open_store", "check_store", "sqlite_path", "redact_url",
+    "VersionConflict", "Tier", "MemoryStore", "KeyStore", "keeps_keys", "open_store", "check_store", "sqlite_path", "redact_url",
 ]
 
 _SCHEMES = ("memory://", "sqlite:///", "postgresql://", "postgres://")
@@ -55,7 +56,7 @@ def sqlite_path(url: str) -> str | None:
     return target if kind == "sqlite" else None  # type: ignore[return-value]
 
 
-def _parse(url: object) -> tuple[str, object, dict[str, str]]:
+def _parse(url: object) -> tuple[str, object, dict[str, Any]]:
     """``(kind, target, options)``: ``memory``, ``object`` (a store), ``sqlite`` (its path), ``postgres`` (its URL)."""
     if url is None or url == "memory://" or url == "memory":
         return "memory", None, {}

@@ -18,10 +18,11 @@ from typing import Any, Self
 
 import numpy as np
 
+from .._threads import on_one_math_thread
 from ..errors import InvalidInput, InvalidType
 from ..tokens import message_payload
 from ._embeddings import EmbeddingsMixin
-from ._keys import KeysMixin, check_name, check_tenant
+from ._keys import check_name, check_tenant
 from ._types import (
     TIERS, Changes, DuplicateIdError, NewUnit, SessionInfo, StoredUnit, StoreError, Tier, Written,
 )
@@ -201,7 +202,7 @@ def state_patch(state: Mapping[str, Any], patch: Mapping[str, Any]) -> dict[str,
     return out
 
 
-class BaseStore(EmbeddingsMixin, KeysMixin):
+class BaseStore(EmbeddingsMixin):
     """The public store methods, checked once for every backend (see :class:`~rdmem.store.Store`).
 
     A backend sets ``where`` (the store named in messages), ``_lock`` (an
@@ -322,6 +323,7 @@ class BaseStore(EmbeddingsMixin, KeysMixin):
         check_session(session)
         return [dict(json.loads(rec), time=t) for t, rec in self._read_log(session)]
 
+    @on_one_math_thread
     def search(
         self, session: str, query: str, query_embedding: np.ndarray | None, *, k: int, tier: Tier | None = None
     ) -> list[tuple[str, float]]:

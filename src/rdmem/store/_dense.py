@@ -19,9 +19,16 @@ class Dense:
     measurements (100,000 x 384: 8.5 ms against 16 ms on one core). It grows by
     doubling, so appends are amortised O(1); units without an embedding (or
     with another dimension) are masked out of searches.
+
+    ``window`` bounds what a search costs and what the matrix holds: a search
+    scans the ``window`` most recent units only, and the matrix drops its
+    oldest columns (keeping ``window``) whenever it passes twice that, so a
+    session of any length costs at most ``window`` columns per search and
+    ``2 * window`` in memory. ``None``: every unit, exactly.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, window: int | None = None) -> None:
+        self.window = window
         self.dim: int | None = None
         self.n = 0
         self.uids = np.zeros(0, dtype=np.int64)
@@ -65,7 +72,24 @@ class Dense:
             self.row_of[uid_str] = start + i
             self.archived[start + i] = tier == "archive"
         self.n += len(rows)
-        return [self.vector(start + i) for i in range(len(rows))]
+        out = [self.vector(start + i) for i in range(len(rows))]
+        if self.window is not None and self.n > 2 * self.window:
+            self._drop(self.n - self.window)
+        return out
+
+    def _drop(self, m: int) -> None:
+        """Forget the oldest ``m`` units (into new arrays: vectors handed out before stay valid)."""
+        keep = slice(m, self.n)
+        self.uids, self.archived, self.has = self.uids[keep].copy(), self.archived[keep].copy(), self.has[keep].copy()
+        self.columns = np.ascontiguousarray(self.columns[:, keep])
+        self.ids = self.ids[m:]
+        self.row_of = {uid: r for r, uid in enumerate(self.ids)}
+        self.n -= m
+
+    @property
+    def first_uid(self) -> int | None:
+        """The oldest unit held (``None``: none); older ones are outside the window."""
+        return int(self.uids[0]) if self.n else None
 
     def set_vectors(self, rows: Sequence[tuple[str, bytes | None]]) -> None:
         """Give ``(id, blob)`` units already here the vectors that landed for them (an embedding worker's)."""
@@ -116,8 +140,9 @@ class Dense:
         q = np.asarray(query_embedding, dtype=np.float32).reshape(-1)
         if self.dim is None or q.shape[0] != self.dim or self.n == 0:
             return []
-        allowed = self.has[: self.n]
+        lo = 0 if self.window is None else max(0, self.n - self.window)
+        allowed = self.has[lo : self.n]
         if tier is not None:
-            allowed = allowed & (self.archived[: self.n] == (tier == "archive"))
-        rows = top_k(q @ self.columns[:, : self.n], k, allowed)
+            allowed = allowed & (self.archived[lo : self.n] == (tier == "archive"))
+        rows = top_k(q @ self.columns[:, lo : self.n], k, allowed) + lo
         return [(int(self.uids[r]), self.ids[r]) for r in rows]

@@ -1,4 +1,5 @@
-"""The service's API keys, kept by every store: a tenant's name and a hash of each secret, never the secret."""
+"""The service's API keys (:class:`KeyStore`), kept in a store's key table: a tenant's name and a hash of each
+secret, never the secret; and the name rules every store checks."""
 
 from __future__ import annotations
 
@@ -6,11 +7,12 @@ import hashlib
 import re
 import secrets
 import time
+from typing import Any
 
-from ..errors import InvalidInput
+from ..errors import InvalidInput, InvalidType
 from ._types import ApiKey
 
-__all__ = ["KeysMixin", "check_name", "check_tenant", "key_hash", "TENANT"]
+__all__ = ["KeyStore", "keeps_keys", "check_name", "check_tenant", "key_hash", "TENANT"]
 
 #: A tenant's name: what a key belongs to and what the service scopes sessions by.
 TENANT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$")
@@ -35,8 +37,25 @@ def key_hash(secret: str) -> str:
     return hashlib.sha256(secret.encode("utf-8")).hexdigest()
 
 
-class KeysMixin:
-    """The key methods of :class:`~rdmem.store._base.BaseStore`; a backend implements the hooks."""
+class KeyStore:
+    """The service's API keys, kept in a store's key table: who may call ``rdmem serve``, and as which tenant.
+
+    Only the server and ``rdmem keys`` use it; a session never reads a key.
+    ``store`` keeps the keys through four hooks, ``_insert_key``, ``_keys``,
+    ``_revoke_key`` and ``_key_tenant`` (every built-in store has them).
+
+    >>> from rdmem.store import MemoryStore
+    >>> keys = KeyStore(MemoryStore())
+    >>> key, secret = keys.create_key("acme", name="ci")
+    >>> keys.key_tenant(secret), keys.revoke_key(key.id), keys.key_tenant(secret), keys.has_keys()
+    ('acme', True, None, False)
+    """
+
+    def __init__(self, store: Any) -> None:
+        if not keeps_keys(store):
+            raise InvalidType(f"{type(store).__name__} keeps no API keys (it has no {', '.join(_HOOKS)}); "
+                              "a server with keys needs a built-in store (memory, sqlite, postgresql)")
+        self.store = store
 
     def create_key(self, tenant: str, *, name: str = "") -> tuple[ApiKey, str]:
         """A new API key for ``tenant``: the listing record and the secret (shown once, stored hashed)."""
@@ -46,14 +65,14 @@ class KeysMixin:
         check_name(name, "name")
         secret = _KEY_PREFIX + secrets.token_urlsafe(32)
         key = ApiKey("key_" + secrets.token_hex(6), tenant, name, time.time())
-        self._insert_key(key, key_hash(secret))
+        self.store._insert_key(key, key_hash(secret))
         return key, secret
 
     def list_keys(self, tenant: str | None = None) -> list[ApiKey]:
         """Every key (of ``tenant``), oldest first, revoked ones too."""
         if tenant is not None:
             check_tenant(tenant)
-        return [k for k in self._keys() if tenant is None or k.tenant == tenant]
+        return [k for k in self.store._keys() if tenant is None or k.tenant == tenant]
 
     def revoke_key(self, key_id: str) -> bool:
         """Revoke a key at once (``False`` if there is no such key, or it was revoked already)."""
@@ -61,26 +80,23 @@ class KeysMixin:
             raise InvalidInput(f"key_id must be a non-empty string, got {key_id!r}")
         if "\x00" in key_id:  # no key has one (ids are hex): the same answer from every store
             return False
-        return self._revoke_key(key_id, time.time())
+        return bool(self.store._revoke_key(key_id, time.time()))
 
     def key_tenant(self, secret: str) -> str | None:
         """The tenant of a valid (not revoked) key, else ``None``."""
         if not isinstance(secret, str) or not secret.startswith(_KEY_PREFIX) or len(secret) > 200:
             return None
-        return self._key_tenant(key_hash(secret))
+        tenant: str | None = self.store._key_tenant(key_hash(secret))
+        return tenant
 
     def has_keys(self) -> bool:
         """Does any valid key exist (then the service asks every caller for one)?"""
-        return any(k.revoked is None for k in self._keys())
+        return any(k.revoked is None for k in self.store._keys())
 
-    def _insert_key(self, key: ApiKey, digest: str) -> None:
-        raise NotImplementedError
 
-    def _keys(self) -> list[ApiKey]:
-        raise NotImplementedError
+_HOOKS = ("_insert_key", "_keys", "_revoke_key", "_key_tenant")
 
-    def _revoke_key(self, key_id: str, when: float) -> bool:
-        raise NotImplementedError
 
-    def _key_tenant(self, digest: str) -> str | None:
-        raise NotImplementedError
+def keeps_keys(store: object) -> bool:
+    """Whether ``store`` has the hooks a :class:`KeyStore` keeps keys through."""
+    return all(callable(getattr(store, h, None)) for h in _HOOKS)

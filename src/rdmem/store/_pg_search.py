@@ -91,11 +91,13 @@ class PgSearchMixin:
             params: tuple[Any, ...] = (tsq, session, *tier_param, k)
         else:
             # Even the rarest word is common: rank its ``cap`` most recent matches (of any tier, as the
-            # SQLite store does), in one statement.
+            # SQLite store does), in one statement. Most recent by ``seq`` (the same order as ``uid``
+            # within a session): the planner may then walk the (session, seq) index backwards and stop
+            # after ``cap`` matches (the more common the word, the sooner) instead of reading all of them.
             sql = (
                 f"SELECT uid, id FROM (SELECT uid, id, tier, tsv FROM rdmem_units, "
                 f"websearch_to_tsquery('{TS_CONFIG}', %s) q WHERE session = %s AND tsv @@ q "
-                f"ORDER BY uid DESC LIMIT %s) m, websearch_to_tsquery('{TS_CONFIG}', %s) q "
+                f"ORDER BY seq DESC LIMIT %s) m, websearch_to_tsquery('{TS_CONFIG}', %s) q "
                 f"WHERE true{tier_filt} ORDER BY ts_rank(m.tsv, q) DESC, uid LIMIT %s"
             )
             params = (tsq, session, cap, tsq, *tier_param, k)

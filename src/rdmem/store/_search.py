@@ -1,57 +1,14 @@
-"""Ranking helpers shared by the stores: BM25 over texts and reciprocal-rank fusion."""
+"""Ranking helpers shared by the stores: the query words to rank, reciprocal-rank fusion, top k."""
 
 from __future__ import annotations
 
-import math
-from collections import Counter
 from collections.abc import Sequence
-from functools import lru_cache
 
 import numpy as np
 
 from ..features import content_words
 
-__all__ = ["lexical_rank", "rank_fusion", "query_terms", "rarest_terms", "top_k"]
-
-
-@lru_cache(maxsize=1 << 16)
-def _doc_stats(text: str) -> tuple[int, dict[str, tuple[int, int]]]:
-    """A text's number of content words and, per distinct word, (rank of first occurrence, count).
-
-    Every search re-reads the same archived texts: counting their words once per process is enough.
-    """
-    words = content_words(text)
-    counts = Counter(words)
-    return len(words), {w: (rank, counts[w]) for rank, w in enumerate(counts)}
-
-
-def lexical_rank(texts: Sequence[str], query: str, *, k1: float = 1.2, b: float = 0.75) -> list[int]:
-    """Indices of ``texts`` with a positive BM25 score for ``query``, best first."""
-    terms = set(content_words(query))
-    if not terms:
-        return []
-    stats = [_doc_stats(t) for t in texts]
-    n = len(stats)
-    avg = max(sum(length for length, _ in stats) / max(n, 1), 1.0)
-    df: Counter[str] = Counter()
-    hits = []
-    for i, (length, words) in enumerate(stats):
-        found = [words[t] + (t,) for t in terms if t in words]
-        if found:
-            # Sum terms in the order they first occur in the text, so scores are bit-for-bit reproducible.
-            found.sort()
-            df.update(t for _, _, t in found)
-            hits.append((i, length, found))
-    scores = []
-    for i, length, found in hits:
-        s = sum(
-            math.log((n - df[t] + 0.5) / (df[t] + 0.5) + 1) * f * (k1 + 1) / (f + k1 * (1 - b + b * length / avg))
-            for _, f, t in found
-        )
-        if s > 0:
-            scores.append((s, i))
-    scores.sort(key=lambda x: (-x[0], x[1]))
-    return [i for _, i in scores]
+__all__ = ["rank_fusion", "query_terms", "rarest_terms", "top_k"]
 
 
 def rank_fusion(rankings: Sequence[Sequence[int]], *, k: int = 60) -> list[tuple[int, float]]:

@@ -2,30 +2,31 @@
 
 from __future__ import annotations
 
-import hashlib
-import re
 import sqlite3
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 
 import numpy as np
 
+from ..errors import InvalidInput
 from ._dense import Dense
-from ._search import query_terms, rank_fusion, rarest_terms
+from ._fts import FTS_CREATE, FTS_TOKENIZE, fts_table, ranked_match, ranked_rows
+from ._search import rank_fusion
 from ._types import Tier
 
-__all__ = ["SessionCache", "SearchMixin", "fts_table", "FTS_CREATE", "FTS_TOKENIZE"]
+__all__ = ["SessionCache", "SearchMixin", "fts_table", "check_dense_rows", "FTS_CREATE", "FTS_TOKENIZE", "DENSE_ROWS"]
 
-FTS_CREATE = "CREATE VIRTUAL TABLE IF NOT EXISTS {} USING fts5(body, content='', tokenize='{}')"
-FTS_TOKENIZE = "porter unicode61 remove_diacritics 2"
-_FTS_WORD = re.compile(r"\w+")
 #: Full-text search ranks the index alone (no join) when at most this many units are of the other tier.
 _LEXICAL_OVERFETCH = 2000
+#: The vector search's default window: the most recent units it ranks (see ``SQLiteStore(dense_rows=...)``).
+DENSE_ROWS = 100_000
 
 
-def fts_table(session: str) -> str:
-    """The name of a session's FTS5 table (session names may contain anything; this is plain hex)."""
-    return "fts_" + hashlib.blake2b(session.encode("utf-8"), digest_size=10).hexdigest()
+def check_dense_rows(dense_rows: object) -> int | None:
+    """``SQLiteStore(dense_rows=...)``, checked: an int >= 1 or ``None``."""
+    if dense_rows is None or (isinstance(dense_rows, int) and not isinstance(dense_rows, bool) and dense_rows >= 1):
+        return dense_rows
+    raise InvalidInput(f"dense_rows must be an int >= 1 or None, got {dense_rows!r}")
 
 
 class SessionCache:
@@ -43,6 +44,7 @@ class SearchMixin:
 
     _caches: dict[str, SessionCache]
     lexical_rows: int
+    dense_rows: int | None
     _reading: Callable[..., AbstractContextManager[sqlite3.Connection]]
     _current: Callable[[sqlite3.Connection, str], tuple[int, int]]
 
@@ -80,7 +82,9 @@ class SearchMixin:
                                   "ORDER BY uid", (session, cache.version)).fetchall()
                 dense = cache.dense
                 moved = [r for r in rows if r[1] in dense.row_of]
-                dense.extend([r for r in rows if r[1] not in dense.row_of])
+                # Units older than the window (a tier change, a vector landing) stay out of it.
+                last = int(dense.uids[dense.n - 1]) if dense.n else -1
+                dense.extend([r for r in rows if r[1] not in dense.row_of and r[0] > last])
                 for tier in ("working", "archive"):
                     dense.set_tier([r[1] for r in moved if r[2] == tier], tier)
                 dense.set_vectors([(r[1], r[3]) for r in moved if r[3] and not dense.has[dense.row_of[r[1]]]])
@@ -93,58 +97,35 @@ class SearchMixin:
 
     def _dense(self, db: sqlite3.Connection, session: str, cache: SessionCache) -> Dense:
         if cache.dense is None:
-            rows = db.execute("SELECT uid, id, tier, embedding FROM units WHERE session = ? ORDER BY uid",
-                              (session,)).fetchall()
-            cache.dense = Dense()
-            cache.dense.extend(rows)
+            # The window's rows only, read backwards along the session's (session, seq) index: bounded.
+            rows = db.execute("SELECT uid, id, tier, embedding FROM units WHERE session = ? ORDER BY seq DESC "
+                              "LIMIT ?", (session, -1 if self.dense_rows is None else self.dense_rows)).fetchall()
+            cache.dense = Dense(self.dense_rows)
+            cache.dense.extend(sorted(rows))
         return cache.dense
 
     def _lexical(
         self, db: sqlite3.Connection, session: str, query: str, k: int, tier: Tier | None, cache: SessionCache
     ) -> list[tuple[int, str]]:
-        """BM25 (FTS5 ``bm25()``) over the session's units, ranking at most ``lexical_rows`` matches.
-
-        Ranking costs a few microseconds per matching row, and a common word
-        ("Caroline" in Caroline's chats) can match a third of 100,000 units.
-        So, like Lucene's common-terms query, the rarest query words are kept
-        while their matches add up to at most ``lexical_rows`` (the rarest is
-        always kept); the words left out carry the least BM25 weight. If even
-        the rarest word is that common, only its most recent ``lexical_rows``
-        matches are ranked. ``cache.matches`` memoises each word's (capped)
-        match count until the session is written to.
+        """BM25 (FTS5 ``bm25()``) over the session's units, ranking at most ``lexical_rows`` matches
+        (see :func:`~._fts.ranked_match`; ``cache.matches`` memoises each word's match count until the
+        session is written to).
 
         With the session's matrix loaded, ids and tiers come from it instead
         of a join with ``units`` (half the time): the full-text index alone
         ranks, over-fetching by the number of units of the other tier when
         that is small, so the result is the same.
         """
-        matches, dense = cache.matches, cache.dense
-        fts = fts_table(session)
-        words = list(dict.fromkeys(w for t in query_terms(query) for w in _FTS_WORD.findall(t)))
-        if not words:
+        dense, fts = cache.dense, fts_table(session)
+        found = ranked_match(db, fts, query, self.lexical_rows, cache.matches)
+        if found is None:
             return []
-        cap = self.lexical_rows
-        count_sql = f"SELECT count(*) FROM (SELECT rowid FROM {fts} WHERE {fts} MATCH ? LIMIT {cap + 1})"
-        for w in words:
-            if w not in matches:
-                matches[w] = int(db.execute(count_sql, (f'"{w}"',)).fetchone()[0])
-        kept, total = rarest_terms({w: matches[w] for w in words}, cap)
-        if not kept:
-            return []
-        match = " OR ".join(f'"{w}"' for w in kept)
-        since: tuple[int, ...] = ()
-        if total > cap:
-            row = db.execute(
-                f"SELECT rowid FROM {fts} WHERE {fts} MATCH ? ORDER BY rowid DESC LIMIT 1 OFFSET {cap - 1}", (match,)
-            ).fetchone()
-            since = (int(row[0]),) if row else ()
+        match, since = found
         others = 0 if dense is None or tier is None else dense.count_not_in(tier)
         if dense is not None and others <= _LEXICAL_OVERFETCH:
-            sql = f"SELECT rowid FROM {fts} WHERE {fts} MATCH ? " + ("AND rowid >= ? " if since else "")
-            sql += f"ORDER BY bm25({fts}), rowid LIMIT ?"
-            found = dense.identify([int(r[0]) for r in db.execute(sql, (match, *since, k + others))], tier)
-            if found is not None:
-                return found[:k]
+            known = dense.identify(ranked_rows(db, fts, match, since, k + others), tier)
+            if known is not None:
+                return known[:k]
         sql = (
             f"SELECT u.uid, u.id FROM {fts} JOIN units u ON u.uid = {fts}.rowid WHERE {fts} MATCH ? "
             + (f"AND {fts}.rowid >= ? " if since else "")

@@ -16,7 +16,8 @@ from typing import Any
 import numpy as np
 
 from ._base import BaseStore, Encoded, allocate_ids, state_patch
-from ._search import lexical_rank, rank_fusion, top_k
+from ._fts import LEXICAL_ROWS, MemoryIndex, check_lexical_rows
+from ._search import rank_fusion, top_k
 from ._types import ApiKey, Changes, SessionInfo, StoredUnit, Tier, VersionConflict, Written
 
 __all__ = ["MemoryStore"]
@@ -33,13 +34,14 @@ class _Session:
     state: dict[str, Any] = field(default_factory=dict)
     units: dict[str, StoredUnit] = field(default_factory=dict)  # in order of seq
     changed: dict[str, int] = field(default_factory=dict)  # id -> version of its last write
-    text: dict[str, str] = field(default_factory=dict)  # id -> searchable text
+    text: dict[str, tuple[int, str]] = field(default_factory=dict)  # id -> (rowid, text) in the full-text index
     log: list[tuple[float, str]] = field(default_factory=list)
     claims: dict[str, float] = field(default_factory=dict)  # id -> until when a worker holds it (no vector yet)
 
 
 class MemoryStore(BaseStore):
-    """Keeps everything in dictionaries. Search is BM25 + cosine, fused by reciprocal rank.
+    """Keeps everything in dictionaries. Search is BM25 + cosine, fused by reciprocal rank, ranked as the
+    SQLite store ranks (the same FTS5 index, in an in-memory SQLite database; ``lexical_rows`` as there).
 
     >>> from rdmem.store import NewUnit
     >>> store = MemoryStore()
@@ -49,8 +51,11 @@ class MemoryStore(BaseStore):
 
     where = "memory store"
 
-    def __init__(self, *, cache_size: int = 256) -> None:
+    def __init__(self, *, cache_size: int = 256, lexical_rows: int = LEXICAL_ROWS) -> None:
+        check_lexical_rows(lexical_rows)
         self._init_base(cache_size)
+        self._index = MemoryIndex(lexical_rows)
+        self._rowid = 0
         self._sessions_: dict[str, _Session] = {}
         self._clock = 0
         self._api_keys: dict[str, tuple[ApiKey, str]] = {}  # id -> (key, hash)
@@ -90,8 +95,10 @@ class MemoryStore(BaseStore):
                 su = StoredUnit(uid, s.next_seq, json.loads(u.message), u.tokens, json.loads(u.features),
                                 u.embedding, u.tier)
                 s.next_seq += 1
-                s.units[uid], s.changed[uid], s.text[uid] = su, version, u.text
+                self._rowid += 1
+                s.units[uid], s.changed[uid], s.text[uid] = su, version, (self._rowid, u.text)
                 stored.append(_copy(su))
+            self._index.add(session, (s.text[uid] for uid in ids))
             s.next_auto = next_auto
             if log is not None:
                 s.log.append((time.time(), log))
@@ -120,6 +127,7 @@ class MemoryStore(BaseStore):
                 v = s.version if s is not None else 0
                 return Written(v, v)
             s, prev, version = self._open(session)
+            self._index.remove(session, [s.text[i] for i in gone])
             for i in gone:
                 del s.units[i], s.changed[i], s.text[i]
                 s.claims.pop(i, None)
@@ -169,6 +177,7 @@ class MemoryStore(BaseStore):
     def _delete_session(self, session: str) -> None:
         with self._lock:
             self._sessions_.pop(session, None)
+            self._index.drop(session)
 
     # -- reads -------------------------------------------------------------------
     def _load(self, session: str, offset: int, limit: int | None) -> list[StoredUnit]:
@@ -206,8 +215,11 @@ class MemoryStore(BaseStore):
         units = [u for u in (s.units.values() if s is not None else ()) if tier is None or u.tier == tier]
         if not units:
             return []
-        # Like the other stores: the best k of each ranking, fused.
-        rankings = [lexical_rank([s.text[u.id] for u in units], query)[:k]]  # type: ignore[union-attr]
+        # Like the other stores: the best k of each ranking, fused. The full-text index holds every tier:
+        # over-fetch by the units of the other tier, as the SQLite store does.
+        position = {s.text[u.id][0]: i for i, u in enumerate(units)}  # type: ignore[union-attr]
+        ranked = self._index.rank(session, query, k + len(s.units) - len(units))  # type: ignore[union-attr]
+        rankings = [[position[r] for r in ranked if r in position][:k]]
         if qvec is not None:
             dims = np.array([u.embedding is not None and u.embedding.shape[0] == qvec.shape[0] for u in units])
             if dims.any():

@@ -23,6 +23,7 @@ import numpy as np
 
 from ..errors import InvalidInput
 from ._base import BaseStore, Encoded, allocate_ids, decode_unit, dumps, state_patch
+from ._fts import LEXICAL_ROWS, check_lexical_rows
 from ._pg_pool import Connections, import_psycopg, one_line
 from ._pg_schema import LOCK_KEY, SCHEMA_VERSION, TS_CONFIG, register_vector, setup
 from ._pg_search import PgSearchMixin
@@ -66,7 +67,7 @@ class PostgresStore(PgSearchMixin, BaseStore):
 
     def __init__(
         self, url: str, *, connect_timeout: float = 10.0, timeout: float = 5.0, pool_size: int = 10,
-        cache_size: int = 256, lexical_rows: int = 1000,
+        cache_size: int = 256, lexical_rows: int = LEXICAL_ROWS,
     ) -> None:
         if not isinstance(url, str) or not url:
             raise InvalidInput(f"url must be a non-empty PostgreSQL URL, got {url!r}")
@@ -75,8 +76,7 @@ class PostgresStore(PgSearchMixin, BaseStore):
                 raise InvalidInput(f"{name} must be a number of seconds > 0, got {seconds!r}")
         if isinstance(pool_size, bool) or not isinstance(pool_size, int) or pool_size < 1:
             raise InvalidInput(f"pool_size must be an int >= 1, got {pool_size!r}")
-        if isinstance(lexical_rows, bool) or not isinstance(lexical_rows, int) or lexical_rows < 1:
-            raise InvalidInput(f"lexical_rows must be an int >= 1, got {lexical_rows!r}")
+        check_lexical_rows(lexical_rows)
         self._init_base(cache_size)
         self.url = url
         self.connect_timeout = connect_timeout

@@ -20,12 +20,13 @@ import numpy as np
 
 from ..errors import InvalidInput
 from ..tokens import message_payload
-from ._base import BaseStore, Encoded, allocate_ids, damaged_unit, decode_unit, dumps, state_patch
+from ._base import BaseStore, Encoded, allocate_ids, damaged_unit, decode_unit, dumps, searchable, state_patch
 from ._dense import Dense
+from ._fts import LEXICAL_ROWS, check_lexical_rows
 from ._sqlite_embeddings import SQLiteEmbeddings
 from ._sqlite_open import in_transaction, open_file, retry
 from ._sqlite_schema import SCHEMA_VERSION
-from ._sqlite_search import FTS_CREATE, FTS_TOKENIZE, SearchMixin, SessionCache, fts_table
+from ._sqlite_search import DENSE_ROWS, FTS_CREATE, FTS_TOKENIZE, SearchMixin, SessionCache, check_dense_rows, fts_table
 from ._types import ApiKey, Changes, SessionInfo, StoredUnit, StoreError, Tier, VersionConflict, Written
 
 __all__ = ["SQLiteStore", "SCHEMA_VERSION"]
@@ -33,6 +34,7 @@ __all__ = ["SQLiteStore", "SCHEMA_VERSION"]
 _SYNCHRONOUS = ("full", "normal")
 _T = TypeVar("_T")
 _COLUMNS = "uid, id, seq, message, tokens, features, embedding, tier"
+_LOG = "INSERT INTO compactions (session, time, record) VALUES (?, ?, ?)"
 #: What a write returns: its outcome, whether units left the session, and how to update the search cache.
 _Outcome = tuple[Written, bool, "Callable[[SessionCache], object] | None"]
 
@@ -55,9 +57,11 @@ class SQLiteStore(SQLiteEmbeddings, SearchMixin, BaseStore):
         Seconds a write waits for another process's write before failing.
     cache_size:
         Search results kept per session (dropped on every write).
-    lexical_rows:
-        At most this many full-text matches are ranked by BM25 per search
-        (see :meth:`_lexical`); bounds the cost on very large sessions.
+    lexical_rows, dense_rows:
+        Bounds on a search's cost however long the session grows: at most ``lexical_rows`` full-text
+        matches are ranked by BM25 (see :meth:`_lexical`), and the vector search ranks the session's
+        ``dense_rows`` newest units exactly, by cosine (older ones are found by their words). ``None``
+        for ``dense_rows``: every unit, at a cost that grows with the session (~0.1 ms per 1,000).
     readonly:
         Open for reading only (nothing is ever written, not even the WAL
         switch); works in a read-only directory too.
@@ -87,7 +91,8 @@ class SQLiteStore(SQLiteEmbeddings, SearchMixin, BaseStore):
         synchronous: str = "normal",
         timeout: float = 30.0,
         cache_size: int = 256,
-        lexical_rows: int = 1000,
+        lexical_rows: int = LEXICAL_ROWS,
+        dense_rows: int | None = DENSE_ROWS,
         readonly: bool = False,
         create: bool = True,
     ) -> None:
@@ -95,14 +100,14 @@ class SQLiteStore(SQLiteEmbeddings, SearchMixin, BaseStore):
             raise InvalidInput(f"synchronous must be one of {', '.join(_SYNCHRONOUS)}, got {synchronous!r}")
         if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0:
             raise InvalidInput(f"timeout must be a number of seconds > 0, got {timeout!r}")
-        if isinstance(lexical_rows, bool) or not isinstance(lexical_rows, int) or lexical_rows < 1:
-            raise InvalidInput(f"lexical_rows must be an int >= 1, got {lexical_rows!r}")
+        check_lexical_rows(lexical_rows)
         self._init_base(cache_size)
         self.path = os.fspath(path)
         self.where = f"SQLite store {self.path}"
         self.synchronous = synchronous
         self.timeout = float(timeout)
         self.lexical_rows = lexical_rows
+        self.dense_rows = check_dense_rows(dense_rows)
         self.readonly = bool(readonly)
         self._caches: dict[str, SessionCache] = {}
         self._versions: dict[str, tuple[int, int]] = {}  # session -> (version, reset), while data_version holds
@@ -246,8 +251,7 @@ class SQLiteStore(SQLiteEmbeddings, SearchMixin, BaseStore):
             )
             conn.executemany(f"INSERT INTO {fts} (rowid, body) VALUES (?, ?)",
                              [(r[0], u.text) for r, u in zip(rows, units, strict=True)])
-            if log is not None:
-                conn.execute("INSERT INTO compactions (session, time, record) VALUES (?, ?, ?)", (session, time.time(), log))
+            conn.executemany(_LOG, [(session, time.time(), log)] if log is not None else [])  # in the same transaction
             stored = [
                 StoredUnit(r[2], r[3], json.loads(u.message), u.tokens, json.loads(u.features), u.embedding, u.tier)
                 for r, u in zip(rows, units, strict=True)
@@ -268,8 +272,7 @@ class SQLiteStore(SQLiteEmbeddings, SearchMixin, BaseStore):
             conn.executemany("UPDATE units SET tier = ?, changed = ? WHERE session = ? AND id = ?",
                              [(tier, version, session, i) for i in ids])
             if log is not None:
-                conn.execute("INSERT INTO compactions (session, time, record) VALUES (?, ?, ?)",
-                             (session, time.time(), log))
+                conn.execute(_LOG, (session, time.time(), log))
             return Written(prev, version), False, lambda c: c.dense is not None and c.dense.set_tier(ids, tier)
 
         return self._write_session(session, write)
@@ -288,7 +291,7 @@ class SQLiteStore(SQLiteEmbeddings, SearchMixin, BaseStore):
             prev, version = self._bump(conn, session, row)
             conn.execute("UPDATE sessions SET reset = ? WHERE session = ?", (version, session))
             conn.executemany(f"INSERT INTO {fts} ({fts}, rowid, body) VALUES ('delete', ?, ?)",
-                             [(uid, message_payload(json.loads(m))) for uid, _, m in rows])
+                             [(uid, searchable(message_payload(json.loads(m)))) for uid, _, m in rows])
             conn.executemany("DELETE FROM units WHERE uid = ?", [(uid,) for uid, _, _ in rows])
             return Written(prev, version, deleted=[i for _, i, _ in rows]), True, None
 
@@ -304,8 +307,7 @@ class SQLiteStore(SQLiteEmbeddings, SearchMixin, BaseStore):
         return self._write_session(session, write)
 
     def _log(self, session: str, record: str) -> None:
-        self._write(session, lambda conn: conn.execute(
-            "INSERT INTO compactions (session, time, record) VALUES (?, ?, ?)", (session, time.time(), record)))
+        self._write(session, lambda conn: conn.execute(_LOG, (session, time.time(), record)))
 
     def _delete_session(self, session: str) -> None:
         def write(conn: sqlite3.Connection) -> None:
@@ -350,7 +352,8 @@ class SQLiteStore(SQLiteEmbeddings, SearchMixin, BaseStore):
         if cache is None or cache.version != version or cache.dense is None:
             cache = self._caches[session] = SessionCache(version)
             by_uid = sorted(range(len(rows)), key=lambda i: rows[i][0])
-            cache.dense = Dense()
+            by_uid = by_uid[-self.dense_rows:] if self.dense_rows else by_uid  # older: own vectors (decoded)
+            cache.dense = Dense(self.dense_rows)
             vecs = cache.dense.extend([(rows[i][0], rows[i][1], rows[i][7], rows[i][6]) for i in by_uid])
             vectors = {rows[i][0]: v for i, v in zip(by_uid, vecs, strict=True)}
         else:

@@ -40,7 +40,7 @@ def site(tmp_path_factory, minilm, _fake_openai_server):
     """``rdmem serve``'s app on a free loopback port, an SQLite store with keys for tenants ``acme`` and
     ``globex``, the scenario stored in acme's session ``trip-lisbon`` (partly through the proxy)."""
     from rdmem.server import create_app
-    from rdmem.store import open_store
+    from rdmem.store import KeyStore, open_store
 
     from ._site import populate, settings
 
@@ -48,8 +48,8 @@ def site(tmp_path_factory, minilm, _fake_openai_server):
     _fake_openai_server.text = "Try the grilled fish at Casa Alfama: no peanuts in the kitchen."
     url = f"sqlite:///{tmp_path_factory.mktemp('ui') / 'memory.db'}"
     with open_store(url) as store:
-        _, key_a = store.create_key("acme")
-        _, key_b = store.create_key("globex")
+        _, key_a = KeyStore(store).create_key("acme")
+        _, key_b = KeyStore(store).create_key("globex")
     app = create_app(settings(url, _fake_openai_server.url), embedder=minilm)
     live = LiveServer(app)
     try:

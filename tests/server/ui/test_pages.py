@@ -13,6 +13,7 @@ import pytest
 
 from rdmem.server import ServerSettings, create_app
 from rdmem.server.savings import session_savings, tenant_savings
+from rdmem.store import KeyStore
 
 from ...integrations._scenario import conversation
 from ..conftest import settle_embeddings
@@ -33,7 +34,7 @@ def keyed(serve, tmp_path, hashing_embedder, fake_openai):
                      embedder=hashing_embedder)
     live = serve(app)
     store = app.state.rdmem.store
-    live.keys = {t: store.create_key(t)[1] for t in ("acme", "globex")}
+    live.keys = {t: KeyStore(store).create_key(t)[1] for t in ("acme", "globex")}
     live.store = store
     http = httpx.Client(base_url=live.url, headers={"Authorization": f"Bearer {live.keys['acme']}"}, timeout=60)
     http.post("/v1/sessions/trip/messages", json={"messages": conversation(80)}).raise_for_status()
@@ -76,8 +77,8 @@ def test_the_sign_in_cookie_is_the_servers_alone_and_a_revoked_key_stops_at_once
         assert "HttpOnly" in cookie and "SameSite=strict" in cookie and "Path=/ui" in cookie
         assert browser.get("/ui/").status_code == 200 and "trip" in browser.get("/ui/").text
         assert browser.post("/ui/api/login", json={"key": "wrong"}).status_code == 401
-        key_id = next(k.id for k in keyed.store.list_keys("acme"))
-        keyed.store.revoke_key(key_id)
+        key_id = next(k.id for k in KeyStore(keyed.store).list_keys("acme"))
+        KeyStore(keyed.store).revoke_key(key_id)
         assert browser.get("/ui/").status_code == 401
 
 

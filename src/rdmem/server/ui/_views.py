@@ -75,7 +75,7 @@ def _render(request: Request, template: str, build: Callable[[str], dict[str, An
         if exc.status != 401:
             raise
         return login_page(request, exc.message, status=401)
-    common = {"base": _base(request), "tenant": tenant, "keyed": _state(request).store.has_keys(),
+    common = {"base": _base(request), "tenant": tenant, "keyed": _state(request).keys.has_keys(),
               "version": __version__}
     try:
         data = build(tenant)
@@ -86,7 +86,7 @@ def _render(request: Request, template: str, build: Callable[[str], dict[str, An
 
 
 def login_page(request: Request, message: str = "", *, status: int = 200) -> Response:
-    keyed = _state(request).store.has_keys()
+    keyed = _state(request).keys.has_keys()
     return TEMPLATES.TemplateResponse(request, "login.html", {
         "title": "Sign in", "base": _base(request), "tenant": None, "keyed": keyed, "version": __version__,
         "message": message,

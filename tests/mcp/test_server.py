@@ -18,9 +18,9 @@ pytest.importorskip("mcp", reason="the MCP tests need the MCP SDK: pip install '
 from mcp import Client, StdioServerParameters  # noqa: E402
 
 from rdmem.cli import main as rdmem_main  # noqa: E402
-from rdmem.integrations.mcp import SESSIONS_URI, create_mcp_server  # noqa: E402
+from rdmem.mcp import SESSIONS_URI, create_mcp_server  # noqa: E402
 
-from ._scenario import BUDGET, DIRECTIVE, FOOD_QUESTION, check_seen, conversation, tokens  # noqa: E402
+from ..integrations._scenario import BUDGET, DIRECTIVE, FOOD_QUESTION, check_seen, conversation, tokens  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 TOOLS = {"remember", "recall", "context", "forget", "explain"}
@@ -86,7 +86,8 @@ def test_every_tool_answers_with_its_model():
                 {"role": "assistant", "content": "It will be sunny.", "id": "a-sun"}])
             assert more["ids"] == ["m1", "m2", "a-sun"]
             hits = (await ok(client, "recall", query="Lisbon sunny weather"))["results"]
-            assert hits and hits[0]["id"] in {"m2", "a-sun"} and hits[0]["tier"] == "working"
+            # The three weather messages (the tool call names "weather"), not the peanuts; ranked as SQLite ranks.
+            assert {h["id"] for h in hits} == {"m1", "m2", "a-sun"} and hits[0]["tier"] == "working"
             ctx = await ok(client, "context")
             assert [m["role"] for m in ctx["messages"]] == ["user", "assistant", "tool", "assistant"]
             assert ctx["messages"][1]["tool_calls"][0]["type"] == "function"  # filled in as the chat API wants
@@ -211,6 +212,25 @@ def test_a_second_process_sees_what_the_first_remembered(tmp_path):
     assert hits[0]["id"] == ids[0] and hits[0]["tier"] == "archive"
 
 
+@pytest.mark.slow  # starts a server process
+def test_rdmem_mcp_takes_the_limits_rdmem_serve_takes(tmp_path):
+    store = f"sqlite:///{tmp_path / 'm.db'}"
+
+    async def go():
+        async with Client(rdmem_mcp(store, "--policy", "window", "--max-message-chars", "40", "--max-messages", "2",
+                                    "--max-budget", "500")) as client:
+            long = await error(client, "remember", content="x" * 41)
+            many = await error(client, "remember", messages=conversation(3))
+            budget = await error(client, "context", budget=501)
+            await ok(client, "remember", content="x" * 40)
+            return long, many, budget
+
+    long, many, budget = run(go())
+    assert "40" in long and "content" in long
+    assert "2" in many and "messages" in many
+    assert "500" in budget and "budget" in budget
+
+
 @pytest.mark.slow  # each process loads the model
 def test_the_scenario_continues_in_a_new_process(tmp_path):
     store = f"sqlite:///{tmp_path / 'm.db'}"
@@ -234,13 +254,13 @@ def test_the_scenario_continues_in_a_new_process(tmp_path):
 @pytest.fixture
 def keyed_server(tmp_path, hashing_embedder):
     from rdmem.server import ServerSettings, create_app
-    from rdmem.store import open_store
+    from rdmem.store import KeyStore, open_store
 
     from ..server.conftest import LiveServer
 
     url = f"sqlite:///{tmp_path / 'keyed.db'}"
     with open_store(url) as store:
-        (_, acme), (_, globex) = store.create_key("acme"), store.create_key("globex")
+        (_, acme), (_, globex) = KeyStore(store).create_key("acme"), KeyStore(store).create_key("globex")
     live = LiveServer(create_app(ServerSettings(store=url, policy="window"), embedder=hashing_embedder))
     yield live, acme, globex, url
     live.stop()
@@ -375,3 +395,12 @@ def test_a_bug_is_an_error_id_for_the_client_and_a_traceback_in_the_log(caplog):
     error_id = text.split("internal error ")[1].split(";")[0]
     logged = [r for r in caplog.records if r.name == "rdmem.mcp" and error_id in r.getMessage()]
     assert len(logged) == 1 and logged[0].exc_info and "secret internals" in str(logged[0].exc_info[1])
+
+
+def test_the_old_import_path_still_works_and_says_where_the_server_moved():
+    import importlib
+
+    sys.modules.pop("rdmem.integrations.mcp", None)
+    with pytest.warns(DeprecationWarning, match="moved to rdmem.mcp"):
+        old = importlib.import_module("rdmem.integrations.mcp")
+    assert old.create_mcp_server is create_mcp_server and old.SESSIONS_URI == SESSIONS_URI

@@ -1,0 +1,103 @@
+"""The session service: the one home of the rules every front door applies to a session.
+
+REST, mem0's routes, the proxy, MCP, the CLI, the evaluation harness and
+the adapters decide none of these themselves; they ask here:
+
+- what a session's name may be: :func:`session_name` (the rule is
+  :func:`rdmem.names.check_session_name`, in the bottom layer so that the
+  wire types can state it too);
+- which policy a task mode means: :func:`policy_for`, over :data:`MODES`;
+- whether a policy needs an embedder, and which one a session gets:
+  :func:`needs_embedder`, :func:`embedder_for`;
+- the low watermark a session's working set is compacted down to unless told: :func:`default_low`;
+- which messages of a resent history are new, and which stored ones it
+  dropped: :meth:`rdmem.MemoryManager.resent` (the session's view aligns them
+  against the store, :func:`rdmem.history.resend_alignment`); and where the
+  new ones begin in a model call's input that starts with a context rdmem
+  rendered (markers, cut messages): :func:`first_unseen`.
+
+>>> policy_for(mode="task"), policy_for(mode="qa"), policy_for(policy="window"), policy_for()
+('rd-task', 'rd', 'window', None)
+>>> needs_embedder("window"), needs_embedder("rd")
+(False, True)
+>>> embedder_for("window") is None
+True
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from .contract import Composed, Policy
+from .embed import Embedder, get_embedder
+from .errors import InvalidInput
+from .history import resend_key
+from .messages import chat_fields
+from .names import check_session_name
+from .policies import MODE_POLICIES, RDPolicy, get_policy
+from .reconstruct import MARKER
+from .tokens import content_text
+
+__all__ = ["MODES", "session_name", "policy_for", "needs_embedder", "embedder_for", "default_low", "first_unseen"]
+
+#: The task modes a front door may name instead of a policy (``qa`` is plain ``rd``).
+MODES: tuple[str, ...] = tuple(MODE_POLICIES)
+
+#: A session's name, or an ``InvalidInput`` naming the field, the value and the rule.
+session_name = check_session_name
+
+
+def policy_for(policy: str | None = None, mode: str | None = None) -> str | None:
+    """The policy a caller asked for, by name or by task mode (not both); ``None`` if neither (the front
+    door's default). An unknown name or mode is an ``InvalidInput`` listing the valid ones."""
+    if policy is not None and mode is not None:
+        raise InvalidInput("give a policy or a mode, not both")
+    if mode is not None:
+        if mode not in MODE_POLICIES:
+            raise InvalidInput(f"unknown mode {mode!r}; choose one of {', '.join(MODES)}")
+        return MODE_POLICIES[mode]
+    if policy is not None:
+        get_policy(policy)
+    return policy
+
+
+def needs_embedder(policy: str | Policy, embedder: Embedder | str | None = None) -> bool:
+    """Whether a session under ``policy`` embeds its messages: when the policy scores by meaning, or when
+    the caller chose an embedder (search then ranks by meaning too)."""
+    return get_policy(policy).needs_embeddings or embedder is not None
+
+
+def embedder_for(policy: str | Policy, embedder: Embedder | str | None = None) -> Embedder | None:
+    """The embedder a session under ``policy`` uses: ``embedder`` resolved (``None``: the shared default
+    MiniLM, loaded once per process) when :func:`needs_embedder`, else ``None`` (no model is loaded)."""
+    return get_embedder(embedder) if needs_embedder(policy, embedder) else None
+
+
+def default_low(policy: Policy) -> float:
+    """The low watermark a manager compacts down to unless told (a fraction of its budget): 0.98 for ``rd``,
+    which compacts often and by little (room left free is room no kept message uses; BENCHMARKS "Issue 25,
+    the value side" measures 0.8 to 1.0), 0.8 for policies that judge less, so the prompt prefix stays stable.
+    """
+    base = policy.base if isinstance(policy, Composed) else policy
+    return 0.98 if isinstance(base, RDPolicy) else 0.8
+
+
+def first_unseen(messages: Sequence[Mapping[str, Any]], newest: Mapping[str, Any] | None,
+                 unseen: Callable[[list[dict[str, Any]]], list[int]]) -> int:
+    """Where the messages a session does not have begin in ``messages``, a model call's input that may start
+    with a context rdmem rendered for the session (a framework's model-input filter sees it again).
+
+    Right after the session's ``newest`` stored message when the input holds it verbatim (rdmem sends the
+    newest messages as they are); else, as that message was cut, after the input's last elision marker, less
+    what the session has there (``unseen``: :meth:`rdmem.MemoryManager.unseen`, the resent-history rule).
+    """
+    last = resend_key(newest) if newest is not None else None
+    keys = [resend_key(m) for m in messages]
+    start = next((p for p in range(len(keys), 0, -1) if keys[p - 1] == last), None)
+    if start is None:
+        start = max((i + 1 for i, m in enumerate(messages)
+                     if m["role"] in ("user", "system") and MARKER.match(content_text(m.get("content")) or "")),
+                    default=0)
+        start += (unseen([chat_fields(m) for m in messages[start:]]) or [len(messages) - start])[0]
+    return start
