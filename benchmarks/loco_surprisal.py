@@ -4,7 +4,11 @@ For every message of every dev conversation (categories 1-4, the order loco_prio
 mean token NLL of the message line given the previous CONTEXT lines, its max and its top-5 mean. Cached in
 $TMPDIR/loco_surprisal.pkl as a list (per conversation) of (n, 3) arrays; loco_prior_features.py reads it.
 
-    HF_HUB_OFFLINE=1 OMP_NUM_THREADS=2 nice -n 10 timeout 1500 .venv/bin/python benchmarks/loco_surprisal.py MODEL_DIR
+    HF_HUB_OFFLINE=1 OMP_NUM_THREADS=2 nice -n 10 .venv/bin/python benchmarks/loco_surprisal.py MODEL_DIR [cpu|cuda]
+
+MODEL_DIR: the safetensors copy rdmem.lm makes of the packaged SmolLM2 GGUF (.rdmem-cache/.../lm/SmolLM2-135M-
+Instruct.Q4_1). Cost: on the shared 2-core box (one core in effect, niced) the first conversation took more than
+6 minutes, so the whole dev set is about an hour of CPU: run it with cuda where a GPU is lent.
 """
 import os, sys, time, pickle
 import numpy as np
@@ -17,9 +21,10 @@ PATH = os.environ.get("LOCOMO", "../shared/data/locomo/locomo_dev.json")
 OUT = os.path.join(os.environ.get("TMPDIR", "/tmp"), "loco_surprisal.pkl")
 CONTEXT, MAXCTX, BATCH = 3, 192, 16
 
-def main(where: str) -> None:
+def main(where: str, device: str = "cpu") -> None:
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "2")))
-    tok = AutoTokenizer.from_pretrained(where); model = AutoModelForCausalLM.from_pretrained(where, dtype=torch.float32).eval()
+    tok = AutoTokenizer.from_pretrained(where)
+    model = AutoModelForCausalLM.from_pretrained(where, dtype=torch.float32).eval().to(device)
     convs = [c.select([1, 2, 3, 4]) for c in load_locomo(PATH)]
     out, t0 = [], time.time()
     for ci, c in enumerate(convs):
@@ -36,7 +41,7 @@ def main(where: str) -> None:
             ids = torch.full((len(seqs), L), tok.eos_token_id or 0); att = torch.zeros((len(seqs), L), dtype=torch.long)
             for r, s in enumerate(seqs): ids[r, :len(s)] = torch.tensor(s); att[r, :len(s)] = 1
             with torch.no_grad():
-                lp = torch.log_softmax(model(input_ids=ids, attention_mask=att).logits.float(), -1)
+                lp = torch.log_softmax(model(input_ids=ids.to(device), attention_mask=att.to(device)).logits.float(), -1).cpu()
             for r, i in enumerate(idx):
                 nc, nt = len(items[i][0]), len(items[i][1])
                 start = max(nc, 1)  # the first token of a context-free turn has no prediction
@@ -48,4 +53,4 @@ def main(where: str) -> None:
     pickle.dump(out, open(OUT, "wb"))
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else "cpu")
