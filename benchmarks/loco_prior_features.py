@@ -85,6 +85,10 @@ def extra(text, prev_text, ):
         "content_share": len(cw) / nw,
     }
 
+# the small LM's surprisal of each turn given the 3 before it (benchmarks/loco_surprisal.py; zeros if not run)
+SP = os.path.join(os.environ.get("TMPDIR", "/tmp"), "loco_surprisal.pkl")
+SURP = pickle.load(open(SP, "rb")) if os.path.exists(SP) else None
+
 EX = None
 def extras(i):
     global EX
@@ -97,8 +101,8 @@ def extras(i):
     n = len(e); nov = np.ones(n); nov20 = np.ones(n)
     for k in range(1, n):
         nov[k] = 1 - s[k, :k].max(); nov20[k] = 1 - s[k, max(0, k-20):k].max()
-    x = np.hstack([x, nov[:, None], nov20[:, None]])
-    return names + ["novelty_past", "novelty_past20"], x
+    x = np.hstack([x, nov[:, None], nov20[:, None], SURP[i] if SURP else np.zeros((n, 3))])
+    return names + ["novelty_past", "novelty_past20", "surp_mean", "surp_max", "surp_top5"], x
 
 t0 = time.time()
 EXN = None; EXX = []
@@ -150,7 +154,10 @@ def show(label, res, base=None):
 if __name__ == "__main__":
     mode = sys.argv[1] if len(sys.argv) > 1 else "add"
     base = evaluate(BASE); show("shipped", base)
-    if mode == "add":
+    if mode == "only":  # the named candidates alone: python loco_prior_features.py only surp_mean,surp_max
+        for n in sys.argv[2].split(","):
+            show("+" + n, evaluate(BASE + [n]), base)
+    elif mode == "add":
         for n in EXN:
             show("+" + n, evaluate(BASE + [n]), base)
         full = evaluate(BASE + EXN); show("+all", full, base)
