@@ -144,3 +144,14 @@ def test_a_bad_model_file_is_refused_when_loaded(tmp_path, prior, message):
     path.write_text(json.dumps({"models": {"prior": model, "query": query}}))
     with pytest.raises(ValueError, match=f"cannot read value models from .*bad.json.*{message}"):
         LearnedValue.from_file(str(path))
+
+
+def test_neighbour_max_reach_takes_the_best_present_unit_within_the_window() -> None:
+    from rdmem.scoring.value_features import _neighbour_max
+
+    index = np.array([0, 1, 4, 9, 10])  # turns 2, 3, 5-8 are not candidates
+    values = np.array([0.0, 1.0, 5.0, 2.0, 3.0])
+    # reach 1: only turns right next door, when present
+    assert _neighbour_max(values, index).tolist() == [1.0, 0.0, 0.0, 3.0, 2.0]
+    # reach 5: turn 4's value reaches turns 0, 1 and 9 but not 10 (six turns away)
+    assert _neighbour_max(values, index, reach=5).tolist() == [5.0, 5.0, 2.0, 5.0, 2.0]

@@ -212,14 +212,18 @@ def _rank_feature(score: np.ndarray) -> np.ndarray:
     return -np.log1p(rank)
 
 
-def _neighbour_max(values: np.ndarray, index: np.ndarray) -> np.ndarray:
-    """For each unit, the largest value among the units right before and after it in the history."""
+def _neighbour_max(values: np.ndarray, index: np.ndarray, reach: int = 1) -> np.ndarray:
+    """For each unit, the largest value among the units up to ``reach`` turns before and after it in the history.
+
+    Only units present in ``index`` count (the candidates, not the whole history), so the cost is
+    bounded by ``2 * reach`` look-ups per unit whatever the history's length.
+    """
     out = np.full(len(values), values.min() if len(values) else 0.0)
     if len(values) < 2:
         return out
     order = np.argsort(index, kind="stable")
     ordered = index[order]
-    for step in (-1, 1):
+    for step in (s for r in range(1, reach + 1) for s in (-r, r)):
         want = index + step
         pos = np.minimum(np.searchsorted(ordered, want), len(ordered) - 1)
         found = ordered[pos] == want
