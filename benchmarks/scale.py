@@ -54,7 +54,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 sys.path.insert(0, str(ROOT))
 
 from store_bench import (  # noqa: E402
-    LOCOMO, LookupEmbedder, bench_query, bulk_units, embed_cached, fill, locomo_questions, locomo_turns, machine,
+    LOCOMO, newest_turns, LookupEmbedder, bench_query, bulk_units, embed_cached, fill, locomo_questions, locomo_turns, machine,
     pct, text_pool,
 )
 
@@ -211,18 +211,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     vectors = embed_cached(pool, "locomo-pool")
     qvectors = embed_cached(questions, "locomo-questions")
     embedder = LookupEmbedder(pool + questions, np.concatenate([vectors, qvectors]))
-    from rdmem.manager import default_low
-    from rdmem.policies import RDPolicy
-    from rdmem.tokens import get_tokenizer
-
-    tok = get_tokenizer("cl100k_base")
-    working, used = [], 0
-    for t in reversed(turns):
-        c = tok.message_tokens({"role": "user", "content": t})
-        if used + c > default_low(RDPolicy()) * BUDGET:
-            break
-        working.insert(0, t)
-        used += c
+    working = newest_turns(turns, BUDGET)
     work = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="rdmem-scale-"))
     work.mkdir(parents=True, exist_ok=True)
     sizes = [int(s) for s in args.sizes.split(",")]

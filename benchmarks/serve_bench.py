@@ -58,7 +58,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 sys.path.insert(0, str(ROOT))
 
 from store_bench import (  # noqa: E402
-    LOCOMO, bulk_units, embed_cached, fill, locomo_questions, locomo_turns, machine, pct, text_pool,
+    LOCOMO, newest_turns, bulk_units, embed_cached, fill, locomo_questions, locomo_turns, machine, pct, text_pool,
 )
 
 BUDGET = 4000
@@ -346,9 +346,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     warnings.simplefilter("ignore", RuntimeWarning)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     sys.path.insert(0, str(ROOT / "src"))
-    from rdmem.manager import default_low
-    from rdmem.policies import RDPolicy
-    from rdmem.tokens import get_tokenizer
 
     lines = [f"machine: {machine()}", f"command: benchmarks/serve_bench.py {' '.join(argv or sys.argv[1:])}", ""]
     print("\n".join(lines), flush=True)
@@ -357,14 +354,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     pool = text_pool(sessions)
     vectors = embed_cached(pool, "locomo-pool")
     questions = locomo_questions(LOCOMO)
-    tok = get_tokenizer("cl100k_base")
-    working, used = [], 0
-    for t in reversed(turns):
-        c = tok.message_tokens({"role": "user", "content": t})
-        if used + c > default_low(RDPolicy()) * BUDGET:
-            break
-        working.insert(0, t)
-        used += c
+    working = newest_turns(turns, BUDGET)
     work = Path(tempfile.mkdtemp(prefix="rdmem-serve-bench-"))
     calls = Calls(turns, questions)  # one sequence for the whole run: no text is embedded twice
     if not args.skip_sqlite:

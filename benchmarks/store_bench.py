@@ -111,6 +111,24 @@ class LookupEmbedder:
 
 
 # -- helpers ------------------------------------------------------------------------
+def newest_turns(turns: Sequence[str], budget: int) -> list[str]:
+    """The newest ``turns`` that fit in ``rd``'s low watermark of ``budget`` tokens: a full working set."""
+    from rdmem.policies import RDPolicy
+    from rdmem.sessions import default_low
+    from rdmem.tokens import get_tokenizer
+
+    tok, room = get_tokenizer("cl100k_base"), default_low(RDPolicy()) * budget
+    working: list[str] = []
+    used = 0
+    for t in reversed(turns):
+        c = tok.message_tokens({"role": "user", "content": t})
+        if used + c > room:
+            break
+        working.insert(0, t)
+        used += c
+    return working
+
+
 def pct(values: Sequence[float], q: float) -> float:
     return float(np.percentile(np.asarray(values), q))
 
