@@ -68,6 +68,13 @@ class SessionView:
         self._working_tokens = 0
         self._keys: dict[str, bytes] = {}  # id -> digest of its resend key
 
+    def shareable(self, session: str, store: object, tokenizer: Tokenizer) -> bool:
+        """Whether a manager of ``session`` in ``store`` (``None``: any), counting with ``tokenizer``, may read
+        the session through this view (:meth:`rdmem.MemoryManager._share_session`)."""
+        fingerprint = tokenizer.fingerprint
+        return (session == self.session and store in (None, self.store) and fingerprint is not None
+                and fingerprint == self.tokenizer.fingerprint)
+
     # -- following the store --------------------------------------------------------
     def sync(self) -> bool:
         """Catch up with the store (one cheap version check when nothing changed); ``True`` if anything did."""

@@ -102,12 +102,9 @@ class MemoryManager:
         if args:
             if len(args) > 2 or (len(args) >= 1 and budget is not _UNSET) or (len(args) == 2 and policy is not _UNSET):
                 raise InvalidType("MemoryManager takes its settings as keywords: MemoryManager(budget=..., policy=...)")
-            warnings.warn("MemoryManager(budget, policy) with positional arguments is deprecated; "
-                          "pass them as keywords: MemoryManager(budget=..., policy=...)", DeprecationWarning,
-                          stacklevel=2)
-            budget = args[0]
-            if len(args) == 2:
-                policy = args[1]
+            warnings.warn("MemoryManager(budget, policy) with positional arguments is deprecated; pass them as "
+                          "keywords: MemoryManager(budget=..., policy=...)", DeprecationWarning, stacklevel=2)
+            budget, policy = args[0], (args[1] if len(args) == 2 else policy)
         if budget is _UNSET:
             raise InvalidType("MemoryManager needs a budget in tokens: MemoryManager(budget=4000, ...)")
         self.budget = check_budget(budget)
@@ -126,9 +123,8 @@ class MemoryManager:
         self.high, self.low, self.markers = float(high), float(low), markers
         self.archive_candidates, self.summarizer = archive_candidates, summarizer
         self._tokenizer_spec, self._overhead = tokenizer, message_overhead
-        self._embedder_spec = embedder
+        self._embedder_spec, self._store_spec = embedder, store
         self._embedder_obj: Any = _UNSET
-        self._store_spec = store
         self._view: SessionView | None = None
         self._lock = threading.RLock()
         self._learning = OnlineLearning(self.policy, session)
@@ -147,19 +143,27 @@ class MemoryManager:
         return self._view
 
     def _sync(self) -> SessionView:
-        """The view, caught up with what anyone wrote to the session since this manager last looked."""
+        """The view, caught up with what anyone wrote to the session (its feedback too: a shared view may have)."""
         view = self._session()
-        if view.sync():
-            self._learning.restore(view)
+        view.sync()
+        self._learning.restore(view)
         return view
+
+    def _share_session(self, other: MemoryManager) -> None:
+        """Read the session through ``other``'s view and lock, from before first use (a server pool shares one)."""
+        view, tok = other._session(), get_tokenizer(self._tokenizer_spec, message_overhead=self._overhead)
+        if self._view is not None or not view.shareable(self.session, self._store_spec, tok):
+            raise InvalidInput("a manager shares a view of its session before its first use, with managers of "
+                               "one store, session and tokenizer")
+        self._view, self._lock = view, other._lock
 
     @property
     def store(self) -> Store:  # the store the session lives in (opened on first use)
         return self._session().store
 
     @property
-    def _embedder(self) -> Embedder | None:
-        if self._embedder_obj is _UNSET:  # resolved once (the check is a runtime protocol check)
+    def _embedder(self) -> Embedder | None:  # resolved once (the check is a runtime protocol check)
+        if self._embedder_obj is _UNSET:
             self._embedder_obj = embedder_for(self.policy, self._embedder_spec)
         return self._embedder_obj
 
@@ -275,8 +279,7 @@ class MemoryManager:
             self._learning.reset(self._sync())
 
     def clear(self) -> None:
-        """Delete the whole session for good (every message, its feedback and settings); the manager stays
-        usable, on an empty session."""
+        """Delete the whole session for good (messages, feedback, settings); the manager stays, on an empty one."""
         with self._lock:
             view = self._session()
             view.store.delete_session(self.session)
@@ -288,9 +291,8 @@ class MemoryManager:
             self._compact_working()
 
     def _compact_working(self, *, fresh: bool = False) -> None:
-        """Compact the working set if it passed the high watermark; the store takes the result only if the
-        session did not change meanwhile (else it is computed again on the new state). ``fresh``: the view
-        was just brought up to date by this manager's own write (no need to ask the store first)."""
+        """Compact the working set if it passed the high watermark; the store takes the result only if the session
+        did not change meanwhile (else it is redone). ``fresh``: the view is up to date (this manager's write)."""
         for attempt in range(_RETRIES):
             view = self._session() if fresh and attempt == 0 else self._sync()
             if view.working_tokens() <= self.high * self.budget:
@@ -343,8 +345,7 @@ class MemoryManager:
     def stats(self) -> dict[str, Any]:
         """How large the session is: messages and tokens, in all and in working memory."""
         with self._lock:
-            view = self._sync()
-            working = view.working_units()
+            working = (view := self._sync()).working_units()
             return {"units": len(view.units), "working": len(working), "archived": view.archived,
                     "tokens": sum(u.tokens for u in view.units), "working_tokens": view.working_tokens(),
                     "working_ids": [u.id for u in working]}
@@ -353,8 +354,8 @@ class MemoryManager:
         """The session's messages as they were given (every field, with its ``id``), in order, from the
         ``offset``-th on, at most ``limit``: what :meth:`add` stored, whatever the tiers."""
         with self._lock:
-            store = self._session().store
-            return [{"id": su.id, **su.message} for su in store.load(self.session, offset=offset, limit=limit)]
+            return [{"id": su.id, **su.message}
+                    for su in self._session().store.load(self.session, offset=offset, limit=limit)]
 
     def originals(self, ids: Iterable[str]) -> dict[str, dict[str, Any]]:
         """The messages ``ids`` as they were given (every field, with the ``id``), by id, for those the
@@ -436,7 +437,7 @@ class MemoryManager:
         with self._lock:
             if self._view is not None:
                 self._view.store.close()
-                self._view = None
+            self._view = None
 
     def __enter__(self) -> MemoryManager:
         return self

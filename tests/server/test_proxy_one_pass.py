@@ -141,3 +141,40 @@ def test_a_request_that_fits_reaches_the_model_while_memory_stores_it(serve, fak
     events.clear()  # a request that must be compacted waits for memory: what the model gets depends on it
     raw = oai.chat.completions.with_raw_response.create(model="m", messages=_history(80), user="long")
     assert raw.headers["x-rdmem-compacted"] == "true" and [e for e, _ in events] == ["stored", "model"]
+
+
+class OpeningStore(MemoryStore):
+    """Counts the reads of a whole session (what opening a view of it costs)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.whole_reads = 0
+
+    def changes(self, session, since=0):
+        out = super().changes(session, since)
+        self.whole_reads += out.full and bool(out.units)
+        return out
+
+
+def test_the_managers_of_one_session_read_it_once_whatever_the_requests_budgets(hashing_embedder):
+    store = OpeningStore()
+    settings = ServerSettings(upstream="http://127.0.0.1:9", context_window=WINDOW, reply_reserve=RESERVE)
+    state = ServerState(settings, store, SessionPool(store, settings, hashing_embedder), Metrics(),
+                        KeyStore(store))  # no worker
+    history = _history(60)
+    prepare(state, "default", "trip", False, {"messages": history}, WINDOW - RESERVE)  # stores it
+    state.pool._managers.clear()  # a new process: nothing pooled yet
+    budgets = (WINDOW - RESERVE, 500, 300)  # requests with other max_tokens, then the REST API (server budget)
+    for budget in budgets:
+        done = prepare(state, "default", "trip", False, {"messages": history}, budget)
+        assert done.compacted and done.after <= budget
+    rest = state.pool.manager("default", "trip")
+    assert rest.stats()["units"] == len(history) - 1
+    assert store.whole_reads == 1  # one read of the stored session, not one per budget
+    managers = [state.pool.manager("default", "trip", budget=b) for b in budgets] + [rest]
+    assert len({id(m._session()) for m in managers}) == 1
+    # each still compacts to its own budget
+    assert [m.context("tram").tokens <= m.budget for m in managers] == [True] * 4
+    # a write through one is seen by the others at once
+    managers[1].add(role="user", content="One more thing: the castle.")
+    assert {len(m) for m in managers} == {len(history)}

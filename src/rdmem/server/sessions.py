@@ -4,9 +4,11 @@ A tenant's session ``s`` is the store's session ``t/<tenant>/<s>`` (tenant
 names cannot hold ``/``, so no tenant can name another's session), and every
 route reaches a session only through :meth:`SessionPool.manager` or
 :func:`store_session`. The pool keeps one :class:`~rdmem.MemoryManager` per
-tenant, session, policy and budget (least recently used first out): the
-store is the source of truth, so a pooled manager is as current as a new
-one, without reading the whole session again on every request.
+tenant, session, policy and budget (least recently used first out), and
+the managers of one session share one view of it (it is read and held
+once, whatever the budgets of the requests): the store is the source of
+truth, so a pooled manager is as current as a new one, without reading the
+whole session again on every request.
 
 Messages are stored without waiting for their vectors (managers with
 ``embedding="deferred"``): the pool's :class:`~rdmem.EmbeddingWorker` embeds
@@ -105,6 +107,9 @@ class SessionPool:
             if mem is None:
                 mem = MemoryManager(budget=budget, policy=policy, store=self.store, session=name,
                                     embedder=self.embedder, embedding="deferred")
+                peer = next((m for k, m in self._managers.items() if k[0] == name), None)
+                if peer is not None:  # the session is read and held once, whatever the budgets and policies
+                    mem._share_session(peer)
                 self._managers[key] = mem
             self._managers.move_to_end(key)
             while len(self._managers) > self.settings.pool_size:
