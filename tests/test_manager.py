@@ -71,6 +71,25 @@ def test_default_watermarks():
     assert MemoryManager(budget=100, policy="rd", high=0.9).low == 0.9  # never above the high watermark
 
 
+def test_a_users_policy_sets_its_own_low_watermark():
+    import dataclasses
+
+    @dataclasses.dataclass(frozen=True)
+    class Newest:
+        name: str = "newest"
+        description: str = "the window's choice, trimmed less"
+        needs_embeddings: bool = False
+        low_watermark: float = 0.9
+
+        def plan(self, problem):
+            return rdmem.get_policy("window").plan(problem)
+
+    assert MemoryManager(budget=100, policy=Newest()).low == 0.9
+    assert MemoryManager(budget=100, policy=Newest(), low=0.5).low == 0.5
+    with pytest.raises(rdmem.InvalidInput, match="policy 'newest': low_watermark must be a fraction of the budget"):
+        MemoryManager(budget=100, policy=Newest(low_watermark=1.5))
+
+
 @pytest.mark.parametrize("policy", ["rd", "importance"])
 def test_query_brings_back_archived_units(policy, cl100k, minilm):
     mem = MemoryManager(budget=160, policy=policy, embedder=minilm)

@@ -131,7 +131,11 @@ class Plan:
 
 @runtime_checkable
 class Policy(Protocol):
-    """Turns a :class:`Problem` into a :class:`Plan`; see the module's example."""
+    """Turns a :class:`Problem` into a :class:`Plan`; see the module's example.
+
+    Optional: ``low_watermark``, the fraction of its budget a :class:`~rdmem.MemoryManager` trims the
+    working set down to unless told (default 0.8; ``rd``: 0.98).
+    """
 
     # Read-only members: a frozen dataclass's fields qualify.
     @property

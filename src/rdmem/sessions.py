@@ -35,7 +35,7 @@ from .errors import InvalidInput
 from .history import resend_key
 from .messages import chat_fields
 from .names import check_session_name
-from .policies import MODE_POLICIES, RDPolicy, get_policy
+from .policies import MODE_POLICIES, get_policy
 from .reconstruct import MARKER
 from .tokens import content_text
 
@@ -75,12 +75,20 @@ def embedder_for(policy: str | Policy, embedder: Embedder | str | None = None) -
 
 
 def default_low(policy: Policy) -> float:
-    """The low watermark a manager compacts down to unless told (a fraction of its budget): 0.98 for ``rd``,
-    which compacts often and by little (room left free is room no kept message uses; BENCHMARKS "Issue 25,
-    the value side" measures 0.8 to 1.0), 0.8 for policies that judge less, so the prompt prefix stays stable.
+    """The low watermark a manager compacts down to unless told (a fraction of its budget): the policy's
+    own ``low_watermark`` when it has one (of its base, when composed), else 0.8, so the prompt prefix stays
+    stable. ``rd``'s is 0.98: it compacts often and by little (room left free is room no kept message uses;
+    BENCHMARKS "Issue 25, the value side" measures 0.8 to 1.0).
+
+    >>> default_low(get_policy("rd")), default_low(get_policy("rd-ladder")), default_low(get_policy("window"))
+    (0.98, 0.98, 0.8)
     """
     base = policy.base if isinstance(policy, Composed) else policy
-    return 0.98 if isinstance(base, RDPolicy) else 0.8
+    low = getattr(base, "low_watermark", 0.8)
+    if isinstance(low, bool) or not isinstance(low, (int, float)) or not 0 < low <= 1:
+        raise InvalidInput(f"policy {policy.name!r}: low_watermark must be a fraction of the budget in (0, 1], "
+                           f"got {low!r}")
+    return float(low)
 
 
 def first_unseen(messages: Sequence[Mapping[str, Any]], newest: Mapping[str, Any] | None,

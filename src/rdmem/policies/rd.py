@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import numpy as np
 
@@ -69,6 +70,9 @@ class RDPolicy:
     #: markers trims its working set (BENCHMARKS "Issue 25, item 2": the knapsack alone, with room worth
     #: nothing, filled the working set with long messages); see :func:`for_working_set`.
     room_value: float | None = None
+    #: The low watermark a :class:`~rdmem.MemoryManager` trims the working set down to unless told (a policy's
+    #: optional ``low_watermark``, :func:`rdmem.sessions.default_low`): rd compacts often and by little.
+    low_watermark: ClassVar[float] = 0.98
 
     def __post_init__(self) -> None:
         if not isinstance(self.query_weight, Informativeness) and (
