@@ -181,8 +181,10 @@ def test_bad_input_says_what_is_wrong():
         RdmemMiddleware(budget=0)
     with pytest.raises(ValueError, match="unknown policy 'nope'; choose one of"):
         RdmemMiddleware(budget=100, policy="nope")
-    with pytest.raises(ValueError, match="session must be a non-empty string or None, got ''"):
+    with pytest.raises(ValueError, match="session '': a session name is 1 to 256 characters, got 0"):
         rdmem_pre_model_hook(100, session="")
+    with pytest.raises(ValueError, match="session 'a.*b': a session name may not hold control characters"):
+        RdmemMiddleware(budget=100, session="a\nb")
     with pytest.raises(TypeError, match="system_prompt must be a string, a SystemMessage or None, got int"):
         rdmem_pre_model_hook(100, system_prompt=3)
     with pytest.raises(TypeError, match=r"messages\[0\] must be a LangChain message, got dict"):

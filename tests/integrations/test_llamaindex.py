@@ -193,6 +193,8 @@ def test_settings_are_checked():
         RdmemMemory.from_defaults(token_limit=0)
     with pytest.raises(ValueError, match=r"reserve must be an int >= 0 and below token_limit \(100\), got 100"):
         RdmemMemory.from_defaults(token_limit=100, reserve=100)
+    with pytest.raises(ValueError, match="session_id 'a.*b': a session name may not hold control characters"):
+        RdmemMemory.from_defaults(session_id="a\x1bb")
     with pytest.raises(TypeError, match="embeder"):
         RdmemMemory.from_defaults(embeder=None)  # a misspelt setting is not ignored
     agent, _ = make_agent()

@@ -184,8 +184,10 @@ def test_pydantic_items_and_bad_input():
 
 
 def test_constructor_errors():
-    with pytest.raises(ValueError, match="session_id must be a non-empty string, got ''"):
+    with pytest.raises(ValueError, match="session_id '': a session name is 1 to 256 characters, got 0"):
         RdmemSession("")
+    with pytest.raises(ValueError, match="session_id .*: a session name may not be only whitespace"):
+        RdmemSession("   ")
     mem = MemoryManager(budget=100, policy="window", session="a")
     with pytest.raises(ValueError, match="manager is of session 'a', not session_id='b'"):
         RdmemSession("b", manager=mem)

@@ -37,6 +37,7 @@ from ..errors import InvalidInput, InvalidType, MissingDependency
 from ..manager import MemoryManager
 from ..messages import chat_fields
 from ..result import Compaction
+from ..sessions import session_name
 from ..store import Store, open_store
 from ..tokens import check_budget, content_text
 
@@ -125,8 +126,8 @@ class RdmemContext:
     call. ``settings`` are :class:`~rdmem.MemoryManager`'s (``policy``, ``embedder``, ...)."""
 
     def __init__(self, budget: int, *, store: Any = None, session: str | None = None, **settings: Any) -> None:
-        if session is not None and (not isinstance(session, str) or not session):
-            raise InvalidInput(f"session must be a non-empty string or None, got {session!r}")
+        if session is not None:
+            session_name(session)  # the rule every front door applies
         self.budget = check_budget(budget)
         self.session = session
         self._settings = {"budget": self.budget, **settings}
@@ -159,7 +160,7 @@ class RdmemContext:
             thread = (get_config().get("configurable") or {}).get("thread_id")
         except (ImportError, RuntimeError):  # outside a graph run
             thread = None
-        return str(thread) if thread else "default"
+        return session_name(str(thread), "the run's thread_id") if thread else "default"
 
     def remember(self, messages: Sequence[BaseMessage]) -> MemoryManager:
         """Store those of the agent's ``messages`` the current session does not have yet (the agent resends

@@ -42,6 +42,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
 
 from ..manager import MemoryManager
 from ..result import Compaction
+from ..sessions import session_name
 from ..tokens import Tokenizer, check_budget, content_text
 
 __all__ = ["LI_KEY", "RdmemMemory", "to_openai", "from_openai", "from_context", "agent_overhead"]
@@ -184,6 +185,7 @@ class RdmemMemory(BaseMemory):
         fields = {k: kwargs.pop(k) for k in list(kwargs) if k in type(self).model_fields}
         super().__init__(**fields)
         check_budget(self.token_limit, "token_limit")
+        session_name(self.session_id, "session_id")  # the rule every front door applies
         if isinstance(self.reserve, bool) or not isinstance(self.reserve, int) or \
                 not 0 <= self.reserve < self.token_limit:
             raise InvalidInput(f"reserve must be an int >= 0 and below token_limit ({self.token_limit}), "

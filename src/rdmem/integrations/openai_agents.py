@@ -43,7 +43,7 @@ from ..manager import MemoryManager
 from ..messages import chat_fields
 from ..reconstruct import MARKER
 from ..result import Compaction
-from ..sessions import first_unseen
+from ..sessions import first_unseen, session_name
 from ..tokens import content_text
 
 __all__ = ["ITEMS_KEY", "RdmemSession", "items_to_messages", "message_items", "context_items"]
@@ -212,8 +212,7 @@ class RdmemSession:
     def __init__(self, session_id: str, *, store: Any = None, budget: int | None = None,
                  policy: str | None = None, manager: MemoryManager | None = None,
                  session_settings: Any = None, **settings: Any) -> None:
-        if not isinstance(session_id, str) or not session_id:
-            raise InvalidInput(f"session_id must be a non-empty string, got {session_id!r}")
+        session_name(session_id, "session_id")  # the rule every front door applies
         sdk_settings, _ = _sdk()
         if manager is None:
             manager = MemoryManager(budget=4000 if budget is None else budget, policy=policy or "rd",
