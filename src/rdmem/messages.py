@@ -139,13 +139,13 @@ def parse_message(msg: object, index: int = 0, *, json_extras: bool = False) -> 
         _check_tool_calls(tool_calls, where)
     # An empty tool_calls list and null fields are dropped: the chat API rejects the first.
     chat = {
-        k: copy.deepcopy(msg[k])
+        k: _copied(msg[k])
         for k in API_FIELDS
         if k in msg and msg[k] is not None and not (k == "tool_calls" and not msg[k])
     }
     if "content" not in chat:
         chat["content"] = None if chat.get("tool_calls") else ""
-    extra = {k: copy.deepcopy(v) for k, v in msg.items() if k not in API_FIELDS and k != "id"}
+    extra = {k: _copied(v) for k, v in msg.items() if k not in API_FIELDS and k != "id"}
     for k in extra:
         if not isinstance(k, str):
             raise InvalidInput(f"{where}: field names must be strings, got {_kind(k)} {k!r}")
@@ -156,6 +156,12 @@ def parse_message(msg: object, index: int = 0, *, json_extras: bool = False) -> 
             except (TypeError, ValueError) as exc:
                 raise InvalidInput(f"{where}: field {k!r} cannot be stored: it is not JSON ({exc})") from None
     return Message(mid, chat, extra)
+
+
+def _copied(value: Any) -> Any:
+    """``value``, deep-copied unless it cannot change (a string or a number: most message fields; the
+    proxy parses every message of every request)."""
+    return value if isinstance(value, (str, int, float, type(None))) else copy.deepcopy(value)
 
 
 def parse_messages(messages: Iterable[Mapping[str, Any]], *, json_extras: bool = False) -> list[Message]:
