@@ -155,3 +155,47 @@ def test_neighbour_max_reach_takes_the_best_present_unit_within_the_window() -> 
     assert _neighbour_max(values, index).tolist() == [1.0, 0.0, 0.0, 3.0, 2.0]
     # reach 5: turn 4's value reaches turns 0, 1 and 9 but not 10 (six turns away)
     assert _neighbour_max(values, index, reach=5).tolist() == [5.0, 5.0, 2.0, 5.0, 2.0]
+
+
+def test_a_query_model_saved_before_win5_still_scores_as_it_was_fitted(tmp_path, cl100k, hashing_embedder):
+    """Query models are read by feature name too: a file fitted before ``win5_cos_z`` picks its own columns,
+    and scores exactly as a model over those columns alone."""
+    from rdmem.learn import QUERY_FEATURES
+    from rdmem.scoring.value_features import model_query_matrix, query_matrix
+
+    texts = [f"We drove to Porto on day {i}; the bakery there sold {i} kinds of bread." for i in range(14)]
+    units = encode_units([{"role": "user", "content": t} for t in texts], cl100k)
+    ctx = ScoringContext(units, query="Which city did they drive to?", embedder=hashing_embedder)
+    old_features = QUERY_FEATURES[: QUERY_FEATURES.index("win5_cos_z")]
+    rng = np.random.default_rng(0)
+    old = LogisticModel(old_features).fit(rng.normal(size=(60, len(old_features))), np.arange(60) % 2)
+    logit = np.zeros(len(units))
+    x = model_query_matrix(old, ctx, logit)
+    assert np.array_equal(x, query_matrix(ctx, logit)[:, : len(old_features)])
+    prior = default_models()["prior"]
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps({"models": {"prior": prior.to_dict(), "query": old.to_dict()}}))
+    served = LearnedValue.from_file(str(path)).score(ctx)
+    by_hand = old.predict(model_query_matrix(old, ctx, prior.decision(model_prior_matrix(prior, ctx))))
+    assert np.allclose(served, by_hand)
+    bad = {**old.to_dict(), "features": [*old_features[:-1], "shoe_size"]}
+    path.write_text(json.dumps({"models": {"prior": prior.to_dict(), "query": bad}}))
+    with pytest.raises(ValueError, match=r"unknown query features \['shoe_size'\]"):
+        LearnedValue.from_file(str(path))
+
+
+def test_win5_takes_the_best_query_similarity_within_five_turns(cl100k, hashing_embedder):
+    from rdmem.learn import QUERY_FEATURES
+    from rdmem.scoring.value_features import WIN_REACH, query_matrix
+
+    texts = ["The weather was grey all week."] * 20
+    texts[10] = "Caroline adopted a rescue dog named Biscuit."
+    units = encode_units([{"role": "user", "content": t} for t in texts], cl100k)
+    ctx = ScoringContext(units, query="What is the name of Caroline's dog?", embedder=hashing_embedder)
+    x = query_matrix(ctx, np.zeros(len(units)))
+    cos_z, win = x[:, QUERY_FEATURES.index("cos_z")], x[:, QUERY_FEATURES.index("win5_cos_z")]
+    assert WIN_REACH == 5 and cos_z.argmax() == 10
+    near = [i for i in range(20) if 0 < abs(i - 10) <= 5]
+    far = [i for i in range(20) if abs(i - 10) > 5]
+    assert np.allclose(win[near], cos_z[10])  # a turn within five of the hit takes the hit's similarity
+    assert (win[far] < cos_z[10]).all()  # one further away does not

@@ -37,14 +37,16 @@ class LearnedValue:
         import json
 
         from .logistic import LogisticModel
-        from .value_features import check_prior_model
+        from .value_features import check_prior_model, check_query_model
 
         try:
             with open(path, encoding="utf-8") as fh:
                 data = json.load(fh)["models"]
             prior = LogisticModel.from_dict(data["prior"])
+            query = LogisticModel.from_dict(data["query"])
             check_prior_model(prior)
-            return cls(prior=prior, query=LogisticModel.from_dict(data["query"]))
+            check_query_model(query)
+            return cls(prior=prior, query=query)
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise InvalidInput(f"cannot read value models from {path!r}: {exc}") from None
 
@@ -64,7 +66,7 @@ class LearnedValue:
 
     def explain(self, ctx: ScoringContext) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         """Probabilities and each feature's share of the logit (for reports)."""
-        from .value_features import model_prior_matrix, query_matrix
+        from .value_features import model_prior_matrix, model_query_matrix
 
         if not len(ctx):
             return np.zeros(0), {}
@@ -73,7 +75,7 @@ class LearnedValue:
         logit = prior.decision(xp)
         parts = {f"prior.{k}": v for k, v in prior.contributions(xp).items()}
         if ctx.query:
-            xq = query_matrix(ctx, logit)
+            xq = model_query_matrix(query, ctx, logit)
             logit = query.decision(xq)
             parts = {f"query.{k}": v for k, v in query.contributions(xq).items()}
         return 1.0 / (1.0 + np.exp(-np.clip(logit, -35, 35))), parts

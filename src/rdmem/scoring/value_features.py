@@ -20,7 +20,7 @@ from .lexical import Lexical
 
 __all__ = [
     "PRIOR_FEATURES", "QUERY_FEATURES", "prior_matrix", "model_prior_matrix", "check_prior_model", "salience_of",
-    "query_matrix", "message_body",
+    "query_matrix", "model_query_matrix", "check_query_model", "message_body",
 ]
 
 PRIOR_FEATURES = (
@@ -59,7 +59,11 @@ QUERY_FEATURES = (
     "log_tokens",
     "bm25_stem",
     "speaker_match",
+    "win5_cos_z",
 )
+#: Turns either side within which ``win5_cos_z`` takes a candidate's best query similarity (``nb_cos_z``: 1):
+#: the context of a strong hit is often asked about with it (BENCHMARKS "Item 3, second round").
+WIN_REACH = 5
 
 _GREETING = re.compile(
     r"^(?:hey|hi|hello|yo|good (?:morning|evening|afternoon|to see)|thanks|thank you|thx|bye|see you|take care|"
@@ -231,6 +235,22 @@ def _neighbour_max(values: np.ndarray, index: np.ndarray, reach: int = 1) -> np.
     return out
 
 
+def model_query_matrix(model: object, ctx: ScoringContext, prior_logit: np.ndarray) -> np.ndarray:
+    """The query features ``model`` was fitted on, in its order (a model saved before a column existed does
+    not list it, and is served as it was fitted)."""
+    x = query_matrix(ctx, prior_logit)
+    return x if tuple(model.features) == QUERY_FEATURES else x[:, check_query_model(model)]  # type: ignore[attr-defined]
+
+
+def check_query_model(model: object) -> list[int]:
+    """The columns of :func:`query_matrix` that a query ``model`` uses; a clear error if it cannot be served."""
+    features = tuple(model.features)  # type: ignore[attr-defined]
+    unknown = [f for f in features if f not in QUERY_FEATURES]
+    if unknown:
+        raise InvalidInput(f"value model uses unknown query features {unknown}; known: {', '.join(QUERY_FEATURES)}")
+    return [QUERY_FEATURES.index(f) for f in features]
+
+
 def query_entities(query: str) -> set[str]:
     words = _QENT.findall(query)
     # The first word of a question is capitalised by grammar, not because it is a name.
@@ -269,6 +289,7 @@ def query_matrix(ctx: ScoringContext, prior_logit: np.ndarray) -> np.ndarray:
     x[:, 4] = _rank_feature(bm)
     x[:, 5] = _neighbour_max(cos_z, index)
     x[:, 6] = _neighbour_max(bm_n, index)
+    x[:, 13] = _neighbour_max(cos_z, index, reach=WIN_REACH)
     x[:, 9] = prior_logit
     bs = Lexical(stem=True).score(ctx)
     x[:, 11] = bs / bs.max() if bs.max() > 0 else bs
