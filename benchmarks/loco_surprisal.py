@@ -7,8 +7,8 @@ $TMPDIR/loco_surprisal.pkl as a list (per conversation) of (n, 3) arrays; loco_p
     HF_HUB_OFFLINE=1 OMP_NUM_THREADS=2 nice -n 10 .venv/bin/python benchmarks/loco_surprisal.py MODEL_DIR [cpu|cuda]
 
 MODEL_DIR: the safetensors copy rdmem.lm makes of the packaged SmolLM2 GGUF (.rdmem-cache/.../lm/SmolLM2-135M-
-Instruct.Q4_1). Cost: on the shared 2-core box (one core in effect, niced) the first conversation took 403 s for
-419 turns, so the 3,435 dev turns are about 55 minutes of CPU: run it with cuda where a GPU is lent.
+Instruct.Q4_1; by default ~/.cache/rdmem/lm/...). Cost: 2,093 s for the 3,435 dev turns on the 2-core box (2
+threads, niced); a few seconds with cuda where a GPU is lent. Result (BENCHMARKS "Item 1"): no lift, dropped.
 """
 import os, sys, time, pickle
 import numpy as np
