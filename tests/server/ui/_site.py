@@ -20,7 +20,10 @@ WINDOW, RESERVE = BUDGET, 200
 def settings(store: str, upstream: str) -> Any:
     from rdmem.server import ServerSettings
 
-    return ServerSettings(store=store, budget=BUDGET, upstream=upstream, context_window=WINDOW, reply_reserve=RESERVE)
+    # memory_timeout: the pages need the proxy to have compacted, even when a cold or busy CPU is slow (the bound
+    # has its own tests in tests/server/test_proxy_hostile.py)
+    return ServerSettings(store=store, budget=BUDGET, upstream=upstream, context_window=WINDOW, reply_reserve=RESERVE,
+                          memory_timeout=60)
 
 
 def populate(url: str, key: str, *, other: str | None = None) -> list[tuple[int, int]]:
