@@ -120,12 +120,25 @@ def load_json(raw: bytes | str, limits: HasLimits, *, at: tuple[tuple[str, ...],
     """
     text = raw.decode("utf-8-sig") if isinstance(raw, (bytes, bytearray)) else raw
     try:
+        if len(text) <= limits.max_message_chars:  # no string in it can be over the limit: parsed in one go
+            return _counted(json.loads(text), at, limits)
         value, end = _value(text, _skip(text, 0), (), at, limits)
     except RecursionError:
         raise InvalidInput("the body is nested too deeply to parse") from None
     end = _skip(text, end)
     if end != len(text):
         raise json.JSONDecodeError("Extra data", text, end)
+    return value
+
+
+def _counted(value: Any, at: tuple[tuple[str, ...], ...], limits: HasLimits) -> Any:
+    """``value`` (parsed whole) if none of its message lists at the paths ``at`` is over ``max_messages``."""
+    for path in at:
+        found: Any = value
+        for key in path:
+            found = found.get(key) if isinstance(found, dict) else None
+        if isinstance(found, list) and len(found) > limits.max_messages:
+            _too_many(".".join(path) or "messages", limits)
     return value
 
 

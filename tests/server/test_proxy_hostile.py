@@ -214,9 +214,13 @@ def test_a_locked_sqlite_store_does_not_delay_the_stream(serve, fake_openai, min
     finally:
         other.execute("ROLLBACK")
         other.close()
-    assert resp.headers["x-rdmem-compacted"] == "failed" and "[DONE]" in text
+    # It fits as sent: counted, forwarded and answered while its store waits for the lock.
+    assert resp.headers["x-rdmem-compacted"] == "false" and "[DONE]" in text
     # Within the memory bound, not the store's busy timeout (30 s; headers came at 30.6 s, [DONE] at 61.9 s).
     assert headers_at < store.timeout / 5 and done_at < store.timeout / 5
+    # Once the lock is gone the request's message and its reply are stored, in order.
+    mem = live.app.state.rdmem.pool.manager("default", "busy", budget=8192 - 1024)
+    settled(lambda: [h["content"] for h in mem.history()] == ["hi", "Fine."])
 
 
 # Item 9: the smaller ones.
@@ -228,12 +232,27 @@ def test_deeply_nested_json_is_a_400(open_proxy):
     assert got.status_code == 400 and "nested too deeply" in got.json()["error"]["message"]
 
 
-def test_a_lone_surrogate_is_a_400_naming_the_field(open_proxy):
-    raw = b'{"model": "m", "messages": [{"role": "user", "content": "a \\ud800 b"}]}'
+@pytest.mark.parametrize("text", [b"a \\ud800 b", b"\\udc00", b"\\ud83d\\ude42\\ude42", b"\\uD83D \\uDE42"])
+def test_a_lone_surrogate_is_a_400_naming_the_field(open_proxy, text):
+    raw = b'{"model": "m", "messages": [{"role": "user", "content": "' + text + b'"}]}'
     got = httpx.post(f"{open_proxy.url}/v1/chat/completions", content=raw,
                      headers={"content-type": "application/json"}, timeout=30)
     assert got.status_code == 400
     assert got.json()["error"]["message"] == "messages[0].content is not valid Unicode (a lone surrogate)"
+
+
+def test_an_escaped_emoji_is_not_a_lone_surrogate(open_proxy):
+    raw = b'{"model": "m", "messages": [{"role": "user", "content": "ok \\ud83d\\ude42 \\\\ud800"}]}'
+    got = httpx.post(f"{open_proxy.url}/v1/chat/completions", content=raw,
+                     headers={"content-type": "application/json"}, timeout=30)
+    assert got.status_code == 200, got.text  # a pair, and an escaped backslash followed by "ud800" (text)
+
+
+def test_a_small_body_nested_too_deeply_is_a_400(open_proxy):
+    raw = b'{"messages": [], "x": ' + b"[" * 50_000 + b"]" * 50_000 + b"}"  # under max_message_chars: parsed whole
+    got = httpx.post(f"{open_proxy.url}/v1/chat/completions", content=raw,
+                     headers={"content-type": "application/json"}, timeout=30)
+    assert got.status_code == 400 and "nested too deeply" in got.json()["error"]["message"]
 
 
 def test_upstream_failures_carry_the_rdmem_headers(serve, minilm):

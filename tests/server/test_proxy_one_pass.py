@@ -8,7 +8,7 @@ import openai
 import pytest
 
 from rdmem.server import ServerSettings, create_app
-from rdmem.server._proxy_memory import prepare, store_reply
+from rdmem.server._proxy_memory import prepare, readable_messages, store_reply, surely_fits
 from rdmem.server.app import ServerState
 from rdmem.server.metrics import Metrics
 from rdmem.server.savings import session_savings
@@ -42,6 +42,35 @@ class CountingStore(MemoryStore):
 
 def _history(n: int) -> list[dict]:
     return [{"role": "system", "content": "You are a travel assistant."}, *conversation(n)]
+
+
+def test_a_request_that_surely_fits_by_its_size_fits_when_counted():
+    import bisect
+    import json
+
+    from rdmem.tokens import get_tokenizer
+
+    call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": {"a": 1, "b": [1, 2, {"c": ""}]}}}
+    bodies = [
+        [{"role": "user", "content": ""}],
+        [{"role": "user", "content": "0 1 2 3 4 5 6 7 8 9 ! ? ; : , . ~ ^ | % $ # @ ` \\ \" ' ( ) [ ] { }"}],
+        [{"role": "user", "content": "東京 🙂 é ü ß \u2028 \t\n" * 20, "name": "ana"}],
+        [{"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}],
+        [{"role": "user", "content": "x"}, {"role": "assistant", "content": None, "tool_calls": [call]},
+         {"role": "tool", "tool_call_id": "c1", "content": "1"}],
+    ]
+    tok = get_tokenizer("cl100k_base")
+    for messages in bodies:
+        for compact in (True, False):
+            raw = json.dumps({"model": "m", "messages": messages}, ensure_ascii=not compact,
+                             separators=(",", ":") if compact else None).encode()
+            parsed, skipped = readable_messages(messages)
+            assert not skipped
+            counted = tok.messages_tokens([m.chat for m in parsed])
+            # the least budget it is said to surely fit is never below what it counts
+            least = bisect.bisect_left(range(10 * len(raw)), True, key=lambda b: surely_fits(raw, len(messages), b))
+            assert 0 < counted <= least < 10 * len(raw), (messages, counted, least)
+    assert not surely_fits(b"{}", 0, 0)  # no room: never "surely"
 
 
 def test_a_compacting_request_reads_once_writes_once_and_the_reply_is_one_more_write(hashing_embedder):
@@ -133,10 +162,12 @@ def test_a_request_that_fits_reaches_the_model_while_memory_stores_it(serve, fak
     oai = openai.OpenAI(base_url=f"{live.url}/v1", api_key="sk-x", max_retries=0)
     short = [{"role": "user", "content": "Hello there."}]
     raw = oai.chat.completions.with_raw_response.create(model="m", messages=short, user="fits")
+    answered = time.monotonic()
+    assert raw.headers["x-rdmem-compacted"] == "false" and raw.headers["x-rdmem-tokens-before"]  # counted
+    mem = app.state.rdmem.pool.manager("default", "fits", budget=WINDOW - RESERVE)  # waits for the reply's store
+    assert [h["content"] for h in mem.history()] == ["Hello there.", "Fine."]  # stored, the reply after
     assert [e for e, _ in events] == ["model", "stored"]  # the model did not wait for the store...
-    assert raw.headers["x-rdmem-compacted"] == "false" and raw.headers["x-rdmem-tokens-before"]  # ...the answer did
-    mem = app.state.rdmem.pool.manager("default", "fits", budget=WINDOW - RESERVE)
-    assert [h["content"] for h in mem.history()] == ["Hello there.", "Fine."]
+    assert answered < dict(events)["stored"]  # ...nor did the answer
 
     events.clear()  # a request that must be compacted waits for memory: what the model gets depends on it
     raw = oai.chat.completions.with_raw_response.create(model="m", messages=_history(80), user="long")
@@ -178,3 +209,67 @@ def test_the_managers_of_one_session_read_it_once_whatever_the_requests_budgets(
     # a write through one is seen by the others at once
     managers[1].add(role="user", content="One more thing: the castle.")
     assert {len(m) for m in managers} == {len(history)}
+
+
+@pytest.mark.slow  # starts a server
+def test_the_answer_does_not_wait_for_its_reply_to_be_stored_but_the_sessions_readers_do(serve, fake_openai,
+                                                                                        hashing_embedder, monkeypatch):
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+    from concurrent.futures import TimeoutError as Late
+
+    import httpx
+
+    from rdmem.server import _proxy_memory
+
+    storing, release = threading.Event(), threading.Event()
+    store = _proxy_memory.store_untrimmed
+
+    def held(*args, **kwargs):  # the reply's write, held until the test lets it go
+        storing.set()
+        release.wait(60)
+        return store(*args, **kwargs)
+
+    monkeypatch.setattr(_proxy_memory, "store_untrimmed", held)
+    fake_openai.text = "Fine."
+    app = create_app(ServerSettings(upstream=fake_openai.url, memory_timeout=60), store=MemoryStore(),
+                     embedder=hashing_embedder)
+    live = serve(app)
+    oai = openai.OpenAI(base_url=f"{live.url}/v1", api_key="sk-x", max_retries=0)
+    answer = oai.chat.completions.create(model="m", messages=[{"role": "user", "content": "Hello there."}],
+                                         user="later")
+    assert answer.choices[0].message.content == "Fine."  # the client has its answer...
+    assert storing.wait(30) and not release.is_set()  # ...while the reply's write is still held back
+    with httpx.Client(base_url=live.url, timeout=60) as http, ThreadPoolExecutor(1) as pool:
+        page = pool.submit(http.get, "/v1/sessions/later/messages")
+        with pytest.raises(Late):  # the session's reader waits for the reply...
+            page.result(timeout=0.5)
+        release.set()
+        messages = page.result(timeout=60).json()["messages"]
+    assert [m["content"] for m in messages] == ["Hello there.", "Fine."]  # ...and finds it
+
+
+@pytest.mark.slow  # starts a server
+def test_a_request_answered_before_its_store_failed_says_so_in_one_log_line(serve, fake_openai, hashing_embedder,
+                                                                           monkeypatch, caplog):
+    import logging
+
+    from rdmem.errors import StoreError
+    from rdmem.server import _proxy_memory
+
+    def broken(*args, **kwargs):
+        raise StoreError("the disk is full")
+
+    monkeypatch.setattr(_proxy_memory, "take_turn", broken)
+    fake_openai.text = "Fine."
+    live = serve(create_app(ServerSettings(upstream=fake_openai.url, memory_timeout=30), store=MemoryStore(),
+                            embedder=hashing_embedder))
+    oai = openai.OpenAI(base_url=f"{live.url}/v1", api_key="sk-x", max_retries=0)
+    with caplog.at_level(logging.WARNING, logger="rdmem.server"):
+        raw = oai.chat.completions.with_raw_response.create(model="m", messages=[{"role": "user", "content": "Hi."}],
+                                                            user="full")
+        assert raw.parse().choices[0].message.content == "Fine." and raw.headers["x-rdmem-compacted"] == "false"
+        mem = live.app.state.rdmem.pool.manager("default", "full")  # waits for the reply, stored after the failure
+        assert [h["content"] for h in mem.history()] == ["Fine."]  # the question comes again with the next request
+    lines = [r.getMessage() for r in caplog.records if "could not store the request" in r.getMessage()]
+    assert len(lines) == 1 and "the disk is full" in lines[0] and "\n" not in lines[0]

@@ -68,6 +68,16 @@ def session_of(headers: Mapping[str, str], body: Mapping[str, Any], tenant: str,
     return f"chat-{digest[:16]}", True
 
 
+def surely_fits(raw: bytes, messages: int, budget: int) -> bool:
+    """Whether a request body of ``raw`` bytes holding ``messages`` messages fits ``budget`` tokens, known
+    without reading them: a token of the managers' tokenizer (cl100k, byte-level BPE) is at least one byte of
+    UTF-8, what a message costs is at most twice its bytes in the body (tool-call arguments sent as JSON
+    objects are counted re-serialised, with spaces) plus the per-message overhead. Such a request can go to
+    the model at once, while memory reads and stores it; any other is counted exactly (:func:`prepare`)."""
+    overhead = get_tokenizer("cl100k_base").message_overhead
+    return budget > 0 and 2 * len(raw) + messages * (overhead + 2) <= budget
+
+
 def readable_messages(messages: list[Any]) -> tuple[list[Message], list[str]]:
     """The messages rdmem can keep, and why each other one was skipped (``message i: ...``).
 
@@ -88,7 +98,7 @@ def readable_messages(messages: list[Any]) -> tuple[list[Message], list[str]]:
 
 
 def prepare(state: Any, tenant: str | None, session: str | None, derived: bool, body: dict[str, Any],
-            budget: int, *, fits: Callable[[], object] | None = None) -> Prepared:
+            budget: int, *, fits: Callable[[Prepared], object] | None = None) -> Prepared:
     """Store what is new and compact if needed, in one pass (:func:`rdmem._turn.take_turn`): one read of the
     session, one write of what is new, the context from the same view; the working set is trimmed later,
     off the request path (the embedding worker calls ``maintain()`` once the new vectors have landed).
@@ -97,8 +107,8 @@ def prepare(state: Any, tenant: str | None, session: str | None, derived: bool, 
     time): they are not stored, they are matched by nothing, and a compacted request is them followed
     by the session's context within what they leave of the budget.
 
-    ``fits()`` is called as soon as the request is known to fit as sent (before anything is stored): the
-    caller may forward it then, while this stores what is new."""
+    ``fits(sent)`` is called as soon as the request is known to fit as sent, with what this returns then
+    (before anything is stored): the caller may forward it, and answer, while this stores what is new."""
     parsed, skipped = readable_messages(body["messages"])  # the one parse of the messages
     if skipped:
         log.warning("rdmem proxy: %d message(s) of session %r not stored: %s", len(skipped), session,
@@ -110,8 +120,10 @@ def prepare(state: Any, tenant: str | None, session: str | None, derived: bool, 
     tok = mem.tokenizer if mem is not None else get_tokenizer("cl100k_base")  # the managers' tokenizer
     before = tok.messages_tokens([m.chat for m in parsed])
     as_sent = budget <= 0 or before <= budget
-    if as_sent and fits is not None:
-        fits()
+    sent = Prepared(body["messages"], before, before, False, len(skipped),
+                    entry(before, before, False) if mem is not None else None) if as_sent else None
+    if sent is not None and fits is not None:
+        fits(sent)
     room = budget - tok.messages_tokens(head)
     query = next((content_text(m.chat.get("content")) for m in reversed(conv) if m.chat["role"] == "user"), None)
     if mem is not None:
@@ -123,9 +135,8 @@ def prepare(state: Any, tenant: str | None, session: str | None, derived: bool, 
             state.pool.worker.wake()
             state.metrics.count("rdmem_messages_stored_total", len(turn.new))
         ctx = turn.context
-    if as_sent:
-        return Prepared(body["messages"], before, before, False, len(skipped),
-                        entry(before, before, False) if mem is not None else None)
+    if sent is not None:
+        return sent
     if room <= 0:
         raise InvalidInput(f"the system messages alone take {budget - room} of the {budget} tokens of the window")
     if mem is None:  # no identity: this request's own messages, nothing read or stored
@@ -151,7 +162,7 @@ def store_reply(state: Any, tenant: str, session: str, budget: int, saving: dict
     if reply is None and saving is None:
         return
     try:
-        mem = state.pool.manager(tenant, session, budget=max(budget, 1))
+        mem = state.pool.manager(tenant, session, budget=max(budget, 1), settled=False)  # it is the reply waited for
         new = [parse_message(chat_fields(reply), json_extras=True)] if reply is not None else []
         store_untrimmed(mem, new, charge=_charge(state, tenant, mem), log=saving)
         if new:

@@ -7,8 +7,8 @@ stored, unless ``--derive-sessions``), store the messages it has not seen yet
 than the model's window less the reply's reserve, replace its messages by the
 session's compacted context (rd, the last user message as the query, the
 archive brought back by it). A request that fits as sent goes on as soon as
-that is known, while its new messages are stored (the answer waits for both,
-within the bound). Forward it with the client's own
+that is known (at once when its size says so), and is answered, while its new
+messages are stored. Forward it with the client's own
 ``Authorization`` (and an allow-list of the client's headers), relay the
 answer (streamed chunk by chunk when ``stream`` is true, as the upstream sent
 it), and store the assistant's reply after it has reached the client (with
@@ -38,7 +38,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 
 from ..errors import InvalidInput
 from ..limits import HasLimits, Limits, read_chat_body
-from ._proxy_memory import SESSION_HEADER, Prepared, prepare, session_of, store_reply
+from ._proxy_memory import SESSION_HEADER, Prepared, prepare, session_of, store_reply, surely_fits
 from ._replies import ReplyCollector
 from .auth import ProxyTenant
 from .errors import ApiError, error_body
@@ -71,7 +71,10 @@ def _upstream_failure(exc: Exception, headers: dict[str, str] | None = None) -> 
                         status_code=502, headers=headers)
 
 
-_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+# A high surrogate's escape not followed by a low one's, or a low one's not preceded by a high one's (an
+# escaped backslash before "u" may match too: the walk then finds nothing, never the reverse).
+_LONE_SURROGATE_ESCAPE = re.compile(rb"\\u[dD](?:[89abAB][0-9a-fA-F]{2}(?!\\u[dD][c-fC-F])|[c-fC-F][0-9a-fA-F]{2}"
+                                    rb"(?<!\\u[dD][89abAB][0-9a-fA-F]{2}\\u[dD][c-fC-F][0-9a-fA-F]{2}))")
 
 
 def _lone_surrogate(value: Any, path: str = "") -> str | None:
@@ -99,8 +102,9 @@ def read_request(raw: bytes, limits: HasLimits | None = None) -> dict[str, Any]:
         body = read_chat_body(raw, limits or Limits())
     except InvalidInput as exc:
         raise ApiError(400, str(exc), code="invalid_request") from None
-    # The body was decoded strictly: only a JSON escape of a surrogate (\uD800-\uDFFF) can make one.
-    bad = _lone_surrogate(body) if _SURROGATE_ESCAPE.search(raw) else None
+    # The body was decoded strictly: only a JSON escape of a surrogate (\uD800-\uDFFF) that is not half of a
+    # pair (an emoji is a pair) can make one; the body is walked for its path only then.
+    bad = _lone_surrogate(body) if _LONE_SURROGATE_ESCAPE.search(raw) else None
     if bad is not None:
         raise ApiError(400, f"{bad} is not valid Unicode (a lone surrogate)", code="invalid_request")
     return body
@@ -120,57 +124,49 @@ def _budget(state: Any, body: dict[str, Any], headers: dict[str, str]) -> int:
     return budget
 
 
-async def _bounded(state: Any, fn: Any, *args: Any, after: asyncio.Future[Any] | None = None) -> Any:
-    """``fn(*args)`` in a worker thread (once ``after`` is done), waited on for ``memory_timeout`` at most in
-    all (the work goes on in its thread)."""
-    async def run() -> Any:
-        if after is not None:
-            await asyncio.shield(after)
-        return await asyncio.shield(asyncio.get_running_loop().run_in_executor(None, fn, *args))
-
-    try:
-        return await asyncio.wait_for(run(), state.settings.memory_timeout)
-    except asyncio.TimeoutError:
-        raise TimeoutError(f"memory did not answer within {state.settings.memory_timeout} s") from None
-
-
-#: Reply stores under way, by (server, tenant, session): the session's next request waits for its reply to be stored
-#: (within its bound), so that a reply is never stored twice (once by the store, once as a resent message).
-_pending: dict[tuple[int, str, str], asyncio.Future[Any]] = {}
-
-
 #: Where a reply goes: (tenant, session, budget, the request's record for the session's log or None).
 _Where = tuple[str, str, int, "dict[str, Any] | None"]
 
 
-def _store_later(state: Any, where: _Where, message: dict[str, Any] | None) -> None:
-    """Store the reply in a worker thread, off the relay: the client's stream never waits on the store."""
-    key = (id(state), where[0], where[1])
-    job = asyncio.get_running_loop().run_in_executor(None, store_reply, state, *where, message)
-    _pending[key] = job
-    job.add_done_callback(lambda done: _pending.pop(key, None) if _pending.get(key) is done else None)
+def _store_later(state: Any, where: _Where, message: dict[str, Any] | None,
+                 after: asyncio.Future[Any] | None = None) -> None:
+    """Store the reply in a worker thread, off the relay (once ``after``, the request's own memory work, is
+    done): the client's answer never waits on the store. Until it is stored, whoever next reads or writes the
+    session in this process (the session's next request, the REST API) waits for it, within the bound
+    (:meth:`SessionPool.reply_begins`): a reply is never stored twice (once here, once as a resent message),
+    and the answer's reader finds it."""
+    tenant, session = where[0], where[1]
+    done = state.pool.reply_begins(tenant, session)
+    loop = asyncio.get_running_loop()
+
+    def job() -> None:
+        try:
+            store_reply(state, *where, message)
+        finally:
+            state.pool.reply_done(tenant, session, done)
+
+    if after is None or after.done():
+        loop.run_in_executor(None, job)
+    else:
+        after.add_done_callback(lambda _: loop.run_in_executor(None, job))
 
 
 class _Memory:
     """The request's memory work in a worker thread, bounded by ``memory_timeout`` in all: :meth:`fits` says
-    as soon as the request fits the window as sent (it may then go to the model while memory stores what is
-    new), :meth:`result` waits for the whole (:func:`prepare`)."""
+    as soon as the request fits the window as sent (it may then go to the model, and be answered, while
+    memory stores what is new: :meth:`counted`), :meth:`result` waits for the whole (:func:`prepare`)."""
 
-    def __init__(self, state: Any, args: tuple[Any, ...], after: asyncio.Future[Any] | None) -> None:
+    def __init__(self, state: Any, args: tuple[Any, ...]) -> None:
         loop = asyncio.get_running_loop()
         self._loop, self._timeout = loop, state.settings.memory_timeout
         self._deadline = loop.time() + self._timeout
-        self._fits: asyncio.Future[bool] = loop.create_future()
+        self._fits: asyncio.Future[Prepared] = loop.create_future()
 
-        def fits() -> None:  # in the worker thread
-            loop.call_soon_threadsafe(lambda: None if self._fits.done() else self._fits.set_result(True))
+        def fits(sent: Prepared) -> None:  # in the worker thread
+            loop.call_soon_threadsafe(lambda: None if self._fits.done() else self._fits.set_result(sent))
 
-        async def run() -> Prepared:
-            if after is not None:  # the session's previous reply, stored off the relay
-                await asyncio.shield(after)
-            return await asyncio.shield(loop.run_in_executor(None, functools.partial(prepare, *args, fits=fits)))
-
-        self.job: asyncio.Future[Prepared] = asyncio.ensure_future(run())
+        # the session's previous reply, stored off the relay, is waited for in there (SessionPool.manager)
+        self.job: asyncio.Future[Prepared] = loop.run_in_executor(None, functools.partial(prepare, *args, fits=fits))
 
     async def fits(self) -> bool:
         """``True`` once the request is known to fit as sent and the work goes on; ``False`` when it is done
@@ -178,6 +174,23 @@ class _Memory:
         either: set[asyncio.Future[Any]] = {self._fits, self.job}
         await asyncio.wait(either, timeout=self._left(), return_when=asyncio.FIRST_COMPLETED)
         return not self.job.done() and self._fits.done()
+
+    async def counted(self) -> Prepared:
+        """What a request that fits as sent goes on as (its tokens, its record), once counted; what it adds
+        to the session may still be being stored (:attr:`job`)."""
+        await asyncio.wait({self._fits, self.job}, timeout=self._left(), return_when=asyncio.FIRST_COMPLETED)
+        if not self._fits.done():
+            return await self.result()
+        self.job.add_done_callback(self._stored)
+        return self._fits.result()
+
+    def _stored(self, job: asyncio.Future[Prepared]) -> None:
+        """The store of a request answered without waiting for it: a failure is one line in the log (the client
+        resends what was not stored with its next request)."""
+        exc = None if job.cancelled() else job.exception()
+        if exc is not None:
+            log.warning("rdmem proxy: could not store the request's new messages (%s: %s); they are stored when "
+                        "the client sends them again", type(exc).__name__, exc)
 
     async def result(self) -> Prepared:
         try:
@@ -221,9 +234,10 @@ async def chat_completions(request: Request, tenant: ProxyTenant) -> Response:
     try:
         if tenant is None:
             raise RuntimeError("the rdmem key could not be checked")
-        memory = _Memory(state, (state, tenant, session, derived, body, budget),
-                         _pending.get((id(state), tenant, session or "")))
-        if not await memory.fits():  # compacted (or late): the model waits for it, within the bound
+        memory = _Memory(state, (state, tenant, session, derived, body, budget))
+        # fits as sent (surely, by its size; or once counted): the model is called while memory works
+        if not (surely_fits(raw, len(body["messages"]), budget) or await memory.fits()):
+            # compacted (or late): the model waits for it, within the bound
             done = await memory.result()
             forward, saving, memory = {**body, "messages": done.messages}, _applied(done, headers), None
     except Exception as exc:  # fail open: the model gets the request as the client sent it
@@ -237,45 +251,44 @@ async def chat_completions(request: Request, tenant: ProxyTenant) -> Response:
                                                         headers=_forward_headers(request)), stream=True)
     else:
         call = state.http.post("/chat/completions", **payload, headers=_forward_headers(request))
-    upstream = asyncio.ensure_future(call)  # on its way; memory finishes meanwhile (the request fits as sent)
+    upstream = asyncio.ensure_future(call)  # on its way; memory counts and stores meanwhile (it fits as sent)
+    after = None  # the request's memory work still under way: its reply is stored after it
     if memory is not None:
         try:
-            saving = _applied(await memory.result(), headers)
+            saving, after = _applied(await memory.counted(), headers), memory.job
         except Exception as exc:
             _failed_open(state, session, exc, headers)
     where: _Where | None = (tenant, session, budget, saving) if tenant is not None and session else None
     try:
         resp = await upstream
     except Exception as exc:
-        _record_only(state, where)
+        _record_only(state, where, after)
         return _upstream_failure(exc, headers)
     if stream:
-        return await _stream(state, resp, headers, where)
+        return await _stream(state, resp, headers, where, after)
     if where is not None and resp.is_success:
         try:
             reply = resp.json()["choices"][0]["message"]
         except (ValueError, KeyError, IndexError, TypeError):
             reply = None
-        try:  # waited on within the bound (one write), so that the answer's reader finds it; else stored later
-            await _bounded(state, store_reply, state, *where, reply)
-        except TimeoutError:
-            log.warning("rdmem proxy: the reply of session %r is still being stored", session)
+        _store_later(state, where, reply, after)
     elif where is not None:
-        _record_only(state, where)
+        _record_only(state, where, after)
     passed = {k: v for k, v in resp.headers.items() if k.lower() in ("content-type", "x-request-id", "openai-processing-ms")}
     return Response(resp.content, status_code=resp.status_code, headers={**passed, **headers})
 
 
-def _record_only(state: Any, where: _Where | None) -> None:
+def _record_only(state: Any, where: _Where | None, after: asyncio.Future[Any] | None) -> None:
     """No reply to store: the request's record alone, off the relay."""
     if where is not None and where[3] is not None:
-        _store_later(state, where, None)
+        _store_later(state, where, None, after)
 
 
-async def _stream(state: Any, resp: Any, headers: dict[str, str], where: _Where | None) -> Response:
+async def _stream(state: Any, resp: Any, headers: dict[str, str], where: _Where | None,
+                  after: asyncio.Future[Any] | None) -> Response:
     """Relay the upstream's server-sent events chunk by chunk, as sent; store the reply once it is complete."""
     if not resp.is_success:
-        _record_only(state, where)
+        _record_only(state, where, after)
         content = await resp.aread()
         await resp.aclose()
         return Response(content, status_code=resp.status_code,
@@ -290,12 +303,12 @@ async def _stream(state: Any, resp: Any, headers: dict[str, str], where: _Where 
                     collector = _collect(collector, chunk, where)
                     if collector is not None and collector.done:
                         assert where is not None
-                        _store_later(state, where, collector.message())
+                        _store_later(state, where, collector.message(), after)
                         collector, stored = None, True
                 yield chunk
         finally:  # also when the client went away: the upstream is closed with it
             if not stored:
-                _record_only(state, where)
+                _record_only(state, where, after)
             await resp.aclose()
 
     return StreamingResponse(relay(), status_code=resp.status_code,

@@ -21,6 +21,7 @@ leased claims.
 from __future__ import annotations
 
 import threading
+import time
 from collections import OrderedDict
 from typing import Annotated, Any
 
@@ -78,6 +79,7 @@ class SessionPool:
             CachedEmbedder(BatchingEmbedder(MiniLMEmbedder()))
         self._managers: OrderedDict[tuple[str, str, int], MemoryManager] = OrderedDict()
         self._lock = threading.Lock()
+        self._replies: dict[str, list[threading.Event]] = {}  # store session -> replies being stored after their answer
         self.worker = EmbeddingWorker(store, self.embedder, on_landed=self._landed)
 
     def start(self) -> None:
@@ -95,8 +97,16 @@ class SessionPool:
         for mem in managers:
             mem.maintain()
 
-    def manager(self, tenant: str, session: str, *, policy: str | None = None, budget: int | None = None) -> MemoryManager:
+    def manager(self, tenant: str, session: str, *, policy: str | None = None, budget: int | None = None,
+                settled: bool = True) -> MemoryManager:
+        """The pooled manager of ``tenant``'s ``session`` for ``policy`` and ``budget`` (the server's by default).
+
+        ``settled``: first wait (``memory_timeout`` at most) for the session's replies that the proxy is
+        storing after their answer (:meth:`reply_begins`), so that whoever reads the session after an answer
+        finds its reply; the job storing a reply passes ``False``."""
         name = store_session(tenant, session)
+        if settled:
+            self._settle(name)
         policy = policy or self.settings.policy
         budget = budget or self.settings.budget
         if budget > self.settings.max_budget:
@@ -115,6 +125,33 @@ class SessionPool:
             while len(self._managers) > self.settings.pool_size:
                 self._managers.popitem(last=False)  # the store stays open: it is shared
             return mem
+
+    # -- replies stored after their answer ---------------------------------------------------------
+    def reply_begins(self, tenant: str, session: str) -> threading.Event:
+        """A reply of the session will be stored off the request path: until the returned event is passed to
+        :meth:`reply_done`, :meth:`manager` makes the session's readers and writers wait for it (bounded)."""
+        name, done = store_session(tenant, session), threading.Event()
+        with self._lock:
+            self._replies.setdefault(name, []).append(done)
+        return done
+
+    def reply_done(self, tenant: str, session: str, done: threading.Event) -> None:
+        name = store_session(tenant, session)
+        done.set()
+        with self._lock:
+            pending = self._replies.get(name, [])
+            if done in pending:
+                pending.remove(done)
+            if not pending:
+                self._replies.pop(name, None)
+
+    def _settle(self, name: str) -> None:
+        with self._lock:
+            pending = list(self._replies.get(name, ()))
+        if pending:
+            deadline = time.monotonic() + self.settings.memory_timeout
+            for done in pending:
+                done.wait(max(0.0, deadline - time.monotonic()))
 
     def extend(self, tenant: str, session: str, messages: list[dict[str, Any]], *,
                budget: int | None = None) -> list[str]:
