@@ -54,8 +54,8 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 sys.path.insert(0, str(ROOT))
 
 from store_bench import (  # noqa: E402
-    LOCOMO, newest_turns, LookupEmbedder, bench_query, bulk_units, embed_cached, fill, locomo_questions, locomo_turns, machine,
-    pct, text_pool,
+    LOCOMO, LookupEmbedder, bench_query, bulk_units, embed_cached, fill, locomo_pool, locomo_questions, machine,
+    newest_turns, pct,
 )
 
 BUDGET = 4000
@@ -204,11 +204,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     sys.path.insert(0, str(ROOT / "src"))
     print(f"machine: {machine()}", flush=True)
-    sessions = locomo_turns(LOCOMO)
-    turns = [t for s in sessions for t in s]
-    pool = text_pool(sessions)
+    turns, pool, vectors = locomo_pool()
     questions = locomo_questions(LOCOMO)[: args.queries + 1]
-    vectors = embed_cached(pool, "locomo-pool")
     qvectors = embed_cached(questions, "locomo-questions")
     embedder = LookupEmbedder(pool + questions, np.concatenate([vectors, qvectors]))
     working = newest_turns(turns, BUDGET)

@@ -33,7 +33,7 @@ sys.path.insert(0, str(ROOT))
 from scale import SESSION  # noqa: E402
 from serve_bench import Serve  # noqa: E402
 from store_bench import (  # noqa: E402
-    LOCOMO, bulk_units, embed_cached, fill, locomo_turns, machine, newest_turns, text_pool,
+    bulk_units, fill, locomo_pool, machine, newest_turns,
 )
 
 MAX_TOKENS = (500, 1000, 2000, 4000)
@@ -93,10 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     from rdmem.store import open_store
 
     print(f"machine: {machine()}", flush=True)
-    sessions = locomo_turns(LOCOMO)
-    turns = [t for s in sessions for t in s]
-    pool = text_pool(sessions)
-    vectors = embed_cached(pool, "locomo-pool")
+    turns, pool, vectors = locomo_pool()
     work = Path(tempfile.mkdtemp(prefix="rdmem-shared-view-"))
     db = work / "filled.db"
     store = open_store(f"sqlite:///{db}")

@@ -81,6 +81,14 @@ def text_pool(sessions: Sequence[Sequence[str]]) -> list[str]:
     return list(dict.fromkeys(pool))
 
 
+def locomo_pool() -> tuple[list[str], list[str], np.ndarray]:
+    """LoCoMo's turns in order, the distinct texts a bulk session is drawn from (:func:`text_pool`), and
+    their MiniLM vectors (:func:`embed_cached`)."""
+    sessions = locomo_turns(LOCOMO)
+    pool = text_pool(sessions)
+    return [t for s in sessions for t in s], pool, embed_cached(pool, "locomo-pool")
+
+
 def embed_cached(texts: Sequence[str], name: str) -> np.ndarray:
     """MiniLM vectors of ``texts``, computed once and kept in ``.rdmem-cache/bench/``."""
     key = hashlib.blake2b("\n".join(texts).encode(), digest_size=8).hexdigest()

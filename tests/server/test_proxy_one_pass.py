@@ -40,6 +40,12 @@ class CountingStore(MemoryStore):
     del _name, _count
 
 
+def _state(store, embedder) -> ServerState:
+    """What the proxy's requests share, over ``store``, without a server (and without an embedding worker)."""
+    settings = ServerSettings(upstream="http://127.0.0.1:9", context_window=WINDOW, reply_reserve=RESERVE)
+    return ServerState(settings, store, SessionPool(store, settings, embedder), Metrics(), KeyStore(store))
+
+
 def _history(n: int) -> list[dict]:
     return [{"role": "system", "content": "You are a travel assistant."}, *conversation(n)]
 
@@ -75,9 +81,7 @@ def test_a_request_that_surely_fits_by_its_size_fits_when_counted():
 
 def test_a_compacting_request_reads_once_writes_once_and_the_reply_is_one_more_write(hashing_embedder):
     store = CountingStore()
-    settings = ServerSettings(upstream="http://127.0.0.1:9", context_window=WINDOW, reply_reserve=RESERVE)
-    state = ServerState(settings, store, SessionPool(store, settings, hashing_embedder), Metrics(),
-                        KeyStore(store))  # no worker
+    state = _state(store, hashing_embedder)
     history = _history(60)
     budget = WINDOW - RESERVE
     done = prepare(state, "default", "trip", False, {"messages": history}, budget)  # opens the session
@@ -189,9 +193,7 @@ class OpeningStore(MemoryStore):
 
 def test_the_managers_of_one_session_read_it_once_whatever_the_requests_budgets(hashing_embedder):
     store = OpeningStore()
-    settings = ServerSettings(upstream="http://127.0.0.1:9", context_window=WINDOW, reply_reserve=RESERVE)
-    state = ServerState(settings, store, SessionPool(store, settings, hashing_embedder), Metrics(),
-                        KeyStore(store))  # no worker
+    state = _state(store, hashing_embedder)
     history = _history(60)
     prepare(state, "default", "trip", False, {"messages": history}, WINDOW - RESERVE)  # stores it
     state.pool._managers.clear()  # a new process: nothing pooled yet
