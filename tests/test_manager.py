@@ -277,3 +277,32 @@ def test_a_password_in_an_unknown_store_url_is_not_repeated():
     with pytest.raises(rdmem.InvalidInput) as info:
         MemoryManager(budget=100, store="mysql://bob:s3cr3t@db/x")
     assert "s3cr3t" not in str(info.value) and "mysql://bob:***@db/x" in str(info.value)
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_opening_a_session_leaves_the_garbage_collector_as_it_found_it(hashing_embedder, enabled):
+    import gc
+
+    from rdmem import _session
+    from rdmem.store import MemoryStore
+
+    store = MemoryStore()
+    MemoryManager(budget=400, store=store, session="s", embedder=hashing_embedder).extend(
+        [{"role": "user", "content": f"message {i}"} for i in range(50)])
+    paused = []
+    sync = _session.SessionView.apply
+
+    def watched(view, changes):
+        paused.append(gc.isenabled())
+        return sync(view, changes)
+
+    was = gc.isenabled()
+    (gc.enable if enabled else gc.disable)()
+    try:
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(_session.SessionView, "apply", watched)
+            assert len(MemoryManager(budget=400, store=store, session="s", embedder=hashing_embedder)) == 50
+        assert paused == [False]  # the whole session was read with the collector paused...
+        assert gc.isenabled() is enabled  # ...and left as it was
+    finally:
+        (gc.enable if was else gc.disable)()

@@ -147,7 +147,8 @@ class Features:
 
 def tokenize_words(text: str) -> list[str]:
     """Lower-cased word tokens (Latin words, numbers, single CJK characters)."""
-    return [w.lower() for w in _WORD.findall(text)]
+    words = _WORD.findall(text)  # no word holds a space: lower-cased in one call, then split again
+    return " ".join(words).lower().split(" ") if words else []
 
 
 def stem(word: str) -> str:
