@@ -39,7 +39,8 @@ MESSAGES = [
 
 
 def _kept(room_value: float | None) -> list[str]:
-    policy = RDPolicy(value=Fixed((0.5, 0.2, 0.2)), duplicates=None, recency_decay=0.0, room_value=room_value)
+    policy = RDPolicy(value=Fixed((0.5, 0.2, 0.2)), duplicates=None, recency_decay=0.0, room_value=room_value,
+                      coherence=0.0)
     return compact(MESSAGES, budget=50, policy=policy, tokenizer=lambda s: len(s.split()), message_overhead=0,
                    markers=False).kept_ids
 
