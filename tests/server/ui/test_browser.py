@@ -77,12 +77,14 @@ def test_the_early_directive_shows_as_kept_at_2000_tokens_with_its_directive_sco
 def test_changing_the_budget_redraws_the_states_and_writes_nothing(acme, site):
     with api(site) as http:
         before = http.get(f"/v1/sessions/{SESSION}").json()
-    acme.goto(f"/ui/session?name={SESSION}&budget={BUDGET}")
+    last = (before["units"] - 1) // 100 * 100  # the newest messages' page: where a budget shows most
+    acme.goto(f"/ui/session?name={SESSION}&budget={BUDGET}&offset={last}")
     at_2000 = states(acme)
     budget = acme.get_by_label("Budget (tokens)")
     budget.fill("300")
     budget.press("Tab")  # a change: the page redraws itself (the Show button does the same without a script)
     acme.wait_for_url("**budget=300**")
+    assert f"offset={last}" in acme.url and states(acme).keys() == at_2000.keys()  # the same messages
     at_300 = states(acme)
     changed = [i for i in at_2000 if at_300.get(i) != at_2000[i]]
     assert changed, "a budget of 300 tokens should drop some of what 2,000 kept"
