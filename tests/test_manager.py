@@ -290,7 +290,7 @@ def test_opening_a_session_leaves_the_garbage_collector_as_it_found_it(hashing_e
     MemoryManager(budget=400, store=store, session="s", embedder=hashing_embedder).extend(
         [{"role": "user", "content": f"message {i}"} for i in range(50)])
     paused = []
-    sync = _session.SessionView.apply
+    sync = _session.SessionView._apply_units
 
     def watched(view, changes):
         paused.append(gc.isenabled())
@@ -300,9 +300,12 @@ def test_opening_a_session_leaves_the_garbage_collector_as_it_found_it(hashing_e
     (gc.enable if enabled else gc.disable)()
     try:
         with pytest.MonkeyPatch.context() as mp:
-            mp.setattr(_session.SessionView, "apply", watched)
+            mp.setattr(_session.SessionView, "_apply_units", watched)
             assert len(MemoryManager(budget=400, store=store, session="s", embedder=hashing_embedder)) == 50
-        assert paused == [False]  # the whole session was read with the collector paused...
+            assert paused == [enabled]  # a small session: read as it comes (the collector as it was)
+            mp.setattr(_session, "_BULK_READ", 50)  # as large as a session paused for
+            assert len(MemoryManager(budget=400, store=store, session="s", embedder=hashing_embedder)) == 50
+        assert paused == [enabled, False]  # the whole session was read with the collector paused...
         assert gc.isenabled() is enabled  # ...and left as it was
     finally:
         (gc.enable if was else gc.disable)()

@@ -232,7 +232,8 @@ def test_deeply_nested_json_is_a_400(open_proxy):
     assert got.status_code == 400 and "nested too deeply" in got.json()["error"]["message"]
 
 
-@pytest.mark.parametrize("text", [b"a \\ud800 b", b"\\udc00", b"\\ud83d\\ude42\\ude42", b"\\uD83D \\uDE42"])
+@pytest.mark.parametrize("text", [b"a \\ud800 b", b"\\udc00", b"\\ud83d\\ude42\\ude42", b"\\uD83D \\uDE42",
+                                  b"\\\\uD800\\uDC00"])  # the last: an escaped backslash, "uD800", a lone low half
 def test_a_lone_surrogate_is_a_400_naming_the_field(open_proxy, text):
     raw = b'{"model": "m", "messages": [{"role": "user", "content": "' + text + b'"}]}'
     got = httpx.post(f"{open_proxy.url}/v1/chat/completions", content=raw,

@@ -56,7 +56,7 @@ def test_a_request_that_surely_fits_by_its_size_fits_when_counted():
 
     from rdmem.tokens import get_tokenizer
 
-    call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": {"a": 1, "b": [1, 2, {"c": ""}]}}}
+    call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": '{"a": 1, "b": [1, 2, {"c": ""}]}'}}
     bodies = [
         [{"role": "user", "content": ""}],
         [{"role": "user", "content": "0 1 2 3 4 5 6 7 8 9 ! ? ; : , . ~ ^ | % $ # @ ` \\ \" ' ( ) [ ] { }"}],
@@ -74,9 +74,17 @@ def test_a_request_that_surely_fits_by_its_size_fits_when_counted():
             assert not skipped
             counted = tok.messages_tokens([m.chat for m in parsed])
             # the least budget it is said to surely fit is never below what it counts
-            least = bisect.bisect_left(range(10 * len(raw)), True, key=lambda b: surely_fits(raw, len(messages), b))
+            least = bisect.bisect_left(range(10 * len(raw)), True, key=lambda b: surely_fits(raw, messages, b))
             assert 0 < counted <= least < 10 * len(raw), (messages, counted, least)
-    assert not surely_fits(b"{}", 0, 0)  # no room: never "surely"
+    assert not surely_fits(b"{}", [], 0)  # no room: never "surely"
+    # Arguments sent as a JSON object are counted re-serialised, which can take more tokens than the body has
+    # bytes: such a request is always counted.
+    numbers = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": {"": [9e15] * 50}}}
+    messages = [{"role": "assistant", "content": None, "tool_calls": [numbers]}]
+    raw = json.dumps({"messages": messages}, separators=(",", ":")).replace("9000000000000000.0", "9e15").encode()
+    parsed, _ = readable_messages(messages)
+    assert tok.messages_tokens([m.chat for m in parsed]) > len(raw)
+    assert not surely_fits(raw, messages, 10**9)
 
 
 def test_a_compacting_request_reads_once_writes_once_and_the_reply_is_one_more_write(hashing_embedder):
@@ -275,3 +283,41 @@ def test_a_request_answered_before_its_store_failed_says_so_in_one_log_line(serv
         assert [h["content"] for h in mem.history()] == ["Fine."]  # the question comes again with the next request
     lines = [r.getMessage() for r in caplog.records if "could not store the request" in r.getMessage()]
     assert len(lines) == 1 and "the disk is full" in lines[0] and "\n" not in lines[0]
+
+
+@pytest.mark.slow  # starts a server
+def test_a_late_memory_still_stores_the_request_before_its_reply_and_the_next_request_after_both(
+        serve, fake_openai, hashing_embedder, monkeypatch):
+    import time
+
+    from rdmem.server import _proxy_memory
+
+    read = _proxy_memory.readable_messages
+    slow = [1.0]
+
+    def late(messages):  # the first request's memory is late: it fails open, and goes on in its thread
+        if slow:
+            time.sleep(slow.pop())
+        return read(messages)
+
+    monkeypatch.setattr(_proxy_memory, "readable_messages", late)
+    live = serve(create_app(ServerSettings(upstream=fake_openai.url, memory_timeout=0.3), store=MemoryStore(),
+                            embedder=hashing_embedder))
+    oai = openai.OpenAI(base_url=f"{live.url}/v1", api_key="sk-x", max_retries=0)
+    history = []
+    for n in (1, 2):  # the second waits for the first's reply, itself after the late request: late too
+        history.append({"role": "user", "content": f"Question {n}?"})
+        fake_openai.text = f"Answer {n}."
+        raw = oai.chat.completions.with_raw_response.create(model="m", messages=history, user="late")
+        assert raw.headers["x-rdmem-compacted"] == "failed"  # forwarded unchanged, memory's work going on
+        history.append({"role": "assistant", "content": raw.parse().choices[0].message.content})
+    mem = live.app.state.rdmem.pool.manager("default", "late")
+
+    def stored() -> list[str]:
+        return [h["content"] for h in mem.history()]
+
+    deadline = time.monotonic() + 30
+    while len(stored()) < 4 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    # each message once, in order: the first reply after its late request, the second request after that reply
+    assert stored() == ["Question 1?", "Answer 1.", "Question 2?", "Answer 2."]

@@ -68,14 +68,20 @@ def session_of(headers: Mapping[str, str], body: Mapping[str, Any], tenant: str,
     return f"chat-{digest[:16]}", True
 
 
-def surely_fits(raw: bytes, messages: int, budget: int) -> bool:
-    """Whether a request body of ``raw`` bytes holding ``messages`` messages fits ``budget`` tokens, known
-    without reading them: a token of the managers' tokenizer (cl100k, byte-level BPE) is at least one byte of
-    UTF-8, what a message costs is at most twice its bytes in the body (tool-call arguments sent as JSON
-    objects are counted re-serialised, with spaces) plus the per-message overhead. Such a request can go to
-    the model at once, while memory reads and stores it; any other is counted exactly (:func:`prepare`)."""
-    overhead = get_tokenizer("cl100k_base").message_overhead
-    return budget > 0 and 2 * len(raw) + messages * (overhead + 2) <= budget
+def surely_fits(raw: bytes, messages: list[Any], budget: int) -> bool:
+    """Whether a request body of ``raw`` bytes holding ``messages`` fits ``budget`` tokens, known without
+    counting them: a token of the managers' tokenizer (cl100k, byte-level BPE) is at least one byte of UTF-8,
+    and every text a message is counted by (content, name, a tool call's name and arguments) is in the body,
+    escaped, so never longer than there; twice the body's bytes leaves room for the joins and the
+    per-message overhead. Such a request can go to the model at once, while memory reads and stores it. A
+    tool call whose arguments are a JSON object, not a string (they are counted re-serialised: ``9e15``
+    becomes ``9000000000000000.0``), is counted exactly, as is any request that does not surely fit
+    (:func:`prepare`)."""
+    if budget <= 0 or 2 * len(raw) + len(messages) * (get_tokenizer("cl100k_base").message_overhead + 2) > budget:
+        return False
+    return not any(isinstance(m, dict) and isinstance(m.get("tool_calls"), list) and any(
+        isinstance(c, dict) and isinstance(c.get("function"), dict) and "arguments" in c["function"]
+        and not isinstance(c["function"]["arguments"], str) for c in m["tool_calls"]) for m in messages)
 
 
 def readable_messages(messages: list[Any]) -> tuple[list[Message], list[str]]:
@@ -116,7 +122,8 @@ def prepare(state: Any, tenant: str | None, session: str | None, derived: bool, 
     lead = next((i for i, m in enumerate(parsed) if m.chat["role"] not in ("system", "developer")), len(parsed))
     head, conv = [m.chat for m in parsed[:lead]], parsed[lead:]
     named, ctx = tenant is not None and session is not None, None
-    mem = state.pool.manager(tenant, session, budget=max(budget, 1)) if named else None
+    # not settled here: the route starts this after the session's previous reply is stored (routes_proxy._pending)
+    mem = state.pool.manager(tenant, session, budget=max(budget, 1), settled=False) if named else None
     tok = mem.tokenizer if mem is not None else get_tokenizer("cl100k_base")  # the managers' tokenizer
     before = tok.messages_tokens([m.chat for m in parsed])
     as_sent = budget <= 0 or before <= budget

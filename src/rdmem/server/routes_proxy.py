@@ -71,10 +71,16 @@ def _upstream_failure(exc: Exception, headers: dict[str, str] | None = None) -> 
                         status_code=502, headers=headers)
 
 
-# A high surrogate's escape not followed by a low one's, or a low one's not preceded by a high one's (an
-# escaped backslash before "u" may match too: the walk then finds nothing, never the reverse).
-_LONE_SURROGATE_ESCAPE = re.compile(rb"\\u[dD](?:[89abAB][0-9a-fA-F]{2}(?!\\u[dD][c-fC-F])|[c-fC-F][0-9a-fA-F]{2}"
-                                    rb"(?<!\\u[dD][89abAB][0-9a-fA-F]{2}\\u[dD][c-fC-F][0-9a-fA-F]{2}))")
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+# JSON's escapes read left to right (so an escaped backslash is one escape, never the start of another): a pair
+# of surrogates (an emoji), a lone surrogate (group 1), or any other escape.
+_ESCAPE = re.compile(rb"\\(?:u[dD][89abAB][0-9a-fA-F]{2}\\u[dD][c-fC-F][0-9a-fA-F]{2}|(u[dD][89a-fA-F][0-9a-fA-F]{2})|.)",
+                     re.DOTALL)
+
+
+def _lone_surrogate_escape(raw: bytes) -> bool:
+    """Whether ``raw`` escapes a surrogate that is not half of a pair (the only way strict decoding lets one in)."""
+    return bool(_SURROGATE_ESCAPE.search(raw)) and any(m.group(1) for m in _ESCAPE.finditer(raw))
 
 
 def _lone_surrogate(value: Any, path: str = "") -> str | None:
@@ -104,7 +110,7 @@ def read_request(raw: bytes, limits: HasLimits | None = None) -> dict[str, Any]:
         raise ApiError(400, str(exc), code="invalid_request") from None
     # The body was decoded strictly: only a JSON escape of a surrogate (\uD800-\uDFFF) that is not half of a
     # pair (an emoji is a pair) can make one; the body is walked for its path only then.
-    bad = _lone_surrogate(body) if _LONE_SURROGATE_ESCAPE.search(raw) else None
+    bad = _lone_surrogate(body) if _lone_surrogate_escape(raw) else None
     if bad is not None:
         raise ApiError(400, f"{bad} is not valid Unicode (a lone surrogate)", code="invalid_request")
     return body
@@ -128,27 +134,33 @@ def _budget(state: Any, body: dict[str, Any], headers: dict[str, str]) -> int:
 _Where = tuple[str, str, int, "dict[str, Any] | None"]
 
 
+#: The reply stores under way, by (server, tenant, session): the session's next request starts its memory work
+#: only after the last one (a reply is never stored twice, once here and once as a resent message, nor after
+#: the next request's messages).
+_pending: dict[tuple[int, str, str], asyncio.Future[Any]] = {}
+
+
 def _store_later(state: Any, where: _Where, message: dict[str, Any] | None,
                  after: asyncio.Future[Any] | None = None) -> None:
-    """Store the reply in a worker thread, off the relay (once ``after``, the request's own memory work, is
-    done): the client's answer never waits on the store. Until it is stored, whoever next reads or writes the
-    session in this process (the session's next request, the REST API) waits for it, within the bound
-    (:meth:`SessionPool.reply_begins`): a reply is never stored twice (once here, once as a resent message),
-    and the answer's reader finds it."""
+    """Store the reply in a worker thread, off the relay, once ``after`` (the request's own memory work,
+    however it ended) is done: the client's answer never waits on the store. The session's next request waits
+    for it (:data:`_pending`); its other readers and writers in this process (REST, mem0, MCP) too, within
+    ``memory_timeout`` (:meth:`SessionPool.reply_begins`), so the answer's reader finds it."""
     tenant, session = where[0], where[1]
     done = state.pool.reply_begins(tenant, session)
     loop = asyncio.get_running_loop()
 
-    def job() -> None:
+    async def run() -> None:
         try:
-            store_reply(state, *where, message)
+            if after is not None:
+                await asyncio.wait({after})  # its outcome is the request's to report, not this store's
+            await loop.run_in_executor(None, store_reply, state, *where, message)
         finally:
             state.pool.reply_done(tenant, session, done)
 
-    if after is None or after.done():
-        loop.run_in_executor(None, job)
-    else:
-        after.add_done_callback(lambda _: loop.run_in_executor(None, job))
+    key = (id(state), tenant, session)
+    task = _pending[key] = asyncio.ensure_future(run())
+    task.add_done_callback(lambda t: _pending.pop(key, None) if _pending.get(key) is t else None)
 
 
 class _Memory:
@@ -156,7 +168,7 @@ class _Memory:
     as soon as the request fits the window as sent (it may then go to the model, and be answered, while
     memory stores what is new: :meth:`counted`), :meth:`result` waits for the whole (:func:`prepare`)."""
 
-    def __init__(self, state: Any, args: tuple[Any, ...]) -> None:
+    def __init__(self, state: Any, args: tuple[Any, ...], after: asyncio.Future[Any] | None) -> None:
         loop = asyncio.get_running_loop()
         self._loop, self._timeout = loop, state.settings.memory_timeout
         self._deadline = loop.time() + self._timeout
@@ -165,8 +177,12 @@ class _Memory:
         def fits(sent: Prepared) -> None:  # in the worker thread
             loop.call_soon_threadsafe(lambda: None if self._fits.done() else self._fits.set_result(sent))
 
-        # the session's previous reply, stored off the relay, is waited for in there (SessionPool.manager)
-        self.job: asyncio.Future[Prepared] = loop.run_in_executor(None, functools.partial(prepare, *args, fits=fits))
+        async def run() -> Prepared:
+            if after is not None:  # the session's previous reply, stored off the relay, goes first
+                await asyncio.wait({after})
+            return await loop.run_in_executor(None, functools.partial(prepare, *args, fits=fits))
+
+        self.job: asyncio.Future[Prepared] = asyncio.ensure_future(run())
 
     async def fits(self) -> bool:
         """``True`` once the request is known to fit as sent and the work goes on; ``False`` when it is done
@@ -231,12 +247,15 @@ async def chat_completions(request: Request, tenant: ProxyTenant) -> Response:
         headers[SESSION_HEADER] = session
     budget = _budget(state, body, headers)
     forward, saving, memory = body, None, None
+    job: asyncio.Future[Prepared] | None = None
     try:
         if tenant is None:
             raise RuntimeError("the rdmem key could not be checked")
-        memory = _Memory(state, (state, tenant, session, derived, body, budget))
+        memory = _Memory(state, (state, tenant, session, derived, body, budget),
+                         _pending.get((id(state), tenant, session or "")))
+        job = memory.job  # however memory ends for this request, its reply is stored after it
         # fits as sent (surely, by its size; or once counted): the model is called while memory works
-        if not (surely_fits(raw, len(body["messages"]), budget) or await memory.fits()):
+        if not (surely_fits(raw, body["messages"], budget) or await memory.fits()):
             # compacted (or late): the model waits for it, within the bound
             done = await memory.result()
             forward, saving, memory = {**body, "messages": done.messages}, _applied(done, headers), None
@@ -252,12 +271,12 @@ async def chat_completions(request: Request, tenant: ProxyTenant) -> Response:
     else:
         call = state.http.post("/chat/completions", **payload, headers=_forward_headers(request))
     upstream = asyncio.ensure_future(call)  # on its way; memory counts and stores meanwhile (it fits as sent)
-    after = None  # the request's memory work still under way: its reply is stored after it
     if memory is not None:
         try:
-            saving, after = _applied(await memory.counted(), headers), memory.job
+            saving = _applied(await memory.counted(), headers)
         except Exception as exc:
             _failed_open(state, session, exc, headers)
+    after = job  # the request's memory work, maybe still under way (late, or storing what is new)
     where: _Where | None = (tenant, session, budget, saving) if tenant is not None and session else None
     try:
         resp = await upstream
