@@ -202,3 +202,35 @@ def test_the_default_embedder_goes_to_worker_processes_as_a_recipe(tmp_path):
     made = pickle.loads(pickle.dumps(shipped))()
     assert isinstance(made, CachedEmbedder) and isinstance(made.inner, MiniLMEmbedder)
     assert str(made.cache_dir) == str(tmp_path / "embeddings")
+
+
+def test_two_evaluations_in_one_process_at_once_do_not_share_a_worker(locomo_path, hashing_embedder):
+    """The inspector computes a curve in a server thread while its caller may run its own: in-process runs
+    keep their state per thread (they shared one: each ran on whichever set it up last, and the first to end
+    dropped it under the other)."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    from rdmem.eval import _jobs
+
+    config = EvalConfig(budgets=(BUDGET,), policies=("window",), calibrate_embedding=False, n_bootstrap=50)
+    convs = load_locomo(locomo_path, categories=[1, 2, 3, 4])[:2]  # each run its own conversation
+
+    def rows(result):
+        return [(r.policy, r.budget, r.category, r.evidence_recall) for r in result.rows]
+
+    alone = [rows(run_eval([c], config, embedder=hashing_embedder)) for c in convs]
+    assert alone[0] != alone[1]
+    gate = threading.Barrier(2, timeout=30)
+    run_job = _jobs.run_job
+
+    def in_step(job):  # every job of one run waits for the other's: both are set up before either runs one
+        gate.wait()
+        return run_job(job)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr("rdmem.eval.runner.run_job", in_step)
+        with ThreadPoolExecutor(2) as pool:
+            runs = [pool.submit(run_eval, [c], config, embedder=hashing_embedder) for c in convs]
+            together = [rows(r.result(timeout=300)) for r in runs]
+    assert together == alone

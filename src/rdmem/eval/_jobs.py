@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import threading
 import time
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
@@ -72,16 +73,17 @@ class _Worker:
         return self.plans[ci] if self.plans is not None else LMPlan(frozenset(), ())
 
 
-_W: _Worker | None = None
+#: The worker state, per thread: a pool's process runs its jobs in the thread that initialised it, and two
+#: evaluations in one process (the inspector's curve in a server thread, a caller's own) must not share one.
+_LOCAL = threading.local()
 
 
 def init_worker(
     conversations: list[Conversation], config: EvalConfig, embedder: Any, plans: list[LMPlan] | None = None
 ) -> None:
-    global _W
     warnings.simplefilter("ignore", RuntimeWarning)
     emb = embedder() if isinstance(embedder, EmbedderFactory) else embedder
-    _W = _Worker(conversations, config, emb, get_tokenizer(config.tokenizer), plans)
+    _LOCAL.worker = _Worker(conversations, config, emb, get_tokenizer(config.tokenizer), plans)
 
 
 @contextlib.contextmanager
@@ -105,9 +107,10 @@ def one_thread_per_worker() -> Iterator[None]:
 
 
 def _worker() -> _Worker:
-    if _W is None:  # pragma: no cover - a bug, never user error
+    worker: _Worker | None = getattr(_LOCAL, "worker", None)
+    if worker is None:  # pragma: no cover - a bug, never user error
         raise RuntimeError("internal error: evaluation worker used before init_worker")
-    return _W
+    return worker
 
 
 @dataclass(frozen=True)
@@ -389,6 +392,5 @@ def _latest_oracle(
 
 
 def release_worker() -> None:
-    """Drop this process's worker state (it holds every conversation)."""
-    global _W
-    _W = None
+    """Drop this thread's worker state (it holds every conversation)."""
+    _LOCAL.worker = None
