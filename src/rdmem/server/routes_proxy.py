@@ -253,7 +253,7 @@ async def chat_completions(request: Request, tenant: ProxyTenant) -> Response:
             raise RuntimeError("the rdmem key could not be checked")
         memory = _Memory(state, (state, tenant, session, derived, body, budget),
                          _pending.get((id(state), tenant, session or "")))
-        job = memory.job  # however memory ends for this request, its reply is stored after it
+        job = memory.job  # however memory ends for this request (late, failed, storing), its reply goes after it
         # fits as sent (surely, by its size; or once counted): the model is called while memory works
         if not (surely_fits(raw, body["messages"], budget) or await memory.fits()):
             # compacted (or late): the model waits for it, within the bound
@@ -276,23 +276,22 @@ async def chat_completions(request: Request, tenant: ProxyTenant) -> Response:
             saving = _applied(await memory.counted(), headers)
         except Exception as exc:
             _failed_open(state, session, exc, headers)
-    after = job  # the request's memory work, maybe still under way (late, or storing what is new)
     where: _Where | None = (tenant, session, budget, saving) if tenant is not None and session else None
     try:
         resp = await upstream
     except Exception as exc:
-        _record_only(state, where, after)
+        _record_only(state, where, job)
         return _upstream_failure(exc, headers)
     if stream:
-        return await _stream(state, resp, headers, where, after)
+        return await _stream(state, resp, headers, where, job)
     if where is not None and resp.is_success:
         try:
             reply = resp.json()["choices"][0]["message"]
         except (ValueError, KeyError, IndexError, TypeError):
             reply = None
-        _store_later(state, where, reply, after)
+        _store_later(state, where, reply, job)
     elif where is not None:
-        _record_only(state, where, after)
+        _record_only(state, where, job)
     passed = {k: v for k, v in resp.headers.items() if k.lower() in ("content-type", "x-request-id", "openai-processing-ms")}
     return Response(resp.content, status_code=resp.status_code, headers={**passed, **headers})
 

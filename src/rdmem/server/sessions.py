@@ -103,7 +103,8 @@ class SessionPool:
 
         ``settled``: first wait (``memory_timeout`` at most) for the session's replies that the proxy is
         storing after their answer (:meth:`reply_begins`), so that whoever reads the session after an answer
-        finds its reply; the job storing a reply passes ``False``."""
+        finds its reply; the proxy passes ``False`` (it orders its requests and replies itself, and a reply's
+        store must not wait for itself)."""
         name = store_session(tenant, session)
         if settled:
             self._settle(name)
