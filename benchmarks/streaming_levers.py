@@ -16,13 +16,14 @@ compaction, and the path after it): ``--spread`` averages over the budgets
 Levers, for the tables in BENCHMARKS "Issue 25, item 2":
 
 - ``--no-markers``: ``MemoryManager(markers=False)`` (the marker-free ceiling);
+- ``--merged``: ``MemoryManager(markers="merged")`` (one marker for every omitted run);
 - ``--room X``: rd's ``room_value`` for working-set trimming, markers or not (default: the shipped rule);
 - ``--marker-text T``: a simulation of a cheaper marker, ``T`` with ``N`` for the count (e.g. ``"[…]"``,
   5 tokens with cl100k's overhead, against 9 for ``[N messages omitted]``); it is a measurement only
   (other parts of rdmem parse the shipped format).
 
     HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/streaming_levers.py [LOCOMO_JSON] --budgets 1000,2000,4000 \
-        [--spread] [--offline] [--no-markers] [--room X] [--marker-text T]
+        [--spread] [--offline] [--no-markers | --merged] [--room X] [--marker-text T]
 """
 
 from __future__ import annotations
@@ -54,13 +55,14 @@ def recalls(conv: Conversation, ids: list[str]) -> list[float]:
     return [sum(e in have for e in p.evidence) / len(p.evidence) for p in conv.probes if p.evidence]
 
 
-def run(convs: list[Conversation], budget: int, markers: bool, offline: bool, emb: object) -> dict[str, list[list[float]]]:
+def run(convs: list[Conversation], budget: int, markers: bool | str, offline: bool, emb: object,
+        low: float | None = None) -> dict[str, list[list[float]]]:
     """Per figure ("stream", and with ``offline`` "offline" / "offline+markers"), per conversation, the recalls."""
     out: dict[str, list[list[float]]] = {}
     cpu = 0.0
     for conv in convs:
         t0 = time.process_time()
-        mem = MemoryManager(budget=budget, policy="rd", embedder=emb, markers=markers)  # type: ignore[arg-type]
+        mem = MemoryManager(budget=budget, policy="rd", embedder=emb, markers=markers, low=low)  # type: ignore[arg-type]
         for m in conv.messages:
             mem.add(m)
         cpu += time.process_time() - t0
@@ -83,6 +85,8 @@ def main() -> None:
     ap.add_argument("--spread", action="store_true", help="average over 0.9-1.1 x each budget")
     ap.add_argument("--offline", action="store_true", help="also the offline references (whole conversation at once)")
     ap.add_argument("--no-markers", action="store_true")
+    ap.add_argument("--merged", action="store_true", help='markers="merged"')
+    ap.add_argument("--low", type=float, default=None, help="the manager's low watermark (default: rd's)")
     ap.add_argument("--room", type=float, default=None, help="rd's room_value for working-set trimming")
     ap.add_argument("--marker-text", default=None, help="simulate a cheaper marker (N: the count)")
     args = ap.parse_args()
@@ -108,7 +112,7 @@ def main() -> None:
         per: dict[str, list[tuple[float, float]]] = {}
         cpus = []
         for b in points:
-            res = run(convs, b, not args.no_markers, args.offline, emb)
+            res = run(convs, b, "merged" if args.merged else not args.no_markers, args.offline, emb, args.low)
             cpus.append(res.pop("_cpu")[0][0])
             for name, rows in res.items():
                 pooled = float(np.mean([x for r in rows for x in r]))

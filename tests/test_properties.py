@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 import rdmem
 from rdmem import compact
+from rdmem.reconstruct import marker_count
 from rdmem.tokens import get_tokenizer
 
 from ._checks import HashingEmbedder, check_compaction
@@ -74,6 +75,17 @@ def test_random_histories_keep_every_invariant(policy, messages, budget, query):
     assert messages == before
     check_compaction(result, messages, budget, TOKENIZER)
     assert result.to_dict() == again.to_dict()
+    assert sum(marker_count(m) is not None for m in result.messages) <= 1  # one merged marker (the default)
+
+
+@pytest.mark.parametrize("policy", ["rd", "window"])
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(messages=histories(), budget=st.integers(1, 1500), query=st.one_of(st.none(), text))
+def test_a_marker_per_omitted_run_keeps_every_invariant(policy, messages, budget, query):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        result = compact(messages, budget=budget, policy=policy, query=query or None, embedder=EMBEDDER, markers=True)
+    check_compaction(result, messages, budget, TOKENIZER)
 
 
 @pytest.mark.parametrize("policy", POLICY_NAMES)

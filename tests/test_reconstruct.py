@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from rdmem import is_valid_history, validate_history
-from rdmem.reconstruct import elision_marker, render, summary_message
+from rdmem import MemoryManager, compact, is_valid_history, validate_history
+from rdmem.errors import InvalidInput
+from rdmem.reconstruct import MARKER, check_markers, elision_marker, marker_count, render, summary_message
 from rdmem.tokens import get_tokenizer
 from rdmem.units import encode_units
 
@@ -39,6 +40,29 @@ def test_markers_stand_for_each_elided_run():
     ]
     assert elision_marker(1)["content"] == "[1 message omitted]"
     assert elision_marker(3)["content"] == "[3 messages omitted]"
+
+
+def test_a_merged_marker_stands_for_every_run_where_the_first_was():
+    units = units_of(HISTORY)
+    out = render(units, {0: None, 2: None, 5: None}, markers="merged", sources=(src := []))
+    assert out == [{"role": "system", "content": "sys"}, elision_marker(3, merged=True),
+                   {"role": "assistant", "content": "a1"}, {"role": "user", "content": "u4"}]
+    assert out[1]["content"] == "[3 messages omitted throughout]" and src == [0, None, 2, 5]
+    assert MARKER.match(out[1]["content"]).group(1) == "3" and marker_count(out[1]) == 3
+    # One run: the marker says where it is, as a marker per run does.
+    assert render(units, {0: None, 4: None, 5: None}, markers="merged") == render(units, {0: None, 4: None, 5: None})
+    assert render(units, {0: None, 1: None}, markers="merged")[-1] == elision_marker(4)
+
+
+@pytest.mark.parametrize("bad", ["yes", 1.0, None, "MERGED"])
+def test_markers_must_be_one_of_three(bad):
+    with pytest.raises(InvalidInput, match=r"markers must be True .*'merged' .* or False \(none\), got"):
+        check_markers(bad)
+    with pytest.raises(InvalidInput, match="markers must be"):
+        compact(HISTORY, budget=10, markers=bad)
+    with pytest.raises(InvalidInput, match="markers must be"):
+        MemoryManager(budget=10, markers=bad)
+    assert MemoryManager(budget=10).markers == "merged"  # the default, as compact's
 
 
 def test_trailing_gap_and_no_markers():

@@ -16,7 +16,7 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 import numpy as np
 
 from ._layout import Layout
-from .reconstruct import elision_marker, summary_message
+from .reconstruct import MERGED, Markers, elision_marker, summary_message
 from .tokens import Tokenizer
 
 __all__ = ["RenderCost", "gap_sizes", "fill"]
@@ -119,10 +119,11 @@ class RenderCost:
     says which units it stands for (they are not counted in marker runs).
     """
 
-    def __init__(self, layout: Layout, tokenizer: Tokenizer, costs: np.ndarray, *, markers: bool = True) -> None:
+    def __init__(self, layout: Layout, tokenizer: Tokenizer, costs: np.ndarray, *, markers: Markers = True) -> None:
         self.layout = layout
         self.tok = tokenizer
-        self.markers = markers
+        self.merged = markers == MERGED
+        self.markers = markers is True  # one marker per run (``merged``: one for all, :meth:`merged_marker`)
         self.costs = costs
         self._memo = _marker_table(tokenizer)
         self._summary_memo: dict[tuple[str, int], int] = {}
@@ -137,6 +138,31 @@ class RenderCost:
         if c is None:
             c = self._memo[gap] = self.tok.message_tokens(elision_marker(gap))
         return c
+
+    def merged_marker(self, gaps: Sequence[int]) -> int:
+        """Tokens of the one marker a ``markers="merged"`` render sends for these gaps (0 if none, or in another
+        mode)."""
+        if not self.merged:
+            return 0
+        gaps = [g for g in gaps if g]
+        if not gaps:
+            return 0
+        return self._merged_tokens(sum(gaps), len(gaps) > 1)
+
+    def _merged_tokens(self, n: int, spread: bool) -> int:
+        key = -n if spread else n  # the marker table holds plain markers at positive keys
+        c = self._memo.get(key)
+        if c is None:
+            c = self._memo[key] = self.tok.message_tokens(elision_marker(n, merged=spread))
+        return c
+
+    def merged_reserve(self, *, spread: bool = True) -> int:
+        """Tokens to set aside for a merged marker, whatever is left out (0 in another mode): its largest form,
+        or (``spread=False``) the form for one gap, which a policy's plan is given room for (the repair makes
+        a plan with more gaps fit, the fill uses what it did not need)."""
+        if not self.merged:
+            return 0
+        return self._merged_tokens(int(self.layout.hidden.sum() + self.layout.open_.sum()), spread)
 
     def summarized(self, positions: Iterable[int]) -> None:
         """The units (positions in the layout) a summary stands for."""
@@ -160,6 +186,8 @@ class RenderCost:
         """The render's tokens when the units flagged in ``kept`` are sent and their blocks cost ``used``."""
         if self.markers:
             used += sum(map(self.marker, gap_sizes(kept, self.layout.hidden, self.open_mask(summary))))
+        elif self.merged:
+            used += self.merged_marker(gap_sizes(kept, self.layout.hidden, self.open_mask(summary)))
         if summary:
             key = (summary, self.n_summarized)
             if key not in self._summary_memo:
@@ -178,7 +206,8 @@ class RenderCost:
             return False
         everything = np.zeros(len(self.layout.units), dtype=bool)
         everything[self.layout.cand_arr] = True
-        return tokens + sum(map(self.marker, gap_sizes(everything, self.layout.hidden, self.layout.open_))) <= avail
+        gaps = gap_sizes(everything, self.layout.hidden, self.layout.open_)
+        return tokens + sum(map(self.marker, gaps)) + self.merged_marker(gaps) <= avail
 
     def repair(self, chosen: set[int], ratio: np.ndarray, partners: Mapping[int, tuple[int, ...]],
                summary: str | None, avail: int, keep: Collection[int] = ()) -> None:
@@ -201,7 +230,13 @@ class RenderCost:
 
     def fill(self, chosen: set[int], values: np.ndarray, ratio: np.ndarray, partners: Mapping[int, tuple[int, ...]],
              summary: str | None, avail: int) -> None:
-        """Add what still fits to ``chosen`` (in place), best value per token first (see :func:`fill`)."""
+        """Add what still fits to ``chosen`` (in place), best value per token first (see :func:`fill`).
+
+        A merged marker changes with what is added (its count shrinks, and a second gap makes it its longer
+        form): the fill keeps room for its largest form and adds blocks at their own cost."""
         room = avail - self.total(chosen, summary)
+        if self.merged:
+            room -= self.merged_reserve() - self.merged_marker(
+                gap_sizes(self.kept_mask(chosen), self.layout.hidden, self.open_mask(summary)))
         fill(chosen, values, self.costs, ratio, partners, self.layout.blocks, self.layout.hidden,
              self.open_mask(summary), room, self.marker)

@@ -10,6 +10,7 @@ from .contract import Policy
 from .embed import Embedder
 from .errors import InvalidType
 from .policies import get_policy
+from .reconstruct import MERGED, Markers, check_markers
 from .result import Compaction
 from .sessions import embedder_for
 from .summarize import Summarizer
@@ -29,7 +30,7 @@ def compact(
     message_overhead: int | None = None,
     embedder: Embedder | str | None = None,
     summarizer: Summarizer | None = None,
-    markers: bool = True,
+    markers: Markers = MERGED,
 ) -> Compaction:
     """Fit a chat history to ``budget`` tokens.
 
@@ -55,7 +56,12 @@ def compact(
     summarizer:
         For policies that summarize (default: extractive, offline).
     markers:
-        Put a visible ``[N messages omitted]`` where a span was left out.
+        ``"merged"`` (default): one visible marker for every span left out,
+        where the first was (``[N messages omitted]``, or ``[N messages
+        omitted throughout]`` when there are several), which leaves the
+        tokens of a marker per span to messages;
+        ``True``: a ``[N messages omitted]`` where each span was; ``False``:
+        none.
 
     >>> history = [{"role": "system", "content": "Be brief."}] + [
     ...     {"role": "user", "content": f"Message number {i} about apples."} for i in range(50)]
@@ -64,6 +70,7 @@ def compact(
     (True, 'system', 'm50')
     """
     budget = check_budget(budget)
+    markers = check_markers(markers)
     if query is not None and not isinstance(query, str):
         raise InvalidType(f"query must be a string or None, got {type(query).__name__}")
     pol = get_policy(policy)

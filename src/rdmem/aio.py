@@ -27,6 +27,7 @@ from typing import Any
 from .errors import InvalidType
 from .contract import Policy
 from .manager import MemoryManager
+from .reconstruct import Markers
 from .result import Compaction
 from .store import Store
 from .summarize import Summarizer
@@ -71,7 +72,7 @@ class AsyncMemoryManager:
         return self.sync.low
 
     @property
-    def markers(self) -> bool:
+    def markers(self) -> Markers:
         return self.sync.markers
 
     @property

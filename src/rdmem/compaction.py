@@ -21,7 +21,7 @@ from ._layout import Head, Layout, fit_pinned, truncate_block
 from ._threads import on_one_math_thread
 from .contract import Plan, Problem
 from .embed import Embedder
-from .reconstruct import render, summary_message
+from .reconstruct import MERGED, Markers, render, summary_message
 from .result import Breakdown, Compaction, Decision, Report, UnitDecision, dumps
 from .scoring import ScoringContext
 from .summarize import ExtractiveSummarizer, Summarizer, SummarizerError
@@ -59,7 +59,7 @@ def compact_units(
     tokenizer: Tokenizer,
     embedder: Embedder | None = None,
     summarizer: Summarizer | None = None,
-    markers: bool = True,
+    markers: Markers = MERGED,
     now: int | None = None,
     doc_freq: tuple[Counter[str], int] | None = None,
     warn: bool = True,
@@ -86,7 +86,7 @@ def compact_units(
 
 def _problem(
     units: Sequence[MemoryUnit], budget: int, query: str | None, tok: Tokenizer, embedder: Embedder | None,
-    now: int | None, doc_freq: tuple[Counter[str], int] | None, embed_missing: bool, markers: bool,
+    now: int | None, doc_freq: tuple[Counter[str], int] | None, embed_missing: bool, markers: Markers,
 ) -> tuple[Layout, Head, RenderCost, Problem]:
     """What a policy is given for ``units`` under ``budget``: the layout, the pinned head, the render's costs
     and the problem over the candidates."""
@@ -95,7 +95,9 @@ def _problem(
     ctx = ScoringContext(layout.cand, query=query, embedder=embedder, now=now, doc_freq=doc_freq,
                          embed_missing=embed_missing)
     cost = RenderCost(layout, tok, np.zeros(len(layout.blocks), dtype=np.int64), markers=markers)
-    problem = Problem(layout.cand, layout.local_blocks, head.avail, ctx, tok, cost.marker(10), layout.forced_gaps())
+    # Per-run markers are priced by the policy (a marker's tokens per gap); a merged one is set aside.
+    room = max(head.avail - cost.merged_reserve(spread=False), 0)
+    problem = Problem(layout.cand, layout.local_blocks, room, ctx, tok, cost.marker(10), layout.forced_gaps())
     cost.costs = problem.block_costs()
     return layout, head, cost, problem
 
@@ -302,7 +304,7 @@ def _unsendable_note(bad: Mapping[int, str]) -> list[str]:
 
 def _result(
     units: Sequence[MemoryUnit], layout: Layout, head: Head, settled: _Settled, tok: Tokenizer, budget: int,
-    policy: Policy, markers: bool, explained: Plan | _Lazy, warn: bool, pending: frozenset[int] = frozenset(),
+    policy: Policy, markers: Markers, explained: Plan | _Lazy, warn: bool, pending: frozenset[int] = frozenset(),
 ) -> Compaction:
     """Render the settled plan and build the result (its report is built when first read)."""
     contents = dict(head.contents)

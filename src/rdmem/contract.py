@@ -134,7 +134,8 @@ class Policy(Protocol):
     """Turns a :class:`Problem` into a :class:`Plan`; see the module's example.
 
     Optional: ``low_watermark``, the fraction of its budget a :class:`~rdmem.MemoryManager` trims the
-    working set down to unless told (default 0.8; ``rd``: 0.98).
+    working set down to unless told (default 0.8; ``rd``: 0.98), and ``merged_low_watermark``, the same for a
+    manager that sends no marker per omitted run (default: ``low_watermark``; ``rd``: 0.96).
     """
 
     # Read-only members: a frozen dataclass's fields qualify.

@@ -16,6 +16,7 @@ from .errors import InvalidInput, InvalidType
 from .history import pending_call
 from .messages import Message, parse_message, parse_messages
 from .policies import for_working_set, get_policy
+from .reconstruct import MERGED, Markers, check_markers
 from .scoring import embed_text
 from .sessions import default_low, embedder_for
 from .store import Store, VersionConflict, check_session, check_store, open_store
@@ -62,10 +63,12 @@ class MemoryManager:
         The session id inside the store.
     high, low:
         Watermarks as fractions of ``budget`` (``0 < low <= high``). ``low=None``
-        (default): :func:`default_low` (0.98 for ``rd``, 0.8 for the others). A
+        (default): :func:`default_low` (for ``rd`` 0.96, 0.98 with ``markers=True``; 0.8 for the others). A
         lower mark compacts less often, so the prompt prefix stays stable for
         longer; a higher one leaves fewer messages that arrived since the last
         compaction, which no policy has judged yet, in the working set.
+    markers:
+        As :func:`rdmem.compact`'s (default ``"merged"``: one marker for every omitted span).
     archive_candidates:
         How many archived units a query may bring back into competition.
     embedding:
@@ -95,7 +98,7 @@ class MemoryManager:
         summarizer: Summarizer | None = None,
         high: float = 1.0,
         low: float | None = None,
-        markers: bool = True,
+        markers: Markers = MERGED,
         archive_candidates: int = 200,
         embedding: str = "inline",
     ) -> None:
@@ -108,9 +111,9 @@ class MemoryManager:
         if budget is _UNSET:
             raise InvalidType("MemoryManager needs a budget in tokens: MemoryManager(budget=4000, ...)")
         self.budget = check_budget(budget)
-        self.policy = get_policy("rd" if policy is _UNSET else policy)
+        self.policy, self.markers = get_policy("rd" if policy is _UNSET else policy), check_markers(markers)
         if low is None:
-            low = min(default_low(self.policy), high)
+            low = min(default_low(self.policy, self.markers), high)
         if not (0 < low <= high):
             raise InvalidInput(f"watermarks must satisfy 0 < low <= high, got low={low!r}, high={high!r}")
         check_session(session)
@@ -120,7 +123,7 @@ class MemoryManager:
         if embedding not in ("inline", "deferred"):
             raise InvalidInput(f"embedding must be 'inline' or 'deferred', got {embedding!r}")
         self.session, self.embedding = session, embedding
-        self.high, self.low, self.markers = float(high), float(low), markers
+        self.high, self.low = float(high), float(low)
         self.archive_candidates, self.summarizer = archive_candidates, summarizer
         self._tokenizer_spec, self._overhead = tokenizer, message_overhead
         self._embedder_spec, self._store_spec = embedder, store
@@ -358,9 +361,8 @@ class MemoryManager:
                     for su in self._session().store.load(self.session, offset=offset, limit=limit)]
 
     def originals(self, ids: Iterable[str]) -> dict[str, dict[str, Any]]:
-        """The messages ``ids`` as they were given (every field, with the ``id``), by id, for those the
-        session has: what an adapter needs to hand its framework back its own objects for a context's
-        ``sources``.
+        """The messages ``ids`` as they were given (every field, with the ``id``), by id, for those the session
+        has: what an adapter needs to hand its framework back its own objects for a context's ``sources``.
 
         >>> mem = MemoryManager(budget=100, policy="window")
         >>> mem.extend([{"role": "user", "content": "a", "lang": "en"}, {"role": "user", "content": "b"}])
@@ -374,13 +376,11 @@ class MemoryManager:
     def context(self, query: str | None = None, *, budget: int | None = None, warn: bool = True) -> Compaction:
         """What the model should see now, within ``budget`` (default: the manager's).
 
-        Without a query: the working set, compacted if it does not fit. With a
-        query: the working set plus the archived units that best match the
-        query (lexical + dense), all competing in one budgeted selection. The
-        newest user message is always in it (cut, with a visible marker,
-        if it alone does not fit). Its ``warnings`` are also raised as
-        ``RuntimeWarning`` unless ``warn=False`` (a server, whose threads
-        cannot share ``warnings.catch_warnings``).
+        Without a query: the working set, compacted if it does not fit. With a query: the working set plus
+        the archived units that best match the query (lexical + dense), all competing in one budgeted
+        selection. The newest user message is always in it (cut, with a visible marker, if it alone does not
+        fit). Its ``warnings`` are also raised as ``RuntimeWarning`` unless ``warn=False`` (a server, whose
+        threads cannot share ``warnings.catch_warnings``).
         """
         budget = self.budget if budget is None else check_budget(budget)
         if query is not None and not isinstance(query, str):

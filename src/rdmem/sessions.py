@@ -36,7 +36,7 @@ from .history import resend_key
 from .messages import chat_fields
 from .names import check_session_name
 from .policies import MODE_POLICIES, get_policy
-from .reconstruct import MARKER
+from .reconstruct import MARKER, MERGED, Markers
 from .tokens import content_text
 
 __all__ = ["MODES", "session_name", "policy_for", "needs_embedder", "embedder_for", "default_low", "first_unseen"]
@@ -74,19 +74,24 @@ def embedder_for(policy: str | Policy, embedder: Embedder | str | None = None) -
     return get_embedder(embedder) if needs_embedder(policy, embedder) else None
 
 
-def default_low(policy: Policy) -> float:
+def default_low(policy: Policy, markers: Markers = MERGED) -> float:
     """The low watermark a manager compacts down to unless told (a fraction of its budget): the policy's
     own ``low_watermark`` when it has one (of its base, when composed), else 0.8, so the prompt prefix stays
     stable. ``rd``'s is 0.98: it compacts often and by little (room left free is room no kept message uses;
-    BENCHMARKS "Issue 25, the value side" measures 0.8 to 1.0).
+    BENCHMARKS "Issue 25, the value side" measures 0.8 to 1.0) with a marker per omitted run
+    (``markers=True``). A manager without one (``"merged"``, the default, or ``False``) takes the policy's
+    ``merged_low_watermark`` if it has one (``rd``: 0.96).
 
-    >>> default_low(get_policy("rd")), default_low(get_policy("rd-ladder")), default_low(get_policy("window"))
+    >>> default_low(get_policy("rd"), True), default_low(get_policy("rd-ladder"), True), default_low(get_policy("window"))
     (0.98, 0.98, 0.8)
+    >>> default_low(get_policy("rd")), default_low(get_policy("rd-ladder"))
+    (0.96, 0.96)
     """
     base = policy.base if isinstance(policy, Composed) else policy
-    low = getattr(base, "low_watermark", 0.8)
+    name = "low_watermark" if markers is True or not hasattr(base, "merged_low_watermark") else "merged_low_watermark"
+    low = getattr(base, name, 0.8)
     if isinstance(low, bool) or not isinstance(low, (int, float)) or not 0 < low <= 1:
-        raise InvalidInput(f"policy {policy.name!r}: low_watermark must be a fraction of the budget in (0, 1], "
+        raise InvalidInput(f"policy {policy.name!r}: {name} must be a fraction of the budget in (0, 1], "
                            f"got {low!r}")
     return float(low)
 

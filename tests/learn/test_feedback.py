@@ -36,8 +36,9 @@ def _recall(mem: MemoryManager, needed: set[str]) -> float:
 
 
 def test_feedback_improves_a_synthetic_task_and_resets_exactly() -> None:
-    # No streaming compaction; room for every needed message once they are ranked first.
-    mem = MemoryManager(budget=250, policy="rd", high=100.0, low=100.0)
+    # No streaming compaction; room for every needed message once they are ranked first. A marker per omitted
+    # run takes room the ranking then has to earn (with one merged marker the prior alone keeps 10 of 11).
+    mem = MemoryManager(budget=250, policy="rd", high=100.0, low=100.0, markers=True)
     train, needed_train = _history(1)
     for m in train:
         mem.add(m)

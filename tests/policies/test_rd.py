@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from rdmem import compact
 from rdmem.policies import RDPolicy, get_policy
+from rdmem.policies.rd import STREAM_ROOM_VALUE
 
 pytestmark = pytest.mark.slow  # rd with the real MiniLM: its values depend on the model
 
@@ -175,10 +178,14 @@ def test_the_ladder_is_a_policy_composed_over_rd() -> None:
     assert task.base.mode == "task" and task.needs_embeddings
     with pytest.raises(TypeError, match=r"base must be a policy with a valuation\(problem\) \(rd, a ScoredPolicy, ...\), got str"):
         LadderPolicy(base="rd")  # type: ignore[arg-type]
-    # The watermarks are the manager's: rd and the ladder over it compact down to 0.98, the others 0.8.
-    assert default_low(ladder) == default_low(get_policy("rd")) == 0.98
+    # The watermarks are the manager's: rd and the ladder over it compact down to 0.96 (0.98 with a marker per
+    # omitted run), the others 0.8.
+    assert default_low(ladder) == default_low(get_policy("rd")) == 0.96
+    assert default_low(ladder, True) == default_low(get_policy("rd"), True) == 0.98
     assert default_low(get_policy("window")) == 0.8
     mem = MemoryManager(budget=100, policy=ladder)
+    assert mem.low == 0.96 and mem._working_policy == dataclasses.replace(ladder.base, room_value=STREAM_ROOM_VALUE)
+    mem = MemoryManager(budget=100, policy=ladder, markers=True)
     assert mem.low == 0.98 and mem._working_policy is ladder.base
 
 

@@ -67,8 +67,11 @@ def test_a_manager_without_markers_trims_its_working_set_with_room_valued() -> N
     assert isinstance(working, RDPolicy) and isinstance(active, RDPolicy)
     assert working.room_value == STREAM_ROOM_VALUE
     assert active.room_value is None  # a context is one-off: its free room goes unused
-    # With markers (the default) valuing the room measured within the noise: the policy is left as it is.
-    marked = MemoryManager(budget=100, policy=RDPolicy(value=Fixed(()), duplicates=None))._working_policy
+    # With a marker per omitted run valuing the room measured within the noise: the policy is left as it is.
+    marked = MemoryManager(budget=100, policy=RDPolicy(value=Fixed(()), duplicates=None), markers=True)._working_policy
     assert isinstance(marked, RDPolicy) and marked.room_value is None
+    # One merged marker (the default) leaves the tokens of a marker per run to messages, as none does.
+    merged = MemoryManager(budget=100, policy=RDPolicy(value=Fixed(()), duplicates=None))._working_policy
+    assert isinstance(merged, RDPolicy) and merged.room_value == STREAM_ROOM_VALUE
     own = MemoryManager(budget=100, policy=RDPolicy(room_value=0.25))._working_policy
     assert isinstance(own, RDPolicy) and own.room_value == 0.25  # a policy's own setting stands

@@ -46,7 +46,7 @@ def manager(url, session, embedder):
     # One batch for all texts up front (the cache then serves each add): much faster than one by one.
     embedder.embed([m["content"] or "" for m in history(_AGENT)] + ["Which locker at the gym is mine?"])
     # Small enough that even the locker fact, which rd's prior rates above the travel chatter, is archived.
-    return MemoryManager(budget=200, policy="rd", store=url, session=session, embedder=embedder)
+    return MemoryManager(budget=160, policy="rd", store=url, session=session, embedder=embedder)
 
 
 def test_reopening_restores_the_working_set_exactly(store_url, session_name, agent_history, minilm):

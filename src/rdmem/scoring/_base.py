@@ -166,12 +166,27 @@ class ScoringContext:
         """
         memo = _information_memo(self.doc_freq)
         out = np.empty(len(self.units))
-        idf = self.idf_of
+        todo = []
         for i, (u, words) in enumerate(zip(self.units, self.unit_words, strict=True)):
             v = memo.get(u.text)
             if v is None:
-                v = memo[u.text] = math.fsum(max(idf(w), 0.0) for w in set(words))
-            out[i] = v
+                todo.append((i, u.text, set(words)))
+            else:
+                out[i] = v
+        if todo:
+            # Each word's clipped IDF once, then one exactly rounded sum per text (math.fsum: the same value
+            # whatever the order of its words).
+            (df, n), cache, log = self._df, self._idf_cache, math.log
+            top, count = max(n, 1) + 1, df.get
+            clipped = {}
+            for w in set().union(*(t[2] for t in todo)):
+                v = cache.get(w)
+                if v is None:  # idf_of, inline
+                    v = cache[w] = log(top / (count(w, 0) + 0.5))
+                clipped[w] = v if v > 0.0 else 0.0
+            get = clipped.__getitem__
+            for i, text, words in todo:
+                out[i] = memo[text] = math.fsum(map(get, words))
         return out
 
 

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from ..reconstruct import marker_count
 from ._assert import expect
 
 __all__ = [
@@ -26,7 +27,6 @@ __all__ = [
 
 ALLOWED_KEYS = {"role", "content", "name", "tool_calls", "tool_call_id"}
 ROLES = {"system", "developer", "user", "assistant", "tool"}
-MARKER = re.compile(r"^\[(\d+) messages? omitted\]$")
 TRUNCATED = "[rdmem: truncated,"
 
 
@@ -108,14 +108,6 @@ def clean(message: Mapping[str, Any]) -> dict[str, Any]:
 def ids_of(messages: Sequence[Mapping[str, Any]]) -> list[str]:
     return [str(m["id"]) if m.get("id") is not None else f"m{i}" for i, m in enumerate(messages)]
 
-
-def marker_count(message: Mapping[str, Any]) -> int | None:
-    """N for an elision marker message ``[N messages omitted]``, else None."""
-    content = message.get("content")
-    if not isinstance(content, str):
-        return None
-    m = MARKER.match(content)
-    return int(m.group(1)) if m else None
 
 
 def tool_groups(messages: Sequence[Mapping[str, Any]]) -> list[list[str]]:
