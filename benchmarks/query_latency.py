@@ -1,13 +1,16 @@
-"""``MemoryManager.messages(query)`` latency, before and after issue 25's query side, in one run.
+"""``MemoryManager.messages(query)`` latency, before and after a change of issue 25's, in one run.
 
 For each LoCoMo dev conversation and budget, two managers are fed the same
-messages: one with ``rd`` as it was (relevance alone: ``RDPolicy(query_weight=1.0)``), one with the
-default ``rd`` (the query weighed by its informativeness). Then every question
+messages: one with ``rd`` as it was, one with the default ``rd``. ``--compare query_weight`` (the
+default): before is relevance alone (``RDPolicy(query_weight=1.0)``), after weighs the query by its
+informativeness. ``--compare markers``: before sends a marker per omitted run (``markers=True``),
+after one merged marker (the default since 2026-12-05). Then every question
 and every user turn (as the proxy asks) is sent to both, alternating which goes
 first, so machine load falls on both alike. Embeddings come from the disk
 cache (warm it with ``rdmem eval`` first), so the time is rdmem's own.
 
-    HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/query_latency.py [LOCOMO_JSON] [--budgets 1000,2000,4000]
+    HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/query_latency.py [LOCOMO_JSON] [--budgets 1000,2000,4000] \
+        [--compare query_weight|markers]
 """
 
 from __future__ import annotations
@@ -35,11 +38,17 @@ def main() -> None:
     ap.add_argument("path", nargs="?", default="../shared/data/locomo/locomo_dev.json")
     ap.add_argument("--budgets", default="1000,2000,4000")
     ap.add_argument("--turns", type=int, default=60, help="user turns per conversation sent as queries")
+    ap.add_argument("--compare", choices=("query_weight", "markers"), default="query_weight")
     args = ap.parse_args()
     budgets = [int(b) for b in args.budgets.split(",")]
     convs = [c.select([1, 2, 3, 4]) for c in load_locomo(args.path)]
     emb, tok = cached_embedder(), get_tokenizer("cl100k_base")
-    policies = {"before": RDPolicy(query_weight=1.0), "after": RDPolicy()}
+    if args.compare == "markers":
+        policies = {"before": RDPolicy(), "after": RDPolicy()}
+        options: dict[str, dict[str, object]] = {"before": {"markers": True}, "after": {}}
+    else:
+        policies = {"before": RDPolicy(query_weight=1.0), "after": RDPolicy()}
+        options = {"before": {}, "after": {}}
     times: dict[tuple[str, str], list[float]] = {(k, kind): [] for k in policies for kind in ("question", "turn")}
     t_start = time.perf_counter()
     for conv in convs:
@@ -48,7 +57,8 @@ def main() -> None:
         queries = [("question", p.question) for p in conv.probes] + [("turn", t) for t in users[::step]]
         emb.embed([q for _, q in queries])
         for budget in budgets:
-            mems = {k: MemoryManager(budget=budget, policy=p, tokenizer=tok, embedder=emb) for k, p in policies.items()}
+            mems = {k: MemoryManager(budget=budget, policy=p, tokenizer=tok, embedder=emb, **options[k])  # type: ignore[arg-type]
+                    for k, p in policies.items()}
             for mem in mems.values():
                 mem.extend(conv.messages)
             for i, (kind, q) in enumerate(queries):

@@ -78,10 +78,12 @@ class RDPolicy:
     #: unit's value more, so the last exchange competes for tokens with the facts, scaled by ``1 - w`` where
     #: ``w`` is the query's weight (:attr:`query_weight`): in full without a query or with one that names
     #: nothing, not at all with one that says what it needs (0: off).
-    #: 0.5 and 2 messages: BENCHMARKS "Issue 25, item 5" (the coherence gap to ``window`` about halved at
-    #: 1,000 and 2,000 tokens, the query regime's recall unchanged, streaming's within 0.007).
-    coherence: float = 0.5
-    coherence_reach: float = 2.0
+    #: 2 and 1 message, with one merged marker: BENCHMARKS "Issue 25, item 2: one marker for all" (the
+    #: coherence gap to ``window`` 0.142 / 0.068 / 0.032 -> 0.047 / 0.028 / 0.031 at 500 / 1,000 / 2,000
+    #: tokens, the answer's loss still below ``window``'s; recall: query regime within 0.001, streaming
+    #: within 0.005). 0.5 and 2 were set with a marker per omitted run (BENCHMARKS "Issue 25, item 5").
+    coherence: float = 2.0
+    coherence_reach: float = 1.0
     #: The low watermark a :class:`~rdmem.MemoryManager` trims the working set down to unless told (a policy's
     #: optional ``low_watermark``, :func:`rdmem.sessions.default_low`): rd compacts often and by little.
     low_watermark: ClassVar[float] = 0.98
