@@ -21,6 +21,9 @@ Vectors are the real MiniLM's, cached under ``.rdmem-cache/replay`` (the
 first run computes them: about a minute on 2 cores). The output file holds
 one digest per call, so it is small; ``--check`` prints the calls that differ.
 
+``--markers runs`` passes ``markers=True`` (a marker per omitted run, the default before 2026-12-05)
+to every call: against a recording of an older tree it shows the rest of a change.
+
 ``--embedding deferred`` runs the managers as ``rdmem serve`` does: messages
 stored without vectors, an ``EmbeddingWorker`` landing them and
 ``maintain()`` trimming the working set then (after each message, so they
@@ -51,8 +54,9 @@ def _digest(result) -> str:
     return hashlib.blake2b(blob.encode(), digest_size=12).hexdigest()
 
 
-def calls(embedder, embedding: str = "inline"):
+def calls(embedder, embedding: str = "inline", markers: str = "default"):
     """``(name, thunk)`` pairs; each thunk runs one call and returns its digest."""
+    mk = {"markers": True} if markers == "runs" else {}
     from rdmem import MemoryManager, compact
     from rdmem.testing import agent_history  # the test suite's agent conversation
     from rdmem.datasets import load_locomo
@@ -69,17 +73,17 @@ def calls(embedder, embedding: str = "inline"):
                     for query in (None, question):
                         name = f"compact/{conv.id}/{part}/{policy}/{budget}/{'q' if query else '-'}"
                         out.append((name, lambda m=msgs, p=policy, b=budget, q=query: _digest(
-                            compact(list(m), budget=b, policy=p, query=q, embedder=embedder))))
+                            compact(list(m), budget=b, policy=p, query=q, embedder=embedder, **mk))))
     for policy in policies:
         for budget in (40, 90, 200):
             for query in (None, "Which restaurants are safe for my allergy?"):
                 name = f"compact/agent/{policy}/{budget}/{'q' if query else '-'}"
                 out.append((name, lambda p=policy, b=budget, q=query: _digest(
-                    compact(agent_history(), budget=b, policy=p, query=q, embedder=embedder))))
+                    compact(agent_history(), budget=b, policy=p, query=q, embedder=embedder, **mk))))
     for conv in convs[:2]:
         for policy in policies:
             def stream(conv=conv, policy=policy) -> str:
-                kw = {"embedding": "deferred"} if embedding == "deferred" else {}
+                kw = {"embedding": "deferred", **mk} if embedding == "deferred" else dict(mk)
                 mem = MemoryManager(budget=1000, policy=policy, embedder=embedder, **kw)
                 worker = None
                 if embedding == "deferred":
@@ -110,13 +114,15 @@ def main() -> int:
     ap.add_argument("--only", default="", help="run only the calls whose name contains this")
     ap.add_argument("--embedding", choices=("inline", "deferred"), default="inline",
                     help="how the managers embed (deferred: stored first, a worker lands the vectors)")
+    ap.add_argument("--markers", choices=("default", "runs"), default="default",
+                    help="runs: markers=True (a marker per omitted run) in every call")
     args = ap.parse_args()
     warnings.simplefilter("ignore")
 
     from rdmem.embed import CachedEmbedder, SentenceTransformerEmbedder
 
     embedder = CachedEmbedder(SentenceTransformerEmbedder(), cache_dir=ROOT / ".rdmem-cache" / "replay")
-    todo = [(n, f) for n, f in calls(embedder, args.embedding) if args.only in n]
+    todo = [(n, f) for n, f in calls(embedder, args.embedding, args.markers) if args.only in n]
     t0 = time.perf_counter()
     got = {}
     for name, fn in todo:
