@@ -77,8 +77,9 @@ def test_the_rdmem_press_keeps_more_of_a_high_value_message_than_of_chit_chat(sm
     values = message_values(ctx)
     fact = 3
     newest_user = max(i for i, m in enumerate(ctx) if m["role"] == "user")  # rd protects it: it is the turn
-    # the chit-chat before the newest exchange (which rd prices for the next turn's coherence)
-    chat_ids = [i for i in range(len(ctx)) if i not in (fact, newest_user) and i < len(ctx) - 2]
+    # the chit-chat before the three newest messages (which rd prices for the next turn's coherence: the
+    # message of age a gains 2 e^-a times the best value, 0.27 of it at age 2)
+    chat_ids = [i for i in range(len(ctx)) if i not in (fact, newest_user) and i < len(ctx) - 3]
     assert values[fact] > max(values[i] for i in chat_ids)  # rd (no query) values the fact above pleasantries
     enc = smollm.encode(ctx)
     pos = press_positions(smollm, ctx, "rdmem", 0.3, values=values)
