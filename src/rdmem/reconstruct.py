@@ -12,7 +12,8 @@ from .errors import InvalidInput
 from .units import MemoryUnit
 
 __all__ = [
-    "render", "elision_marker", "marker_count", "MARKER", "Markers", "MERGED", "check_markers", "summary_message",
+    "render", "elision_marker", "marker_count", "MARKER", "Markers", "MERGED", "MARKER_MODES", "check_markers",
+    "summary_message",
     "hidden_before",
 ]
 
@@ -20,6 +21,8 @@ __all__ = [
 #: for all of them, where the first run was; ``False``, none.
 Markers = bool | Literal["merged"]
 MERGED = "merged"
+#: The modes by the names a command line or a server setting gives them.
+MARKER_MODES: dict[str, Markers] = {"merged": MERGED, "runs": True, "none": False}
 _WHERE = " throughout"
 
 #: The content of an elision marker message; group 1 is the number of messages left out.

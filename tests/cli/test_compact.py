@@ -203,3 +203,28 @@ def test_long_histories_show_progress_on_stderr(tmp_path, capsys, minilm):
     assert main(["compact", str(path), "--budget", "400"]) == 0
     err = capsys.readouterr().err
     assert "rdmem: embedding 260 messages..." in err and "rdmem: embedded 260 messages in" in err
+
+
+def test_markers_flag_chooses_how_left_out_messages_are_shown(tmp_path, capsys, minilm):
+    # Directives (kept by "importance") between long chatter: the kept messages are scattered.
+    history = []
+    for i in range(24):
+        text = (f"Remember that my locker code is 4{i:02d}." if i % 4 == 0 else
+                f"Chatting about the weather and the harbour boats, nothing much at all, turn {i}. " * 2)
+        history.append({"id": f"t{i}", "role": "user" if i % 2 == 0 else "assistant", "content": text})
+    path = tmp_path / "h.json"
+    path.write_text(json.dumps(history))
+
+    def markers(*flag: str) -> tuple[list[int], list[dict]]:
+        assert main(["compact", str(path), "--budget", "160", "--policy", "importance", *flag]) == 0
+        out = json.loads(capsys.readouterr().out)
+        counts = [int(m["content"].split()[0][1:]) for m in out["messages"] if rdmem.reconstruct.MARKER.match(m["content"])]
+        return counts, out["report"]
+
+    runs, _ = markers("--markers", "runs")
+    assert len(runs) >= 2  # the data leaves out several runs
+    merged, report = markers()  # the default
+    assert len(merged) == 1 and merged[0] == sum(d["decision"] == "archived" for d in report)
+    assert markers("--markers", "none")[0] == []
+    assert main(["compact", str(path), "--budget", "160", "--markers", "all"]) == 2
+    assert "invalid choice: 'all'" in capsys.readouterr().err

@@ -5,7 +5,8 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from rdmem.errors import MissingDependency
+from rdmem.errors import InvalidInput, MissingDependency
+from rdmem.reconstruct import MARKER
 from rdmem.server import ServerSettings, create_app
 
 from .._checks import history_problems
@@ -190,3 +191,25 @@ def test_a_missing_embedding_model_is_a_json_error_that_says_what_to_install(ser
     assert r.json()["error"] == {"code": "missing_dependency",
                                  "message": "the default embedder needs sentence-transformers: "
                                             "pip install 'rdmem[embeddings]'"}
+
+
+def test_the_server_shows_left_out_messages_as_its_markers_setting_says(serve, tmp_path, hashing_embedder):
+    history = [{"role": "user" if i % 2 == 0 else "assistant",
+                "content": f"Remember that my locker code is 4{i:02d}." if i % 4 == 0 else
+                f"Chatting about the weather and the harbour boats, nothing much at all, turn {i}. " * 2}
+               for i in range(24)]
+
+    def markers(**setting: str) -> list[str]:
+        settings = ServerSettings(store=f"sqlite:///{tmp_path / f'{setting}.db'}", policy="importance", **setting)
+        live = serve(create_app(settings, embedder=hashing_embedder))
+        with httpx.Client(base_url=live.url, timeout=30) as client:
+            client.post("/v1/sessions/s/messages", json={"messages": history}).raise_for_status()
+            ctx = client.post("/v1/sessions/s/context", json={"budget": 160}).json()
+        return [m["content"] for m in ctx["messages"] if MARKER.match(m["content"])]
+
+    assert len(markers(markers="runs")) >= 2
+    merged = markers()  # the default
+    assert len(merged) == 1 and merged[0].endswith("omitted throughout]")
+    assert markers(markers="none") == []
+    with pytest.raises(InvalidInput, match="markers must be one of merged, runs, none, got 'all'"):
+        ServerSettings(markers="all")

@@ -44,12 +44,13 @@ def _embed_with_progress(messages: list[dict[str, Any]], policy: str) -> Any:
 
 def _compact(args: argparse.Namespace) -> Any:
     from .._api import compact
+    from ..reconstruct import MARKER_MODES
 
     messages = read_messages(args.file)
     emb = _embed_with_progress(messages, args.policy)
     # compact() warns of each of result.warnings: main() prints each as one line.
     return compact(messages, budget=args.budget, policy=args.policy, query=args.query, tokenizer=args.tokenizer,
-                   embedder=emb)
+                   embedder=emb, markers=MARKER_MODES[args.markers])
 
 
 def _cmd_compact(args: argparse.Namespace) -> int:
@@ -86,6 +87,9 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--policy", default="rd", help="policy name (see 'rdmem policies'); default rd")
     p.add_argument("--query", default=None, help="the next question, for query-aware selection")
     p.add_argument("--tokenizer", default="cl100k_base", help="tiktoken encoding, tokenizer.json path; default cl100k_base")
+    p.add_argument("--markers", choices=("merged", "runs", "none"), default="merged",
+                   help="how left-out messages are shown: one marker for all (merged, the default), one per "
+                        "omitted run (runs), or none")
 
 
 def register(sub: Any) -> None:

@@ -38,7 +38,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         max_budget=args.max_budget, max_page=args.max_page, host=args.host, allowed_hosts=tuple(args.allow_host or ()),
         rate_requests=args.rate_requests, rate_tokens=args.rate_tokens, metrics_tenant=args.metrics_tenant,
         header_timeout=args.header_timeout, ui=not args.no_ui, derive_sessions=args.derive_sessions,
-        memory_timeout=args.memory_timeout,
+        memory_timeout=args.memory_timeout, markers=args.markers,
     )
     require_embeddings(None, "rdmem serve")
     url = settings.store_url()
@@ -147,6 +147,9 @@ def register(sub: Any) -> None:
                    "~/.local/share/rdmem)")
     p.add_argument("--budget", type=positive_int, default=4000, help="a session's working-set budget (tokens)")
     p.add_argument("--policy", default="rd", help="the default policy (default rd)")
+    p.add_argument("--markers", choices=("merged", "runs", "none"), default="merged",
+                   help="how contexts show left-out messages: one marker for all (merged, the default), one per "
+                        "omitted run (runs), or none")
     p.add_argument("--upstream", default=None, help="OpenAI-compatible endpoint to proxy to, e.g. http://127.0.0.1:8000/v1")
     p.add_argument("--context-window", type=positive_int, default=8192, help="the upstream model's window (tokens)")
     p.add_argument("--reply-reserve", type=positive_int, default=1024,

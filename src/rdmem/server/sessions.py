@@ -32,6 +32,7 @@ from ..embed import BatchingEmbedder, CachedEmbedder, Embedder, MiniLMEmbedder
 from ..manager import MemoryManager
 from ..messages import parse_messages
 from ..names import MAX_SESSION_CHARS, SESSION_NAME_PATTERN
+from ..reconstruct import MARKER_MODES
 from ..sessions import session_name
 from ..store import SessionInfo, Store, check_tenant
 from .errors import ApiError
@@ -117,7 +118,8 @@ class SessionPool:
             mem = self._managers.get(key)
             if mem is None:
                 mem = MemoryManager(budget=budget, policy=policy, store=self.store, session=name,
-                                    embedder=self.embedder, embedding="deferred")
+                                    embedder=self.embedder, embedding="deferred",
+                                    markers=MARKER_MODES[self.settings.markers])
                 peer = next((m for k, m in self._managers.items() if k[0] == name), None)
                 if peer is not None:  # the session is read and held once, whatever the budgets and policies
                     mem._share_session(peer)

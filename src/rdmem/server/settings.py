@@ -10,6 +10,7 @@ from typing import Any
 
 from ..errors import InvalidInput
 from ..policies import get_policy
+from ..reconstruct import MARKER_MODES
 from ..store import check_tenant
 from ..tokens import check_budget
 from .guards import check_host_name
@@ -41,6 +42,10 @@ class ServerSettings:
     budget, policy:
         What a session's working set is compacted to (tokens) and with, unless
         a request says otherwise.
+    markers:
+        How the contexts show left-out messages: ``"merged"`` (one marker for
+        all), ``"runs"`` (one per omitted run) or ``"none"``
+        (:func:`rdmem.compact`'s ``markers``).
     upstream:
         The OpenAI-compatible endpoint the proxy forwards to (its base URL,
         ending in ``/v1``); ``None``: no proxy routes.
@@ -105,12 +110,15 @@ class ServerSettings:
     ui: bool = True
     derive_sessions: bool = False
     memory_timeout: float = 1.0
+    markers: str = "merged"
 
     def __post_init__(self) -> None:
         for name in ("budget", "context_window", "reply_reserve", "max_body_bytes", "max_messages",
                      "max_message_chars", "max_budget", "max_page", "pool_size"):
             check_budget(getattr(self, name), name)
         get_policy(self.policy)
+        if self.markers not in MARKER_MODES:
+            raise InvalidInput(f"markers must be one of {', '.join(MARKER_MODES)}, got {self.markers!r}")
         if self.reply_reserve >= self.context_window:
             raise InvalidInput(f"reply_reserve ({self.reply_reserve}) must be smaller than context_window "
                              f"({self.context_window})")
