@@ -7,6 +7,7 @@ import pytest
 from rdmem import MemoryManager
 from rdmem.errors import InvalidInput
 from rdmem.policies import get_policy
+from rdmem.history import resend_key
 from rdmem.sessions import MODES, embedder_for, first_unseen, needs_embedder, policy_for, session_name
 
 from ._checks import HashingEmbedder
@@ -59,3 +60,20 @@ def test_the_first_unseen_message_of_an_input_that_starts_with_a_rendered_contex
     other = [{"role": "user", "content": "[3 messages omitted]"}, {"role": "user", "content": "old 3 (cut)"}, *new]
     assert first_unseen(other, newest, mem.unseen) == 1  # a text the session does not have is new
     assert first_unseen(new, None, mem.unseen) == 0
+
+
+def test_a_merged_marker_s_scattered_context_is_not_taken_for_new_messages():
+    mem = MemoryManager(budget=100, policy="window")
+    mem.extend([{"role": "user", "content": f"old {i}"} for i in range(8)])
+    newest = mem.history()[-1]
+    new = [{"role": "user", "content": "new question"}]
+    # The newest stored message is not in the input as stored (edited here); the context kept two older ones,
+    # far apart, after one merged marker.
+    rendered = [{"role": "user", "content": "[5 messages omitted throughout]"}, {"role": "user", "content": "old 1"},
+                {"role": "user", "content": "old 4"}, {"role": "user", "content": "old 7, edited"}]
+    # After the marker, "old 4" (stored, but not the session's newest) would be taken for new and stored again.
+    assert first_unseen([*rendered, *new], newest, mem.unseen) == 2
+    # Told what it rendered, the adapter finds where the new messages begin.
+    keys = {resend_key(m) for m in rendered}
+    assert first_unseen([*rendered, *new], newest, mem.unseen, keys) == 4
+    assert first_unseen([*rendered[:3], *new], newest, mem.unseen, keys) == 3  # the edited one not sent back

@@ -26,7 +26,7 @@ True
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 from .contract import Composed, Policy
@@ -97,20 +97,27 @@ def default_low(policy: Policy, markers: Markers = MERGED) -> float:
 
 
 def first_unseen(messages: Sequence[Mapping[str, Any]], newest: Mapping[str, Any] | None,
-                 unseen: Callable[[list[dict[str, Any]]], list[int]]) -> int:
+                 unseen: Callable[[list[dict[str, Any]]], list[int]], rendered: Collection[str] = ()) -> int:
     """Where the messages a session does not have begin in ``messages``, a model call's input that may start
     with a context rdmem rendered for the session (a framework's model-input filter sees it again).
 
     Right after the session's ``newest`` stored message when the input holds it verbatim (rdmem sends the
-    newest messages as they are); else, as that message was cut, after the input's last elision marker, less
-    what the session has there (``unseen``: :meth:`rdmem.MemoryManager.unseen`, the resent-history rule).
+    newest messages as they are); else (it was cut, or the client dropped or edited it), after what rdmem
+    rendered: the leading messages whose :func:`~rdmem.history.resend_key` is in ``rendered`` (the caller's
+    last context) or that are markers, or without ``rendered`` after the input's last elision marker (a
+    merged marker is the first of a scattered context: ``rendered`` is then what tells its old messages from
+    new ones); less what the session has there (``unseen``: :meth:`rdmem.MemoryManager.unseen`, the
+    resent-history rule).
     """
     last = resend_key(newest) if newest is not None else None
     keys = [resend_key(m) for m in messages]
     start = next((p for p in range(len(keys), 0, -1) if keys[p - 1] == last), None)
     if start is None:
-        start = max((i + 1 for i, m in enumerate(messages)
-                     if m["role"] in ("user", "system") and MARKER.match(content_text(m.get("content")) or "")),
-                    default=0)
+        marker = [m["role"] in ("user", "system") and bool(MARKER.match(content_text(m.get("content")) or ""))
+                  for m in messages]
+        if rendered:
+            start = next((i for i, k in enumerate(keys) if not (marker[i] or k in rendered)), len(keys))
+        else:
+            start = max((i + 1 for i, is_marker in enumerate(marker) if is_marker), default=0)
         start += (unseen([chat_fields(m) for m in messages[start:]]) or [len(messages) - start])[0]
     return start

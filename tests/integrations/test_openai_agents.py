@@ -465,3 +465,33 @@ def test_example_runs():
     calls = [line for line in lines if line.startswith("model call")]
     assert len(calls) == 2 and all("peanut directive: yes" in line for line in calls), proc.stdout
     assert any("Tasca do Chico" in line for line in lines), proc.stdout
+
+
+def test_a_cut_newest_message_stores_only_what_is_new(minilm):
+    """The session's newest message is too large and is given to the runner cut: the filter finds where the
+    new messages begin after what the session rendered (sessions.first_unseen), and stores only them."""
+    history = [{"role": "user" if i % 2 == 0 else "assistant",
+                "content": f"Remember that my locker code is 4{i:02d}." if i % 4 == 0 else
+                f"Chatting about the weather and the harbour boats, nothing much at all, turn {i}. " * 2}
+               for i in range(24)]
+    history.append({"role": "user", "content": "Here is my whole travel diary: " + "we walked and ate. " * 400})
+
+    async def go():
+        session = RdmemSession("cut", policy="importance", budget=300, embedder=minilm)
+        await session.add_items(history)
+        before, given = await session.all_items(), await session.get_items()
+        model = ScriptedModel([[assistant_message("Noted.")]])
+        agent = Agent(name="guide", model=model)
+        await Runner.run(agent, "What is my locker code?", session=session,
+                         run_config=RunConfig(call_model_input_filter=session.call_model_input_filter,
+                                              tracing_disabled=True))
+        return before, model.calls[0].input, given, await session.all_items()
+
+    before, seen, given, after = run(go())
+    # What the runner was given (the session's context) held the diary cut; the model was then sent the
+    # context of the new question.
+    assert any("[rdmem: truncated," in (m["content"] or "") for m in to_chat(given))
+    assert to_chat(seen)[-1] == {"role": "user", "content": "What is my locker code?"}
+    assert after[:len(before)] == before
+    assert [i.get("content") if isinstance(i.get("content"), str) else i["content"][0]["text"]
+            for i in after[len(before):]] == ["What is my locker code?", "Noted."]

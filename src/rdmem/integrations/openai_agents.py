@@ -229,6 +229,7 @@ class RdmemSession:
         self.memory = AsyncMemoryManager(manager)
         self._writes = threading.Lock()  # a pop (read the last message, delete it) is not split by a write
         self._mirrored: list[str] = []  # messages the filter stored that the runner has yet to add
+        self._rendered: frozenset[str] = frozenset()  # the last context's messages (their resend keys)
 
     @property
     def budget(self) -> int:
@@ -314,7 +315,10 @@ class RdmemSession:
 
     async def _context_items(self, query: str | None, budget: int | None = None) -> list[dict[str, Any]]:
         ctx = await self.memory.context(query, budget=budget, warn=False)
-        return context_items(ctx, await self.memory.originals([s for s in ctx.sources if s is not None]))
+        items = context_items(ctx, await self.memory.originals([s for s in ctx.sources if s is not None]))
+        # A model call's input starts with them again: what follows is new (first_unseen).
+        self._rendered = frozenset(resend_key(m) for m in items_to_messages(items))
+        return items
 
     async def _store_unseen(self, messages: list[dict[str, Any]]) -> None:
         """Store the messages at the end of a model call's input that the session does not have: none when
@@ -323,7 +327,8 @@ class RdmemSession:
         if not messages:
             return
         tail = await self._tail(1)
-        start = await asyncio.to_thread(first_unseen, messages, tail[-1] if tail else None, self.memory.sync.unseen)
+        start = await asyncio.to_thread(first_unseen, messages, tail[-1] if tail else None, self.memory.sync.unseen,
+                                        self._rendered)
         if start < len(messages):
             await asyncio.to_thread(self._locked, self._mirror, messages[start:],
                                     [resend_key(m) for m in messages[start:]])
