@@ -28,6 +28,8 @@ A variant may end with options, each after "@":
   spreadG   (G in (0, 1)) instead of the exact knapsack, a greedy by value per token that discounts a turn's
             value by G for every turn already taken from its session (coverage over sessions)
   cwW       the training rows of multi-hop and open-domain questions weigh W (class weighting)
+  gbt       gradient-boosted trees (sklearn's HistGradientBoostingClassifier, 200 trees of 15 leaves) on the same
+            columns instead of the logistic model: interactions a linear model cannot draw
   qtype     question-type interactions: flags "names two or more people / says both" and "asks what would,
             might or is likely", each alone and times cos_z, bm25, nb_cos_z, speaker_match, prior_logit
 
@@ -223,6 +225,20 @@ def build(path: str) -> tuple[list[dict], list[np.ndarray], list[list[tuple]]]:
     return rows, costs, data
 
 
+class _Trees:
+    """Gradient-boosted trees with the logistic model's ``predict`` (the ``@gbt`` option)."""
+
+    def __init__(self, x: np.ndarray, y: np.ndarray, w: np.ndarray) -> None:
+        from sklearn.ensemble import HistGradientBoostingClassifier  # noqa: PLC0415 (this option only)
+
+        self.model = HistGradientBoostingClassifier(max_iter=200, max_leaf_nodes=15, learning_rate=0.05,
+                                                    l2_regularization=1.0, random_state=0)
+        self.model.fit(x, y, sample_weight=w)
+
+    def predict(self, x: np.ndarray) -> np.ndarray:
+        return self.model.predict_proba(x)[:, 1]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("variants", nargs="*", default=[""])
@@ -264,6 +280,7 @@ def main() -> None:
         spread = next((o[6:] for o in opts if o.startswith("spread")), "")
         cw = float(next((o[2:] for o in opts if o.startswith("cw")), "1"))
         qtype = "qtype" in opts
+        gbt = "gbt" in opts
         extra = [v for v in variant.split("+") if v]
         names = QUERY_FEATURES + tuple(extra)
         if qtype:
@@ -282,12 +299,13 @@ def main() -> None:
         for test in folds:
             train = [j for j in folds if j != test]
             lg = logits[test]
-            model = LogisticModel(names).fit(
+            fit_args = (
                 np.vstack([matrix(i, k, lg[i]) for i in train for k in range(len(data[i]))]),
                 np.concatenate([data[i][k][2] for i in train for k in range(len(data[i]))]),
                 np.concatenate([np.full(len(data[i][k][2]), cw if data[i][k][3] in (1, 3) else 1.0)
                                 for i in train for k in range(len(data[i]))]),
             )
+            model = _Trees(*fit_args) if gbt else LogisticModel(names).fit(*fit_args)
             for k, (_, _, y, cat) in enumerate(data[test]):
                 p = model.predict(matrix(test, k, lg[test]))
                 if spread:
