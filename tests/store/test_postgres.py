@@ -9,6 +9,7 @@ import numpy as np
 import psycopg
 import pytest
 
+from rdmem.errors import InvalidInput
 from rdmem.store import NewUnit, StoreError, open_store
 from rdmem.store._pg_pool import redact, redact_url
 from rdmem.store.postgres import SCHEMA_VERSION, PostgresStore
@@ -127,6 +128,32 @@ def test_lexical_search_ranks_rare_words_first_on_large_sessions(pg_url, session
     assert hits and all(int(h[1:]) >= 150 for h in hits)
     store.delete_session(session_name)
     store.close()
+
+
+def test_a_common_words_matches_are_looked_for_among_the_newest_units_only(pg_url, session_name):
+    """When even the rarest query word has more than ``lexical_rows`` matches, its most recent ones are taken
+    among the session's newest ``lexical_window`` units: a search reads a bounded number of rows however long
+    the session is (matches older than the window are left to the vector side)."""
+    unit = lambda i, t: NewUnit({"role": "user", "content": t}, 5, {}, None, "archive", id=f"u{i}")  # noqa: E731
+    herons = [unit(i, f"the heron flew over the pond, sighting {i}") for i in range(100)]
+    filler = [unit(100 + i, f"Caroline wrote note {i}") for i in range(300)]
+    PostgresStore(pg_url).append(session_name, herons + filler)
+    with psycopg.connect(pg_url, autocommit=True) as conn:  # the statistics autovacuum would gather
+        conn.execute("ANALYZE rdmem_units")
+    narrow = PostgresStore(pg_url, lexical_rows=20, lexical_window=150)  # units 250..399
+    assert narrow.search(session_name, "heron", None, k=5, tier="archive") == []
+    wide = PostgresStore(pg_url, lexical_rows=20, lexical_window=400)
+    hits = [i for i, _ in wide.search(session_name, "heron", None, k=5, tier="archive")]
+    assert len(hits) == 5 and all(80 <= int(h[1:]) < 100 for h in hits)  # among the 20 most recent matches
+    for bad in (10, 0, 2.5, True):
+        with pytest.raises(InvalidInput, match="lexical_window must be an int >= lexical_rows"):
+            PostgresStore(pg_url, lexical_rows=20, lexical_window=bad)
+    assert PostgresStore(pg_url, lexical_rows=20).lexical_window == 1000
+    for store in (narrow, wide):
+        store.close()
+    wide = PostgresStore(pg_url)
+    wide.delete_session(session_name)
+    wide.close()
 
 
 def test_search_fuses_both_rankings_and_close_releases_the_connection(pg_url, session_name):

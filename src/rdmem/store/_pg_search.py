@@ -23,6 +23,7 @@ class PgSearchMixin:
     _dims: set[int]
     _ef_search: MutableMapping[Any, int]  # per connection (a session setting)
     lexical_rows: int
+    lexical_window: int
     _run: Callable[..., Any]
 
     def _search(
@@ -91,14 +92,18 @@ class PgSearchMixin:
             params: tuple[Any, ...] = (tsq, session, *tier_param, k)
         else:
             # Even the rarest word is common: rank its ``cap`` most recent matches (of any tier, as the
-            # SQLite store does), in one statement. Most recent by ``seq`` (the same order as ``uid``
-            # within a session): the planner may then walk the (session, seq) index backwards and stop
-            # after ``cap`` matches (the more common the word, the sooner) instead of reading all of them.
+            # SQLite store does) among the session's newest ``lexical_window`` units, in one statement.
+            # Most recent by ``seq`` (the same order as ``uid`` within a session): the planner may walk the
+            # (session, seq) index backwards and stop after ``cap`` matches, or intersect the word's
+            # full-text matches with the window's places; either way it reads at most the window's rows
+            # (without the window, a word a few sessions in a hundred use made it read 40,000 rows of a
+            # 10^6-unit session: BENCHMARKS "How each cost grows").
             sql = (
                 f"SELECT uid, id FROM (SELECT uid, id, tier, tsv FROM rdmem_units, "
                 f"websearch_to_tsquery('{TS_CONFIG}', %s) q WHERE session = %s AND tsv @@ q "
+                f"AND seq >= (SELECT next_seq FROM rdmem_sessions WHERE session = %s) - %s "
                 f"ORDER BY seq DESC LIMIT %s) m, websearch_to_tsquery('{TS_CONFIG}', %s) q "
                 f"WHERE true{tier_filt} ORDER BY ts_rank(m.tsv, q) DESC, uid LIMIT %s"
             )
-            params = (tsq, session, cap, tsq, *tier_param, k)
+            params = (tsq, session, session, self.lexical_window, cap, tsq, *tier_param, k)
         return [(int(uid), i) for uid, i in conn.execute(sql, params).fetchall()]

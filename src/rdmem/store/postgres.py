@@ -32,6 +32,7 @@ from ._types import ApiKey, Changes, SessionInfo, StoredUnit, StoreError, Tier, 
 __all__ = ["PostgresStore", "SCHEMA_VERSION"]
 
 _MAX_DIM = 2000  # pgvector's HNSW limit for the vector type
+_WINDOW_PER_ROW = 50  # lexical_window's default, per full-text match ranked
 _T = TypeVar("_T")
 _COLUMNS = "id, seq, message, tokens, features, embedding, tier"
 
@@ -57,6 +58,10 @@ class PostgresStore(PgSearchMixin, BaseStore):
         version on every search, so other writers invalidate them too).
     lexical_rows:
         At most this many full-text matches are ranked per search.
+    lexical_window:
+        When even a query's rarest word has more than ``lexical_rows`` matches, its most recent matches
+        are taken among the session's newest ``lexical_window`` units (default: 50 x ``lexical_rows``),
+        so that a search reads a bounded number of rows however long the session grows.
 
     The role needs the right to ``CREATE EXTENSION vector`` the first time
     (or an administrator creates it beforehand). Searches are fast when the
@@ -67,7 +72,7 @@ class PostgresStore(PgSearchMixin, BaseStore):
 
     def __init__(
         self, url: str, *, connect_timeout: float = 10.0, timeout: float = 5.0, pool_size: int = 10,
-        cache_size: int = 256, lexical_rows: int = LEXICAL_ROWS,
+        cache_size: int = 256, lexical_rows: int = LEXICAL_ROWS, lexical_window: int | None = None,
     ) -> None:
         if not isinstance(url, str) or not url:
             raise InvalidInput(f"url must be a non-empty PostgreSQL URL, got {url!r}")
@@ -77,12 +82,17 @@ class PostgresStore(PgSearchMixin, BaseStore):
         if isinstance(pool_size, bool) or not isinstance(pool_size, int) or pool_size < 1:
             raise InvalidInput(f"pool_size must be an int >= 1, got {pool_size!r}")
         check_lexical_rows(lexical_rows)
+        if lexical_window is None:
+            lexical_window = _WINDOW_PER_ROW * lexical_rows
+        if isinstance(lexical_window, bool) or not isinstance(lexical_window, int) or lexical_window < lexical_rows:
+            raise InvalidInput(f"lexical_window must be an int >= lexical_rows ({lexical_rows}), got {lexical_window!r}")
         self._init_base(cache_size)
         self.url = url
         self.connect_timeout = connect_timeout
         self.timeout = timeout
         self.pool_size = pool_size
         self.lexical_rows = lexical_rows
+        self.lexical_window = lexical_window
         self._lock = threading.RLock()
         # hnsw.ef_search as last set on each connection (a session setting; connections come and go).
         self._ef_search: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
