@@ -141,7 +141,7 @@ def bench_proxy(url: str, turns: Sequence[str], calls: int, work: Path, tag: str
 
 
 def one_size(store_name: str, url: str, n: int, args, pool, vectors, working, turns, questions, embedder,
-             work: Path, prepare=None) -> dict:
+             work: Path, prepare=None, warm=()) -> dict:
     from rdmem.store import open_store
 
     store = open_store(url)
@@ -156,7 +156,7 @@ def one_size(store_name: str, url: str, n: int, args, pool, vectors, working, tu
     store.close()
     row: dict = {"store": store_name, "archived": n, "fill_s": fill_s, "load": os.getloadavg()[0]}
     print(f"{store_name} {n:,}: filled in {fill_s:.0f} s ({n / fill_s:,.0f} units/s)", flush=True)
-    q = bench_query(url, SESSION, embedder, questions, BUDGET, "rd")
+    q = bench_query(url, SESSION, embedder, questions, BUDGET, "rd", warm=warm)
     row.update({k: q[k] for k in ("total", "search", "engine", "cached", "first", "open_s")})
     print(f"  messages(query): p50 {ms(q['total'], 50):.1f} p95 {ms(q['total'], 95):.1f} ms (search p50 "
           f"{ms(q['search'], 50):.1f} p95 {ms(q['search'], 95):.1f}, engine p50 {ms(q['engine'], 50):.1f} p95 "
@@ -223,6 +223,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--proxy-calls", type=int, default=30)
     ap.add_argument("--timeout", type=float, default=300, help="seconds of proxy calls per size at most")
     ap.add_argument("--pg-shared-buffers", default="1GB")
+    ap.add_argument("--warm-queries", type=int, default=0,
+                    help="other LoCoMo questions asked before the timed ones, untimed (a running service's caches)")
     ap.add_argument("--index-after-fill", action="store_true",
                     help="PostgreSQL: build the HNSW index once after the fill (the 10^6 run), not row by row")
     ap.add_argument("--workdir", default=None)
@@ -233,19 +235,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     sys.path.insert(0, str(ROOT / "src"))
     print(f"machine: {machine()}", flush=True)
     turns, pool, vectors = locomo_pool()
-    questions = locomo_questions(LOCOMO)[: args.queries + 1]
+    every_question = locomo_questions(LOCOMO)
+    questions = every_question[: args.queries + 1]
     qvectors = embed_cached(questions, "locomo-questions")
-    embedder = LookupEmbedder(pool + questions, np.concatenate([vectors, qvectors]))
+    warm = every_question[args.queries + 1: args.queries + 1 + args.warm_queries]
+    wvectors = embed_cached(warm, "locomo-warm-questions") if warm else np.zeros((0, vectors.shape[1]), np.float32)
+    embedder = LookupEmbedder(pool + questions + warm, np.concatenate([vectors, qvectors, wvectors]))
     working = newest_turns(turns, BUDGET)
     work = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="rdmem-scale-"))
     work.mkdir(parents=True, exist_ok=True)
     sizes = [int(s) for s in args.sizes.split(",")]
     rows = []
     common = (args, pool, vectors, working, turns, questions, embedder, work)
+    kw = {"warm": warm}
     if "sqlite" in args.stores:
         for n in sizes:
             db = work / f"scale-{n}.db"
-            rows.append(one_size("SQLite", f"sqlite:///{db}", n, *common))
+            rows.append(one_size("SQLite", f"sqlite:///{db}", n, *common, **kw))
             for p in work.glob(f"scale-{n}.db*"):
                 p.unlink()
     if "postgres" in args.stores:
@@ -267,7 +273,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     conn.execute("CHECKPOINT")  # the load's dirty pages go to disk now, not while timed
 
             for n in sizes:
-                rows.append(one_size("PostgreSQL", url, n, *common, prepare=prepare))
+                rows.append(one_size("PostgreSQL", url, n, *common, prepare=prepare, **kw))
                 from rdmem.store import open_store
 
                 store = open_store(url)
