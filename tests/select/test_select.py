@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import itertools
 
 import numpy as np
@@ -42,6 +43,39 @@ def test_knapsack_matches_brute_force(instance):
     assert chosen.tolist() == sorted(set(chosen.tolist()))
     assert sum(costs[i] for i in chosen) <= budget
     assert value_of(values, chosen) == pytest.approx(brute_force(values, costs, budget), abs=1e-6)
+
+
+def test_knapsack_bounds_change_no_answer(monkeypatch):
+    """Fixing items by LP bounds gives the answer of the table alone (the same subset, not only its value),
+    copies of one item included, on continuous values as policies produce them."""
+    module = importlib.import_module("rdmem.select.knapsack")  # the module (the package exports the function)
+    rng = np.random.default_rng(11)
+    instances = []
+    for trial in range(600):
+        n = int(rng.integers(1, 150))
+        values = rng.beta(0.5, 3, n) * rng.choice([1.0, 10.0, 1000.0]) - rng.choice([0.0, 0.05])
+        costs = rng.integers(0, 90, n)
+        if trial % 3 == 0:  # half of them copies of the other half
+            values, costs = np.concatenate([values[: n // 2], values[: n - n // 2]]), np.concatenate([costs[: n // 2], costs[: n - n // 2]])
+        instances.append((values, costs, int(rng.integers(0, int(costs.sum()) + 10))))
+    with_bounds = [knapsack(*x).tolist() for x in instances]
+    nothing = lambda v, w, cap: (np.zeros(len(v), dtype=bool), np.zeros(len(v), dtype=bool))  # noqa: E731
+    monkeypatch.setattr(module, "_fixed_by_bounds", nothing)
+    assert [knapsack(*x).tolist() for x in instances] == with_bounds
+
+
+def test_knapsack_bounds_leave_a_small_table_on_a_compaction_sized_instance():
+    """300 messages of 8-80 tokens, 4,000 of budget: the bounds decide most items (the table's size, and so
+    the call's time, falls with them; BENCHMARKS "Knapsack speed")."""
+    from rdmem.select.knapsack import _fixed_by_bounds
+
+    rng = np.random.default_rng(3)
+    values, costs = rng.beta(0.5, 3, 300), rng.integers(8, 80, 300)
+    taken, out = _fixed_by_bounds(values - 1e-12, costs, 4000)
+    assert not (taken & out).any()
+    assert (taken | out).mean() > 0.8
+    chosen = knapsack(values, costs, 4000)
+    assert set(np.flatnonzero(taken)) <= set(chosen.tolist()) and not set(np.flatnonzero(out)) & set(chosen.tolist())
 
 
 def test_knapsack_on_seeded_random_instances():
