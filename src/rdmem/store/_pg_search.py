@@ -96,8 +96,8 @@ class PgSearchMixin:
             # Most recent by ``seq`` (the same order as ``uid`` within a session): the planner may walk the
             # (session, seq) index backwards and stop after ``cap`` matches, or intersect the word's
             # full-text matches with the window's places; either way it reads at most the window's rows
-            # (without the window, a word a few sessions in a hundred use made it read 40,000 rows of a
-            # 10^6-unit session: BENCHMARKS "How each cost grows").
+            # (without the window, a word in 2-3 % of the messages made it read 40,000-50,000 rows of a
+            # 10^6-unit session: BENCHMARKS "PostgreSQL at 10^6").
             sql = (
                 f"SELECT uid, id FROM (SELECT uid, id, tier, tsv FROM rdmem_units, "
                 f"websearch_to_tsquery('{TS_CONFIG}', %s) q WHERE session = %s AND tsv @@ q "
