@@ -247,11 +247,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     sizes = [int(s) for s in args.sizes.split(",")]
     rows = []
     common = (args, pool, vectors, working, turns, questions, embedder, work)
-    kw = {"warm": warm}
     if "sqlite" in args.stores:
         for n in sizes:
             db = work / f"scale-{n}.db"
-            rows.append(one_size("SQLite", f"sqlite:///{db}", n, *common, **kw))
+            rows.append(one_size("SQLite", f"sqlite:///{db}", n, *common, warm=warm))
             for p in work.glob(f"scale-{n}.db*"):
                 p.unlink()
     if "postgres" in args.stores:
@@ -273,7 +272,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     conn.execute("CHECKPOINT")  # the load's dirty pages go to disk now, not while timed
 
             for n in sizes:
-                rows.append(one_size("PostgreSQL", url, n, *common, prepare=prepare, **kw))
+                rows.append(one_size("PostgreSQL", url, n, *common, prepare=prepare, warm=warm))
                 from rdmem.store import open_store
 
                 store = open_store(url)

@@ -26,8 +26,6 @@ def knapsack(values: np.ndarray, costs: np.ndarray, budget: int) -> np.ndarray:
     values, costs = check_arrays(values, costs, budget)
     free = np.flatnonzero((costs == 0) & (values > 0))
     cand = np.flatnonzero((values > 0) & (costs > 0) & (costs <= budget))
-    if cand.size == 0:
-        return free.astype(np.int64)
     # A tiny per-item penalty makes a tie prefer not taking the item, robustly under float rounding
     # (a value too small to outweigh it is worth nothing).
     v = values[cand] - 1e-12 * np.maximum(1.0, np.abs(values[cand]))
@@ -39,14 +37,12 @@ def knapsack(values: np.ndarray, costs: np.ndarray, budget: int) -> np.ndarray:
     g = max(int(np.gcd.reduce(c)), 1)
     w = c // g
     cap = budget // g
+    taken, core = np.zeros(len(v), dtype=bool), np.ones(len(v), dtype=bool)
     if int(w.sum()) > cap:
         taken, out = _fixed_by_bounds(v, w, cap)
-        if taken.any() or out.any():
-            core = ~(taken | out)
-            rest = _dp(v[core], w[core], cap - int(w[taken].sum()))
-            chosen = np.concatenate([cand[taken], cand[core][rest]])
-            return np.sort(np.concatenate([chosen, free])).astype(np.int64)
-    return np.sort(np.concatenate([cand[_dp(v, w, cap)], free])).astype(np.int64)
+        core = ~(taken | out)
+    rest = _dp(v[core], w[core], cap - int(w[taken].sum()))
+    return np.sort(np.concatenate([cand[taken], cand[core][rest], free])).astype(np.int64)
 
 
 def _fixed_by_bounds(v: np.ndarray, w: np.ndarray, cap: int) -> tuple[np.ndarray, np.ndarray]:
@@ -90,7 +86,8 @@ def _fixed_by_bounds(v: np.ndarray, w: np.ndarray, cap: int) -> tuple[np.ndarray
     # Copies of one item (same value, same cost) are left to the table, which breaks their tie as it always
     # has (the earlier copy first); an LP bound can split a pair across the break item.
     by_pair = np.lexsort((ws, vs))
-    twin = (vs[by_pair][1:] == vs[by_pair][:-1]) & (ws[by_pair][1:] == ws[by_pair][:-1])
+    pv, pw = vs[by_pair], ws[by_pair]
+    twin = (pv[1:] == pv[:-1]) & (pw[1:] == pw[:-1])
     copies = np.zeros(n, dtype=bool)
     copies[by_pair[1:][twin]] = True
     copies[by_pair[:-1][twin]] = True
@@ -106,14 +103,13 @@ def _dp(v: np.ndarray, w: np.ndarray, budget: int) -> np.ndarray:
     within ``budget``: the dynamic programme over capacities."""
     if len(v) == 0 or budget <= 0:
         return np.zeros(0, dtype=np.int64)
-    cand = np.arange(len(v))
     total = int(w.sum())
     cap = min(budget, total)
     # Plain Python numbers in the loop: numpy scalars cost more per step than the slices below.
     weights, prefix, gains = w.tolist(), np.cumsum(w).tolist(), v.tolist()  # prefix[k]: tokens of items 0..k
     dp = np.zeros(cap + 1, dtype=np.float64)
     cur = np.empty(cap + 1, dtype=np.float64)
-    take = np.zeros((len(cand), cap + 1), dtype=bool)
+    take = np.zeros((len(v), cap + 1), dtype=bool)
     filled, everything = 0, 0.0  # dp[r] for r > filled is `everything`: all items so far fit
     for k, wk in enumerate(weights):
         # Capacities above prefix[k] hold every item so far (no work); capacities below
@@ -131,11 +127,11 @@ def _dp(v: np.ndarray, w: np.ndarray, budget: int) -> np.ndarray:
         everything += gains[k]
     chosen: list[int] = []
     r = cap
-    for k in range(len(cand) - 1, -1, -1):
+    for k in range(len(v) - 1, -1, -1):
         if r >= prefix[k]:  # every remaining item fits
-            chosen.extend(cand[: k + 1].tolist())
+            chosen.extend(range(k + 1))
             break
         if take[k, r]:
-            chosen.append(int(cand[k]))
+            chosen.append(k)
             r -= weights[k]
     return np.array(sorted(chosen), dtype=np.int64)
