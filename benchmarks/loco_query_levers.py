@@ -21,7 +21,11 @@ Signals (each computed from the question and the conversation only):
   sess_max, sess_bm        the best cosine z-score / BM25 among the turns of the turn's session (LoCoMo's dia_id)
   sess_rank                the rank of the turn's session by its best first-pass score (cosine z + BM25 z)
   sess_mean                the mean cosine z-score of the turn's session
-  winK_max                 the best cosine z-score within K turns either side (no session labels needed)
+  winK_max                 the best cosine z-score within K turns either side (no session labels needed; K 3, 5, 10, 20)
+  winK_bm                  the best BM25 within K turns either side
+  winK_first               the best first-pass score (cosine z + BM25 z) within K turns either side
+  nwinK_first              the same without the turn itself (as rdmem computes its window columns)
+  wwinK                    the first-pass score plus 0.5 x the best first-pass score within K turns either side
   wsum                     the first-pass score plus 0.5 x the session's best first-pass score
 
 A variant may end with options, each after "@":
@@ -63,18 +67,13 @@ from rdmem.scoring import ScoringContext  # noqa: E402
 from rdmem.scoring.lexical import Lexical  # noqa: E402
 from rdmem.scoring.logistic import LogisticModel  # noqa: E402
 from rdmem.scoring.value_features import (  # noqa: E402
-    PRIOR_FEATURES, QUERY_FEATURES, _rank_feature, _speaker_of, model_prior_matrix, query_entities, query_matrix,
+    PRIOR_FEATURES, QUERY_FEATURES, _neighbour_max, _rank_feature, _zscore as _z, _speaker_of, model_prior_matrix, query_entities, query_matrix,
 )
 from rdmem.select import knapsack  # noqa: E402
 from rdmem.units import encode_units  # noqa: E402
 
 BUDGETS = (1000, 2000, 4000)
 CACHE = Path("eval-out/loco_query_rows.pkl")
-
-
-def _z(v: np.ndarray) -> np.ndarray:
-    sd = v.std()
-    return (v - v.mean()) / (sd if sd > 1e-6 else 1.0)
 
 
 def signals(ctx: ScoringContext) -> dict[str, np.ndarray]:
@@ -166,10 +165,19 @@ def session_signals(xq: np.ndarray, sess: np.ndarray) -> dict[str, np.ndarray]:
     out["sess_rank"] = np.array([rank[s] for s in sess])
     out["wsum"] = first + 0.5 * out["sess_best"]
     n = len(sess)
-    for k in (3, 5, 10):
-        pad = np.concatenate([np.full(k, -9.0), cosz, np.full(k, -9.0)])
-        out[f"win{k}_max"] = np.lib.stride_tricks.sliding_window_view(pad, 2 * k + 1).max(axis=1)[:n]
+    for k in (2, 3, 5, 7, 10, 20):
+        out[f"win{k}_max"] = _window_max(cosz, k)
+        out[f"win{k}_bm"] = _window_max(bm, k)
+        out[f"win{k}_first"] = _window_max(first, k)
+        out[f"wwin{k}"] = first + 0.5 * out[f"win{k}_first"]
+        out[f"nwin{k}_first"] = _neighbour_max(first, np.arange(len(first)), reach=k)
     return out
+
+
+def _window_max(x: np.ndarray, k: int) -> np.ndarray:
+    """The largest of ``x`` within ``k`` positions either side."""
+    pad = np.concatenate([np.full(k, -9.0), x, np.full(k, -9.0)])
+    return np.lib.stride_tricks.sliding_window_view(pad, 2 * k + 1).max(axis=1)[:len(x)]
 
 
 _HYP = re.compile(r"\b(?:would|might|likely|could|probably)\b", re.IGNORECASE)
@@ -274,6 +282,7 @@ def main() -> None:
         logits[test] = {i: prior.decision(xps[i]) for i in folds}
     print(f"query model, leave-one-conversation-out ({len(rows)} conversations, features built in "
           f"{time.time() - t0:.0f} s); recall [95% CI] (multi-hop temporal open-domain single-hop)")
+    first = None  # the first variant's recall per question and budget: later ones are paired with it
     for variant in args.variants:
         label = variant or "shipped features"
         variant, *opts = variant.split("@")
@@ -314,11 +323,17 @@ def main() -> None:
                     picks = [knapsack(p, costs[test], b) for b in BUDGETS]
                 recs.append((cat, [y[ix].sum() / y.sum() for ix in picks]))
         cells = []
+        got = np.array([r[1] for r in recs])
+        first = got if first is None else first
         for j, b in enumerate(BUDGETS):
-            v = np.array([r[1][j] for r in recs])
-            boot = np.random.default_rng(0).choice(v, (1000, len(v))).mean(axis=1)
+            v = got[:, j]
+            pick = np.random.default_rng(0).integers(0, len(v), (1000, len(v)))
             per = " ".join(f"{np.mean([r[1][j] for r in recs if r[0] == c]):.3f}" for c in (1, 2, 3, 4))
-            cells.append(f"{b}: {v.mean():.3f} [{np.percentile(boot, 2.5):.3f}, {np.percentile(boot, 97.5):.3f}] ({per})")
+            cell = f"{b}: {v.mean():.3f} [{np.percentile(v[pick].mean(1), 2.5):.3f}, {np.percentile(v[pick].mean(1), 97.5):.3f}]"
+            if got is not first:  # paired with the first variant, question by question
+                d = v - first[:, j]
+                cell += f" d{d.mean():+.3f} [{np.percentile(d[pick].mean(1), 2.5):+.3f}, {np.percentile(d[pick].mean(1), 97.5):+.3f}]"
+            cells.append(f"{cell} ({per})")
         print(f"{label:<34} " + " | ".join(cells), flush=True)
 
 

@@ -199,3 +199,11 @@ def test_win5_takes_the_best_query_similarity_within_five_turns(cl100k, hashing_
     far = [i for i in range(20) if abs(i - 10) > 5]
     assert np.allclose(win[near], cos_z[10])  # a turn within five of the hit takes the hit's similarity
     assert (win[far] < cos_z[10]).all()  # one further away does not
+    # win5_first: the same over the first pass (meaning and words), the candidate itself included
+    first = x[:, QUERY_FEATURES.index("win5_first")]
+    top = first[10]
+    assert top == first.max() and top > cos_z[10]  # the hit matches in words too: its own first pass is the best
+    assert np.allclose(first[near], top) and (first[far] < top).all()
+    x_far = query_matrix(ScoringContext([units[i] for i in far], query=ctx.query, embedder=hashing_embedder),
+                         np.zeros(len(far)))
+    assert np.ptp(x_far[:, QUERY_FEATURES.index("win5_first")]) == 0  # without the hit: nothing stands out

@@ -60,9 +60,11 @@ QUERY_FEATURES = (
     "bm25_stem",
     "speaker_match",
     "win5_cos_z",
+    "win5_first",
 )
-#: Turns either side within which ``win5_cos_z`` takes a candidate's best query similarity (``nb_cos_z``: 1):
-#: the context of a strong hit is often asked about with it (BENCHMARKS "Item 3, second round").
+#: Turns either side within which ``win5_cos_z`` takes a candidate's best query similarity (``nb_cos_z``: 1)
+#: and ``win5_first`` its best first-pass score: the context of a strong hit is often asked about with it
+#: (BENCHMARKS "Item 3, second round" and "fourth round").
 WIN_REACH = 5
 
 _GREETING = re.compile(
@@ -216,6 +218,12 @@ def _rank_feature(score: np.ndarray) -> np.ndarray:
     return -np.log1p(rank)
 
 
+def _zscore(values: np.ndarray) -> np.ndarray:
+    """``values`` less their mean, over their standard deviation (none: a constant stays 0)."""
+    sd = values.std()
+    return (values - values.mean()) / (sd if sd > 1e-6 else 1.0)
+
+
 def _neighbour_max(values: np.ndarray, index: np.ndarray, reach: int = 1) -> np.ndarray:
     """For each unit, the largest value among the units up to ``reach`` turns before and after it in the history.
 
@@ -269,8 +277,7 @@ def query_matrix(ctx: ScoringContext, prior_logit: np.ndarray) -> np.ndarray:
     if n == 0 or not ctx.query:
         return x
     cos = ctx.embeddings @ ctx.query_embedding
-    sd = cos.std()
-    cos_z = (cos - cos.mean()) / (sd if sd > 1e-6 else 1.0)
+    cos_z = _zscore(cos)
     bm = Lexical().score(ctx)
     bm_n = bm / bm.max() if bm.max() > 0 else bm
     index = ctx.indices
@@ -290,6 +297,10 @@ def query_matrix(ctx: ScoringContext, prior_logit: np.ndarray) -> np.ndarray:
     x[:, 5] = _neighbour_max(cos_z, index)
     x[:, 6] = _neighbour_max(bm_n, index)
     x[:, 13] = _neighbour_max(cos_z, index, reach=WIN_REACH)
+    # The first pass (meaning and words, each z-scored over the candidates): the best within reach, the
+    # candidate itself included, so a strong hit keeps its own score and lends it to its neighbours.
+    first = cos_z + _zscore(bm_n)
+    x[:, 14] = np.maximum(first, _neighbour_max(first, index, reach=WIN_REACH))
     x[:, 9] = prior_logit
     bs = Lexical(stem=True).score(ctx)
     x[:, 11] = bs / bs.max() if bs.max() > 0 else bs
