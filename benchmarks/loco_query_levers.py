@@ -25,6 +25,8 @@ Signals (each computed from the question and the conversation only):
   winK_bm                  the best BM25 within K turns either side
   winK_first               the best first-pass score (cosine z + BM25 z) within K turns either side
   nwinK_first              the same without the turn itself (as rdmem computes its window columns)
+  dwin5_first_D            the best first-pass score within 5 turns, less D per turn of distance (D 0.1, 0.3)
+  win5_first_rank          the rank of win5_first among the turns
   wwinK                    the first-pass score plus 0.5 x the best first-pass score within K turns either side
   wsum                     the first-pass score plus 0.5 x the session's best first-pass score
 
@@ -171,6 +173,13 @@ def session_signals(xq: np.ndarray, sess: np.ndarray) -> dict[str, np.ndarray]:
         out[f"win{k}_first"] = _window_max(first, k)
         out[f"wwin{k}"] = first + 0.5 * out[f"win{k}_first"]
         out[f"nwin{k}_first"] = _neighbour_max(first, np.arange(len(first)), reach=k)
+    for decay in (0.1, 0.3):
+        best = first.copy()
+        for d in range(1, 6):
+            best[d:] = np.maximum(best[d:], first[:-d] - decay * d)
+            best[:-d] = np.maximum(best[:-d], first[d:] - decay * d)
+        out[f"dwin5_first_{decay}"] = best
+    out["win5_first_rank"] = _rank_feature(out["win5_first"] - out["win5_first"].min() + 1e-3)
     return out
 
 
