@@ -4,13 +4,14 @@ For each LoCoMo dev conversation and budget, two managers are fed the same
 messages: one with ``rd`` as it was, one with the default ``rd``. ``--compare query_weight`` (the
 default): before is relevance alone (``RDPolicy(query_weight=1.0)``), after weighs the query by its
 informativeness. ``--compare markers``: before sends a marker per omitted run (``markers=True``),
-after one merged marker (the default since 2026-12-05). Then every question
+after one merged marker (the default since 2026-12-05). ``--compare neighbours``: before takes no archived
+neighbours of the strongest hits (``rdmem.manager.NEIGHBOUR_HITS = 0``), after the default. Then every question
 and every user turn (as the proxy asks) is sent to both, alternating which goes
 first, so machine load falls on both alike. Embeddings come from the disk
 cache (warm it with ``rdmem eval`` first), so the time is rdmem's own.
 
     HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/query_latency.py [LOCOMO_JSON] [--budgets 1000,2000,4000] \
-        [--compare query_weight|markers]
+        [--compare query_weight|markers|neighbours]
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import numpy as np
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 warnings.simplefilter("ignore", RuntimeWarning)
 
-from rdmem import MemoryManager  # noqa: E402
+from rdmem import MemoryManager, manager  # noqa: E402
 from rdmem.datasets import load_locomo  # noqa: E402
 from rdmem.eval.config import cached_embedder  # noqa: E402
 from rdmem.policies import RDPolicy  # noqa: E402
@@ -38,14 +39,19 @@ def main() -> None:
     ap.add_argument("path", nargs="?", default="../shared/data/locomo/locomo_dev.json")
     ap.add_argument("--budgets", default="1000,2000,4000")
     ap.add_argument("--turns", type=int, default=60, help="user turns per conversation sent as queries")
-    ap.add_argument("--compare", choices=("query_weight", "markers"), default="query_weight")
+    ap.add_argument("--compare", choices=("query_weight", "markers", "neighbours"), default="query_weight")
     args = ap.parse_args()
     budgets = [int(b) for b in args.budgets.split(",")]
     convs = [c.select([1, 2, 3, 4]) for c in load_locomo(args.path)]
     emb, tok = cached_embedder(), get_tokenizer("cl100k_base")
-    if args.compare == "markers":
+    hits = {"before": manager.NEIGHBOUR_HITS, "after": manager.NEIGHBOUR_HITS}
+    if args.compare == "neighbours":
         policies = {"before": RDPolicy(), "after": RDPolicy()}
-        options: dict[str, dict[str, object]] = {"before": {"markers": True}, "after": {}}
+        options: dict[str, dict[str, object]] = {"before": {}, "after": {}}
+        hits["before"] = 0
+    elif args.compare == "markers":
+        policies = {"before": RDPolicy(), "after": RDPolicy()}
+        options = {"before": {"markers": True}, "after": {}}
     else:
         policies = {"before": RDPolicy(query_weight=1.0), "after": RDPolicy()}
         options = {"before": {}, "after": {}}
@@ -64,6 +70,7 @@ def main() -> None:
             for i, (kind, q) in enumerate(queries):
                 order = list(mems) if i % 2 == 0 else list(mems)[::-1]
                 for k in order:
+                    manager.NEIGHBOUR_HITS = hits[k]
                     t0 = time.perf_counter()
                     mems[k].messages(q)
                     times[(k, kind)].append((time.perf_counter() - t0) * 1000.0)

@@ -109,6 +109,27 @@ def test_query_brings_back_archived_units(policy, cl100k, minilm):
     assert ("locker" in mem.archived_ids()) is archived  # a query does not move units between tiers
 
 
+def test_a_strong_hit_brings_its_archived_neighbours_into_the_candidates(minilm):
+    """The turns around a fact are candidates with it (``NEIGHBOUR_REACH`` either side of each of the
+    ``NEIGHBOUR_HITS`` best hits), though a search for the query would not find them."""
+    from rdmem.manager import NEIGHBOUR_REACH
+
+    # window: the working set is the newest messages, so the fact and its reply are archived
+    mem = MemoryManager(budget=120, policy="window", embedder=minilm, archive_candidates=1)
+    filler = [f"Small talk number {i}: the weather stayed grey and mild." for i in range(40)]
+    mem.extend([{"role": "user" if i % 2 == 0 else "assistant", "content": t} for i, t in enumerate(filler)])
+    mem.add(role="user", content="We finally adopted a rescue greyhound called Biscuit!", id="fact")
+    mem.add(role="assistant", content="Oh how lovely, congratulations!", id="after")
+    mem.extend([{"role": "user" if i % 2 == 0 else "assistant", "content": t} for i, t in enumerate(filler)])
+    archived = mem.archived_ids()
+    assert {"fact", "after"} <= set(archived)
+    at = archived.index("fact")
+    near = set(archived[max(0, at - NEIGHBOUR_REACH): at + NEIGHBOUR_REACH + 1])
+    considered = {d.id for d in mem.context(query="What is the name of the greyhound they adopted?").report}
+    assert near <= considered  # the hit and its archived neighbours, "after" among them
+    assert len(considered & set(archived)) == len(near)  # and no other archived message (one search hit)
+
+
 def test_tool_groups_stay_together(cl100k, hashing_embedder):
     mem = MemoryManager(budget=200, policy="rd", embedder=hashing_embedder)
     for i in range(25):

@@ -186,6 +186,16 @@ class SessionView:
     def archived_ids(self) -> list[str]:
         return [u.id for u in self.units if self.tier[u.id] == "archive"]
 
+    def archived_near(self, ids: Iterable[str], reach: int) -> set[int]:
+        """Positions of the archived units within ``reach`` turns of the units ``ids`` (those the view has)."""
+        out: set[int] = set()
+        for uid in ids:
+            unit = self.by_id.get(uid)
+            if unit is not None:
+                out.update(k for k in range(max(0, unit.index - reach), min(len(self.units), unit.index + reach + 1))
+                           if self.tier[self.units[k].id] == "archive")
+        return out
+
     def whole_groups(self, cands: list[MemoryUnit]) -> list[MemoryUnit]:
         """``cands`` with the rest of any tool-call group one of them belongs to, in order."""
         have = {u.id for u in cands}
