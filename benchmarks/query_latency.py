@@ -5,7 +5,7 @@ messages: one with ``rd`` as it was, one with the default ``rd``. ``--compare qu
 default): before is relevance alone (``RDPolicy(query_weight=1.0)``), after weighs the query by its
 informativeness. ``--compare markers``: before sends a marker per omitted run (``markers=True``),
 after one merged marker (the default since 2026-12-05). ``--compare neighbours``: before takes no archived
-neighbours of the strongest hits (``rdmem.manager.NEIGHBOUR_HITS = 0``), after the default. Then every question
+neighbours of the strongest hits (``rdmem._session.NEIGHBOUR_HITS = 0``), after the default. Then every question
 and every user turn (as the proxy asks) is sent to both, alternating which goes
 first, so machine load falls on both alike. Embeddings come from the disk
 cache (warm it with ``rdmem eval`` first), so the time is rdmem's own.
@@ -27,7 +27,7 @@ import numpy as np
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 warnings.simplefilter("ignore", RuntimeWarning)
 
-from rdmem import MemoryManager, manager  # noqa: E402
+from rdmem import MemoryManager, _session  # noqa: E402
 from rdmem.datasets import load_locomo  # noqa: E402
 from rdmem.eval.config import cached_embedder  # noqa: E402
 from rdmem.policies import RDPolicy  # noqa: E402
@@ -44,7 +44,7 @@ def main() -> None:
     budgets = [int(b) for b in args.budgets.split(",")]
     convs = [c.select([1, 2, 3, 4]) for c in load_locomo(args.path)]
     emb, tok = cached_embedder(), get_tokenizer("cl100k_base")
-    hits = {"before": manager.NEIGHBOUR_HITS, "after": manager.NEIGHBOUR_HITS}
+    hits = {"before": _session.NEIGHBOUR_HITS, "after": _session.NEIGHBOUR_HITS}
     if args.compare == "neighbours":
         policies = {"before": RDPolicy(), "after": RDPolicy()}
         options: dict[str, dict[str, object]] = {"before": {}, "after": {}}
@@ -70,7 +70,7 @@ def main() -> None:
             for i, (kind, q) in enumerate(queries):
                 order = list(mems) if i % 2 == 0 else list(mems)[::-1]
                 for k in order:
-                    manager.NEIGHBOUR_HITS = hits[k]
+                    _session.NEIGHBOUR_HITS = hits[k]
                     t0 = time.perf_counter()
                     mems[k].messages(q)
                     times[(k, kind)].append((time.perf_counter() - t0) * 1000.0)

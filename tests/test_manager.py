@@ -112,7 +112,7 @@ def test_query_brings_back_archived_units(policy, cl100k, minilm):
 def test_a_strong_hit_brings_its_archived_neighbours_into_the_candidates(minilm):
     """The turns around a fact are candidates with it (``NEIGHBOUR_REACH`` either side of each of the
     ``NEIGHBOUR_HITS`` best hits), though a search for the query would not find them."""
-    from rdmem.manager import NEIGHBOUR_REACH
+    from rdmem._session import NEIGHBOUR_REACH
 
     # window: the working set is the newest messages, so the fact and its reply are archived
     mem = MemoryManager(budget=120, policy="window", embedder=minilm, archive_candidates=1)

@@ -25,7 +25,7 @@ from .store import Changes, NewUnit, Store, StoredUnit
 from .tokens import Tokenizer
 from .units import MemoryUnit, make_unit
 
-__all__ = ["SessionView", "stored_features", "COUNTED_BY"]
+__all__ = ["SessionView", "stored_features", "COUNTED_BY", "NEIGHBOUR_HITS", "NEIGHBOUR_REACH"]
 
 #: Key of a stored unit's features that names the tokenizer its ``tokens`` were counted with
 #: (:attr:`rdmem.tokens.Tokenizer.fingerprint`).
@@ -46,6 +46,11 @@ def new_unit(unit: MemoryUnit, original: dict[str, Any], tokenizer: Tokenizer, e
     if the caller chose one (else the store allocates it)."""
     return NewUnit(original, unit.tokens, stored_features(unit.features, tokenizer), unit.embedding, "working",
                    id=explicit_id)
+
+
+#: A query's best archived hits bring the archived turns within this many of them into the candidates (the
+#: turns around a fact are often asked about with it; BENCHMARKS "Item 3, fourth round").
+NEIGHBOUR_HITS, NEIGHBOUR_REACH = 10, 2
 
 
 class SessionView:
@@ -186,12 +191,14 @@ class SessionView:
     def archived_ids(self) -> list[str]:
         return [u.id for u in self.units if self.tier[u.id] == "archive"]
 
-    def archived_near(self, ids: Iterable[str], reach: int) -> set[int]:
-        """Positions of the archived units within ``reach`` turns of the units ``ids`` (those the view has)."""
+    def archived_near(self, hits: Sequence[str]) -> set[int]:
+        """Positions of the archived units among a search's ``hits`` (ids, best first) and within
+        :data:`NEIGHBOUR_REACH` turns of the :data:`NEIGHBOUR_HITS` best (ids the view lacks are skipped)."""
         out: set[int] = set()
-        for uid in ids:
+        for rank, uid in enumerate(hits):
             unit = self.by_id.get(uid)
             if unit is not None:
+                reach = NEIGHBOUR_REACH if rank < NEIGHBOUR_HITS else 0
                 out.update(k for k in range(max(0, unit.index - reach), min(len(self.units), unit.index + reach + 1))
                            if self.tier[self.units[k].id] == "archive")
         return out

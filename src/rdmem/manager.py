@@ -30,9 +30,6 @@ __all__ = ["MemoryManager"]
 _RETRIES = 8
 #: A query embeds at most this many candidates not yet embedded (one batch): a fact just stored ranks by meaning.
 ON_DEMAND_EMBEDDINGS = 64
-#: A query's strongest archived hits bring their archived neighbours within this many turns into the
-#: candidates (the turns around a fact are often asked about with it; BENCHMARKS "Item 3, fourth round").
-NEIGHBOUR_HITS, NEIGHBOUR_REACH = 10, 2
 _UNSET: Any = object()
 
 
@@ -73,8 +70,7 @@ class MemoryManager:
     markers:
         As :func:`rdmem.compact`'s (default ``"merged"``: one marker for every omitted span).
     archive_candidates:
-        How many archived units a query's search may bring back into competition (the archived turns
-        within :data:`NEIGHBOUR_REACH` of its :data:`NEIGHBOUR_HITS` best hits join them; 0: none).
+        How many archived units a query's search may bring back into competition (with the best ones' neighbours).
     embedding:
         ``"inline"`` (default, deterministic): a message is embedded before :meth:`add` returns. ``"deferred"``
         (``rdmem serve``): stored at once, embedded later by an :class:`~rdmem.EmbeddingWorker` on :attr:`store`;
@@ -399,8 +395,7 @@ class MemoryManager:
             emb = self._embedder
             qvec = emb.embed([query])[0] if emb is not None else None
             hits = view.store.search(self.session, query, qvec, k=self.archive_candidates, tier="archive")
-            extra = {view.by_id[i].index for i, _ in hits if i in view.by_id and view.tier[i] == "archive"}
-            extra |= view.archived_near([i for i, _ in hits[:NEIGHBOUR_HITS]], NEIGHBOUR_REACH)
+            extra = view.archived_near([i for i, _ in hits])
             cands = view.whole_groups(sorted(cands + [view.units[j] for j in extra], key=lambda u: u.index))
         cands = view.with_turn_in_progress(cands)
         return self._compact(cands, budget, self._learning.policy(), query, warn=warn)
