@@ -184,9 +184,8 @@ def session_signals(xq: np.ndarray, sess: np.ndarray) -> dict[str, np.ndarray]:
 
 
 def _window_max(x: np.ndarray, k: int) -> np.ndarray:
-    """The largest of ``x`` within ``k`` positions either side."""
-    pad = np.concatenate([np.full(k, -9.0), x, np.full(k, -9.0)])
-    return np.lib.stride_tricks.sliding_window_view(pad, 2 * k + 1).max(axis=1)[:len(x)]
+    """The largest of ``x`` within ``k`` positions either side, itself included (as ``win5_first`` is made)."""
+    return np.maximum(x, _neighbour_max(x, np.arange(len(x)), reach=k))
 
 
 _HYP = re.compile(r"\b(?:would|might|likely|could|probably)\b", re.IGNORECASE)
