@@ -279,8 +279,11 @@ def test_two_managers_of_one_session_share_it(tmp_path):
     working = a.working_ids()
     assert a.tokenizer.messages_tokens([{"role": "user", "content": h["content"]} for h in a.history()
                                         if h["id"] in set(working)]) <= 300  # one working set, not two
+    counted = {h["id"]: a.tokenizer.message_tokens({"role": "user", "content": h["content"]}) for h in a.history()}
+    assert a.stats()["tokens"] == b.stats()["tokens"] == sum(counted.values())  # kept as the view grows
     b.delete(["m0", "m1"])
     assert [h["id"] for h in a.history()][:2] == ["m2", "m3"] and len(a) == 38
+    assert a.stats()["tokens"] == sum(counted.values()) - counted["m0"] - counted["m1"]
 
 
 @pytest.mark.parametrize(("store", "kind", "message"), [

@@ -71,6 +71,7 @@ class SessionView:
         self.df: Counter[str] = Counter()
         self.members: dict[int, list[MemoryUnit]] = {}  # group -> its units
         self.archived = 0
+        self.tokens = 0  # of every unit, whatever its tier
         self._groups = ToolGroups()
         self._working: dict[str, MemoryUnit] = {}
         self._working_tokens = 0
@@ -150,6 +151,7 @@ class SessionView:
         self.by_id[unit.id] = unit
         self.tier[unit.id] = "archive"
         self.archived += 1
+        self.tokens += unit.tokens
         self.set_tier(unit.id, tier)
         self.df.update(set(content_words(unit.text)))
 

@@ -350,7 +350,7 @@ class MemoryManager:
         with self._lock:
             working = (view := self._sync()).working_units()
             return {"units": len(view.units), "working": len(working), "archived": view.archived,
-                    "tokens": sum(u.tokens for u in view.units), "working_tokens": view.working_tokens(),
+                    "tokens": view.tokens, "working_tokens": view.working_tokens(),
                     "working_ids": [u.id for u in working]}
 
     def history(self, *, offset: int = 0, limit: int | None = None) -> list[dict[str, Any]]:
