@@ -44,6 +44,7 @@ class OnlineLearning:
         if not learning_rate > 0:
             raise InvalidInput(f"learning_rate must be > 0, got {learning_rate!r}")
         feedback = self._learner()
+        view.fetch(ids=ids)  # older than the view holds: read them
         unknown = [i for i in ids if i not in view.by_id]
         if unknown:
             raise UnknownIdError(f"unknown ids in feedback: {unknown[:5]}")
@@ -52,7 +53,7 @@ class OnlineLearning:
         from .scoring import ScoringContext
 
         units = [view.by_id[i] for i in ids]
-        ctx = ScoringContext(units, embedder=embedder, doc_freq=(view.df, len(view.units)))
+        ctx = ScoringContext(units, embedder=embedder, doc_freq=(view.df, view.df_n))
         feedback.step(units, ctx, reward, learning_rate=learning_rate, max_shift=max_shift)
         self._save(view, feedback)
 
@@ -65,7 +66,7 @@ class OnlineLearning:
     def restore(self, view: SessionView) -> None:
         """The session's saved shift, when its policy learns (a reading of the session's state)."""
         if self.feedback is not None:
-            self.feedback.restore(view.state, view.store, self.session, has_units=bool(view.units))
+            self.feedback.restore(view.state, view.store, self.session, has_units=bool(view.size[0]))
 
     def _learner(self) -> Feedback:
         if self.feedback is None:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import gc
 import hashlib
 import threading
-from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, nullcontext
 from typing import Any
@@ -19,13 +18,14 @@ from typing import Any
 import numpy as np
 
 from .features import Features, content_words
+from .scoring._base import WordCounts
 from .history import ToolGroups, resend_alignment, resend_key
 from .messages import chat_fields
 from .store import Changes, NewUnit, Store, StoredUnit
 from .tokens import Tokenizer
 from .units import MemoryUnit, make_unit
 
-__all__ = ["SessionView", "stored_features", "COUNTED_BY", "NEIGHBOUR_HITS", "NEIGHBOUR_REACH"]
+__all__ = ["SessionView", "stored_features", "COUNTED_BY", "NEIGHBOUR_HITS", "NEIGHBOUR_REACH", "VIEW_ROWS"]
 
 #: Key of a stored unit's features that names the tokenizer its ``tokens`` were counted with
 #: (:attr:`rdmem.tokens.Tokenizer.fingerprint`).
@@ -52,29 +52,46 @@ def new_unit(unit: MemoryUnit, original: dict[str, Any], tokenizer: Tokenizer, e
 #: turns around a fact are often asked about with it; BENCHMARKS "Item 3, fourth round").
 NEIGHBOUR_HITS, NEIGHBOUR_REACH = 10, 2
 
+#: How many of a session's newest places a view reads when it opens, and counts in its word statistics;
+#: older units (archived) are read when a call needs them: a search's hits and their neighbours.
+VIEW_ROWS = 20_000
+
 
 class SessionView:
-    """The units of one session, in order, with their tiers, tool-call groups and word statistics."""
+    """The units of one session a manager needs, in order, with their tiers, tool-call groups and word
+    statistics: every unit from place :attr:`start` on (the newest ``rows`` places when it opened, and
+    everything since), the working set wherever it is, and older units as calls fetch them.
 
-    def __init__(self, store: Store, session: str, tokenizer: Tokenizer) -> None:
+    A unit's ``index`` is its place in the session (the store's ``seq``: places left by deleted
+    messages stay empty). The word statistics count the units of the newest ``rows`` places, so they
+    are the same whenever a view opens; a session shorter than ``rows`` is held whole.
+    """
+
+    def __init__(self, store: Store, session: str, tokenizer: Tokenizer, rows: int | None = None) -> None:
         self.store = store
         self.session = session
         self.tokenizer = tokenizer
+        self.rows = VIEW_ROWS if rows is None else rows
         self.version = 0
         self.state: dict[str, Any] = {}
         self._clear()
 
-    def _clear(self) -> None:
-        self.units: list[MemoryUnit] = []
+    def _clear(self, start: int = 0) -> None:
+        self.start = start  # every place from here on is held
+        self.units: list[MemoryUnit] = []  # the units from ``start`` on, in order
         self.by_id: dict[str, MemoryUnit] = {}
+        self.at: dict[int, MemoryUnit] = {}  # place -> unit, for every unit held
         self.tier: dict[str, str] = {}
-        self.df: Counter[str] = Counter()
+        self.df = WordCounts()
+        self.df_n = 0  # the units the word statistics count
+        self._df_from = start  # the lowest place they may count
         self.members: dict[int, list[MemoryUnit]] = {}  # group -> its units
-        self.archived = 0
-        self.tokens = 0  # of every unit, whatever its tier
+        self.size = (0, 0)  # the session's units and tokens
+        self.next_place = start  # the place after the newest unit held
         self._groups = ToolGroups()
         self._working: dict[str, MemoryUnit] = {}
         self._working_tokens = 0
+        self._older: list[str] = []  # ids of the units held from before ``start`` (fetched, or working)
         self._keys: dict[str, bytes] = {}  # id -> digest of its resend key
 
     def shareable(self, session: str, store: object, tokenizer: Tokenizer) -> bool:
@@ -89,22 +106,24 @@ class SessionView:
         """Catch up with the store (one cheap version check when nothing changed); ``True`` if anything did."""
         if self.store.version(self.session) == self.version:
             return False
-        self.apply(self.store.changes(self.session, self.version))
+        self.apply(self.store.changes(self.session, self.version, rows=self.rows))
         return True
 
     def apply(self, changes: Changes) -> None:
-        """Apply what the store reported changed (or, ``full``, the whole session)."""
+        """Apply what the store reported changed (or, ``full``, the session from ``changes.start`` on)."""
         if changes.full:
-            self._clear()
+            self._clear(changes.start)
         # Many units at once (a large session's first read): not worth collecting cycles while they are made
         # (a small read is not paused for: reads of many small sessions could keep the collector off).
         with _bulk() if len(changes.units) >= _BULK_READ else nullcontext():
-            self._apply_units(changes)
+            self._apply_units(changes.units)
         self.version = changes.version
         self.state = dict(changes.state)
+        self.size = changes.size
+        self._bound()
 
-    def _apply_units(self, changes: Changes) -> None:
-        for su in changes.units:
+    def _apply_units(self, units: Iterable[StoredUnit]) -> None:
+        for su in units:
             if su.id in self.by_id:
                 self.set_tier(su.id, su.tier)
                 unit = self.by_id[su.id]
@@ -114,7 +133,7 @@ class SessionView:
                 self.append(self.unit_of(su), su.tier)
 
     def unit_of(self, su: StoredUnit) -> MemoryUnit:
-        """A memory unit from a stored one, placed at the end of this view.
+        """A memory unit from a stored one, at its place.
 
         A stored count made with this very tokenizer is reused
         (re-tokenising is a quarter of the time it takes to open a large
@@ -125,7 +144,7 @@ class SessionView:
         counted_by = str((su.features or {}).get(COUNTED_BY))
         # rdmem 0.1 named the offline copy of an encoding in the fingerprint: the same counts.
         same = fingerprint is not None and counted_by.replace("_offline/", "/") == fingerprint
-        unit = make_unit(su.id, chat_fields(su.message), len(self.units), self.tokenizer, features=feats,
+        unit = make_unit(su.id, chat_fields(su.message), su.seq, self.tokenizer, features=feats,
                          tokens=su.tokens if same else None)
         if su.embedding is not None:
             # Archived vectors may share the store's search matrix (SQLite: one column-major array);
@@ -140,20 +159,74 @@ class SessionView:
         if prev == self.version:
             self.version = version
             return True
-        self.apply(self.store.changes(self.session, self.version))
+        self.apply(self.store.changes(self.session, self.version, rows=self.rows))
         return False
+
+    def fetch(self, ids: Iterable[str] = (), places: Iterable[int] = ()) -> None:
+        """Hold the units ``ids`` and those at ``places`` too (one store read for those not held yet; ids
+        and places the session does not have are left out)."""
+        ids = [i for i in dict.fromkeys(ids) if i not in self.by_id]
+        places = [p for p in dict.fromkeys(places) if p not in self.at and 0 <= p < self.start]
+        if ids or places:
+            self._apply_units(su for su in self.store.pick(self.session, ids=ids, places=places)
+                              if su.id not in self.by_id)
 
     # -- the units -------------------------------------------------------------------
     def append(self, unit: MemoryUnit, tier: str) -> None:
-        unit.index = len(self.units)
+        """Hold ``unit`` (its ``index`` is its place): one after the newest, or one from before :attr:`start`."""
         self.members.setdefault(self._groups.assign(unit), []).append(unit)
-        self.units.append(unit)
         self.by_id[unit.id] = unit
+        self.at[unit.index] = unit
         self.tier[unit.id] = "archive"
-        self.archived += 1
-        self.tokens += unit.tokens
+        if unit.index >= self.start:
+            self.units.append(unit)
+            self.next_place = unit.index + 1
+            self._count_words(unit)
+        else:
+            self._older.append(unit.id)
         self.set_tier(unit.id, tier)
+
+    def added(self, unit: MemoryUnit, tier: str) -> None:
+        """Hold a unit this view's manager just stored (the session grew by it)."""
+        self.append(unit, tier)
+        self.size = (self.size[0] + 1, self.size[1] + unit.tokens)
+
+    def _count_words(self, unit: MemoryUnit) -> None:
+        """Count the unit's words in the statistics; those of units that left the newest ``rows`` places go."""
         self.df.update(set(content_words(unit.text)))
+        self.df_n += 1
+        while self._df_from <= unit.index - self.rows:
+            old = self.at.get(self._df_from)
+            if old is not None:
+                self.df.remove(set(content_words(old.text)))
+                self.df_n -= 1
+            self._df_from += 1
+
+    def _bound(self) -> None:
+        """Let go of archived units outside the newest ``rows`` places once twice as many are held (and of
+        fetched ones past ``rows``), so a long-running view's memory does not grow with its session."""
+        if len(self.units) > 2 * self.rows:
+            cut = self._df_from
+            keep = [u for u in self.units if u.index < cut and self.tier[u.id] == "working"]
+            gone = [u for u in self.units if u.index < cut and self.tier[u.id] != "working"]
+            self.units = [u for u in self.units if u.index >= cut]
+            self.start = cut
+            self._older += [u.id for u in keep]
+            self._drop(gone)
+        if len(self._older) > self.rows:
+            gone = [self.by_id[i] for i in self._older if self.tier[i] != "working"]
+            self._older = [i for i in self._older if self.tier[i] == "working"]
+            self._drop(gone)
+
+    def _drop(self, gone: list[MemoryUnit]) -> None:
+        for u in gone:
+            del self.by_id[u.id], self.at[u.index], self.tier[u.id]
+            self._keys.pop(u.id, None)
+            group = self.members.get(u.group)
+            if group is not None:
+                group[:] = [m for m in group if m.id != u.id]
+                if not group:
+                    del self.members[u.group]
 
     def set_tier(self, uid: str, tier: str) -> None:
         unit = self.by_id[uid]
@@ -163,8 +236,12 @@ class SessionView:
         elif tier != "working" and uid in self._working:
             del self._working[uid]
             self._working_tokens -= unit.tokens
-        self.archived += (tier != "working") - (self.tier[uid] != "working")
         self.tier[uid] = tier
+
+    @property
+    def archived(self) -> int:
+        """How many units of the session are archived (every unit is working or archived)."""
+        return self.size[0] - len(self._working)
 
     def save_state(self, key: str, value: Any) -> bool:
         """Set ``key`` of the session's state record to ``value`` (nothing written if it is already);
@@ -191,19 +268,21 @@ class SessionView:
         return self._working_tokens
 
     def archived_ids(self) -> list[str]:
-        return [u.id for u in self.units if self.tier[u.id] == "archive"]
+        if self.start == 0:
+            return [u.id for u in self.units if self.tier[u.id] == "archive"]
+        return [su.id for su in self.store.load(self.session) if su.tier == "archive"]  # a listing: all of it
 
-    def archived_near(self, hits: Sequence[str]) -> set[int]:
-        """Positions of the archived units among a search's ``hits`` (ids, best first) and within
-        :data:`NEIGHBOUR_REACH` turns of the :data:`NEIGHBOUR_HITS` best (ids the view lacks are skipped)."""
-        out: set[int] = set()
-        for rank, uid in enumerate(hits):
-            unit = self.by_id.get(uid)
-            if unit is not None:
-                reach = NEIGHBOUR_REACH if rank < NEIGHBOUR_HITS else 0
-                out.update(k for k in range(max(0, unit.index - reach), min(len(self.units), unit.index + reach + 1))
-                           if self.tier[self.units[k].id] == "archive")
-        return out
+    def archived_near(self, hits: Sequence[str]) -> list[MemoryUnit]:
+        """The archived units among a search's ``hits`` (ids, best first) and within :data:`NEIGHBOUR_REACH`
+        places of the :data:`NEIGHBOUR_HITS` best, fetched if not held (ids the session lacks are skipped)."""
+        self._bound()  # first: what this call fetches stays for the call
+        self.fetch(ids=hits)
+        best = [self.by_id[i].index for i in hits[:NEIGHBOUR_HITS] if i in self.by_id]
+        near = {p + d for p in best for d in range(-NEIGHBOUR_REACH, NEIGHBOUR_REACH + 1)}
+        self.fetch(places=near)
+        found = {u.index: u for u in (self.by_id.get(i) for i in hits) if u is not None}
+        found.update((p, self.at[p]) for p in near if p in self.at)
+        return [found[p] for p in sorted(found) if self.tier[found[p].id] == "archive"]
 
     def whole_groups(self, cands: list[MemoryUnit]) -> list[MemoryUnit]:
         """``cands`` with the rest of any tool-call group one of them belongs to, in order."""
@@ -217,38 +296,30 @@ class SessionView:
         archived the question an agent is in the middle of answering (``compaction._settle`` keeps it)."""
         if not self.units or self.units[-1].role != "tool":
             return cands
-        start = next((u.index for u in reversed(self.units) if u.role == "user"), None)
+        start = next((k for k in range(len(self.units) - 1, -1, -1) if self.units[k].role == "user"), None)
         have = {u.id for u in cands}
         missing = [u for u in self.units[start:] if u.id not in have] if start is not None else []
         return self.whole_groups(sorted(cands + missing, key=lambda u: u.index)) if missing else cands
 
     def originals(self, ids: Iterable[str]) -> dict[str, dict[str, Any]]:
-        """The stored messages ``ids`` (every field given, with the ``id``), by id, for those the view has;
-        one store read per run of nearby positions."""
-        wanted = {i for i in ids if i in self.by_id}
-        runs: list[list[int]] = []
-        for p in sorted(self.by_id[i].index for i in wanted):
-            if runs and p - runs[-1][1] <= 16:
-                runs[-1][1] = p
-            else:
-                runs.append([p, p])
-        out = {su.id: {"id": su.id, **su.message}
-               for start, end in runs for su in self.store.load(self.session, offset=start, limit=end - start + 1)
-               if su.id in wanted}
-        if len(out) < len(wanted):  # the session changed under the positions: read it whole
-            out = {su.id: {"id": su.id, **su.message} for su in self.store.load(self.session) if su.id in wanted}
-        return out
+        """The stored messages ``ids`` (every field given, with the ``id``), by id, for those the session has;
+        one store read."""
+        return {su.id: {"id": su.id, **su.message} for su in self.store.pick(self.session, ids=list(dict.fromkeys(ids)))}
 
     def resent(self, messages: Sequence[Mapping[str, Any]], slack: int = 8) -> tuple[list[int], list[str]]:
         """For a client that resends its history: the positions of ``messages`` the session does not have,
         and the ids of the stored messages it dropped (:func:`~rdmem.history.resend_alignment`), compared
         on the fields sent to the model, against the newest ``len(messages) + slack`` stored messages."""
-        total = len(self.units)
-        if not total or not messages:
+        if not self.size[0] or not messages:
             return list(range(len(messages))), []
-        tail = self.units[max(0, total - len(messages) - slack):]  # as stored: no store read
-        m, d = resend_alignment([self._key(u) for u in tail], [_digest(resend_key(x)) for x in messages])
-        return list(range(m, len(messages))), [u.id for u in tail[len(tail) - d:]] if d else []
+        want = len(messages) + slack
+        tail = [(u.id, self._key(u)) for u in self.units[-want:]]  # as held: no store read
+        if len(tail) < want and self.start > 0:  # a resend longer than the view holds: read the places before it
+            older = self.store.pick(self.session, places=range(max(0, self.start - (want - len(tail))), self.start))
+            tail = [(su.id, _digest(resend_key(chat_fields(su.message)))) for su in older] + tail
+        tail = tail[-want:]
+        m, d = resend_alignment([k for _, k in tail], [_digest(resend_key(x)) for x in messages])
+        return list(range(m, len(messages))), [i for i, _ in tail[len(tail) - d:]] if d else []
 
     def _key(self, unit: MemoryUnit) -> bytes:
         """The digest of the unit's :func:`~rdmem.history.resend_key` (its fields sent to the model), made once

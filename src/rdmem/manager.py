@@ -213,8 +213,8 @@ class MemoryManager:
             fresh = view.written(written.prev, written.version)
             if fresh:
                 for u, su in zip(units, written.units, strict=True):
-                    u.id = su.id
-                    view.append(u, "working")
+                    u.id, u.index = su.id, su.seq
+                    view.added(u, "working")
             self._learning.restore(view)
             fresh = self._save_settings(view) and fresh
             bound = 2 * self.high * self.budget  # deferred: trim once the working set's vectors landed (maintain)
@@ -342,6 +342,7 @@ class MemoryManager:
             emb = self._embedder
             qvec = emb.embed([query])[0] if emb is not None else None
             hits = view.store.search(self.session, query, qvec, k=k, tier=tier)  # type: ignore[arg-type]
+            view.fetch(ids=[i for i, _ in hits])
             return [{"id": i, "score": s, "tier": view.tier[i], "message": view.by_id[i].message}
                     for i, s in hits if i in view.by_id]
 
@@ -349,8 +350,8 @@ class MemoryManager:
         """How large the session is: messages and tokens, in all and in working memory."""
         with self._lock:
             working = (view := self._sync()).working_units()
-            return {"units": len(view.units), "working": len(working), "archived": view.archived,
-                    "tokens": view.tokens, "working_tokens": view.working_tokens(),
+            return {"units": view.size[0], "working": len(working), "archived": view.archived,
+                    "tokens": view.size[1], "working_tokens": view.working_tokens(),
                     "working_ids": [u.id for u in working]}
 
     def history(self, *, offset: int = 0, limit: int | None = None) -> list[dict[str, Any]]:
@@ -395,8 +396,7 @@ class MemoryManager:
             emb = self._embedder
             qvec = emb.embed([query])[0] if emb is not None else None
             hits = view.store.search(self.session, query, qvec, k=self.archive_candidates, tier="archive")
-            extra = view.archived_near([i for i, _ in hits])
-            cands = view.whole_groups(sorted(cands + [view.units[j] for j in extra], key=lambda u: u.index))
+            cands = view.whole_groups(sorted(cands + view.archived_near([i for i, _ in hits]), key=lambda u: u.index))
         cands = view.with_turn_in_progress(cands)
         return self._compact(cands, budget, self._learning.policy(), query, warn=warn)
 
@@ -418,8 +418,8 @@ class MemoryManager:
             embedder=self._embedder,
             summarizer=self.summarizer,
             markers=self.markers,
-            now=len(view.units),
-            doc_freq=(view.df, len(view.units)),
+            now=view.next_place,
+            doc_freq=(view.df, view.df_n),
             warn=warn,
             embed_missing=self.embedding == "inline" or (
                 query is not None and sum(u.embedding is None for u in units) <= ON_DEMAND_EMBEDDINGS),
@@ -447,4 +447,4 @@ class MemoryManager:
 
     def __len__(self) -> int:
         with self._lock:
-            return len(self._sync().units)
+            return self._sync().size[0]

@@ -193,8 +193,8 @@ class OpeningStore(MemoryStore):
         super().__init__()
         self.whole_reads = 0
 
-    def changes(self, session, since=0):
-        out = super().changes(session, since)
+    def changes(self, session, since=0, *, rows=None):
+        out = super().changes(session, since, rows=rows)
         self.whole_reads += out.full and bool(out.units)
         return out
 

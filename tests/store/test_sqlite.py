@@ -177,9 +177,17 @@ def test_check_is_clean_after_writes_and_deletes(tmp_path):
             store.append(s, [unit(i, f"message {i} about {s}") for i in range(20)])
         store.set_tier("a", [f"u{i}" for i in range(10)], "archive")
         store.delete_session("a")
+        store.delete("b", ["u3", "u7"])  # the later units move up: places stay 0, 1, ...
         assert store.check() == []
         assert [i for i, _ in store.search("b", "message", None, k=3)]
         assert store.disk_bytes() > 0
+    db = sqlite3.connect(tmp_path / "m.db")
+    db.execute("UPDATE sessions SET n_units = 17 WHERE session = 'b'")
+    db.commit()
+    db.close()
+    with SQLiteStore(tmp_path / "m.db") as store:
+        assert store.check() == ["session 'b': its row says 17 units, 90 tokens, next place 18; it holds 18 units, "
+                                 "90 tokens, places up to 17"]
 
 
 def test_lexical_search_ranks_rare_words_first_on_large_sessions(tmp_path):

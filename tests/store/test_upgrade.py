@@ -59,8 +59,10 @@ def _check_upgraded(url: str) -> None:
         assert [u.seq for u in units] == [0, 1, 2, 3, 4]  # places made unique
         assert store.version("s") > 0
         assert [h[0] for h in store.search("s", "harbour", None, k=10)]
+        assert store.changes("s").size == (5, 45)  # the session's size, counted by the upgrade
         got = store.append("s", [__import__("rdmem").store.NewUnit({"role": "user", "content": "after"}, 5)])
         assert got.units[0].id == "m6" and got.units[0].seq == 5  # after the largest m<n>, at the end
+        assert store.changes("s").size == (6, 50)
     with MemoryManager(budget=1000, policy="rd", store=url, session="s") as mem:
         assert mem.working_ids() == ["m0", "m2", "mine", "m5", "m6"]
         assert list(mem._learning.feedback.delta_) == FEEDBACK  # the shift 0.1 kept in the log only

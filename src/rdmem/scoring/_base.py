@@ -17,7 +17,7 @@ from ..features import text_words
 from ..tokens import content_text
 from ..units import MemoryUnit
 
-__all__ = ["Scorer", "ScoringContext"]
+__all__ = ["Scorer", "ScoringContext", "WordCounts"]
 
 
 @dataclass
@@ -193,26 +193,44 @@ class ScoringContext:
 #: What :meth:`ScoringContext.without_query` does not share: the query and what depends on it.
 _PER_QUERY = frozenset({"query", "query_embedding", "_cache"})
 
-# id(table) -> (weak reference to the table, its document count, {text: information}).
-_INFO_MEMO: dict[int, tuple[weakref.ref[Counter[str]], int, dict[str, float]]] = {}
+# id(table) -> (weak reference to the table, (its document count, generation), {text: information}).
+_INFO_MEMO: dict[int, tuple[weakref.ref[Counter[str]], tuple[int, int], dict[str, float]]] = {}
+
+
+class WordCounts(Counter[str]):
+    """Document frequencies that may also lose documents (a session view's window slides): ``generation``
+    counts the removals, so that memos made from the table know it changed at an unchanged count."""
+
+    generation = 0
+
+    def remove(self, words: set[str]) -> None:
+        """One document with ``words`` leaves the table."""
+        self.generation += 1
+        for w in words:
+            left = self[w] - 1
+            if left > 0:
+                self[w] = left
+            else:
+                del self[w]
 
 
 def _information_memo(doc_freq: tuple[Counter[str], int] | None) -> dict[str, float]:
     """The memo of :attr:`ScoringContext.information` for a session-wide table (a fresh dict without one).
 
-    A table is only ever appended to (its document count grows with it), so a
-    memo stays valid while the table is alive and its count unchanged.
+    A table is appended to (its document count grows with it) and, a :class:`WordCounts`, may lose documents
+    (its ``generation`` grows), so a memo stays valid while the table is alive and both are unchanged.
     """
     if doc_freq is None:
         return {}
     table, n = doc_freq
+    key = (n, getattr(table, "generation", 0))
     entry = _INFO_MEMO.get(id(table))
-    if entry is not None and entry[0]() is table and entry[1] == n:
+    if entry is not None and entry[0]() is table and entry[1] == key:
         return entry[2]
     for key in [k for k, (ref, _, _) in _INFO_MEMO.items() if ref() is None]:
         del _INFO_MEMO[key]
     memo: dict[str, float] = {}
-    _INFO_MEMO[id(table)] = (weakref.ref(table), n, memo)
+    _INFO_MEMO[id(table)] = (weakref.ref(table), key, memo)
     return memo
 
 

@@ -307,11 +307,25 @@ class BaseStore(EmbeddingsMixin):
             raise InvalidInput(f"limit must be an int >= 0 or None, got {limit!r}")
         return self._load(session, offset, limit)
 
-    def changes(self, session: str, since: int = 0) -> Changes:
-        """What changed in ``session`` after version ``since`` (0: everything); see :class:`Changes`."""
+    def changes(self, session: str, since: int = 0, *, rows: int | None = None) -> Changes:
+        """What changed in ``session`` after version ``since`` (0: everything); see :class:`Changes`. A full
+        read with ``rows`` holds the newest ``rows`` places and the working units before them (``start``)."""
         check_session(session)
         _check_expect(since)
-        return self._changes(session, since)
+        if rows is not None and (isinstance(rows, bool) or not isinstance(rows, int) or rows < 1):
+            raise InvalidInput(f"rows must be an int >= 1 or None, got {rows!r}")
+        return self._changes(session, since, rows)
+
+    def pick(self, session: str, *, ids: Sequence[str] = (), places: Sequence[int] = ()) -> list[StoredUnit]:
+        """The units of ``session`` with one of ``ids`` or at one of ``places`` (``seq``), in order; those it
+        does not have are left out. One read however far back they are (a view's units older than it holds)."""
+        check_session(session)
+        ids = _check_ids(ids)
+        if isinstance(places, (str, bytes)) or not all(isinstance(p, int) and not isinstance(p, bool) for p in places):
+            raise InvalidInput(f"places must be a list of ints, got {places!r}")
+        if not ids and not places:
+            return []
+        return self._pick(session, ids, sorted(set(places)))
 
     def version(self, session: str) -> int:
         """The session's current version (0 if there is no such session)."""
@@ -400,7 +414,10 @@ class BaseStore(EmbeddingsMixin):
     def _load(self, session: str, offset: int, limit: int | None) -> list[StoredUnit]:
         raise NotImplementedError
 
-    def _changes(self, session: str, since: int) -> Changes:
+    def _changes(self, session: str, since: int, rows: int | None) -> Changes:
+        raise NotImplementedError
+
+    def _pick(self, session: str, ids: list[str], places: list[int]) -> list[StoredUnit]:
         raise NotImplementedError
 
     def _version(self, session: str) -> int:

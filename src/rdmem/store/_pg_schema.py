@@ -27,7 +27,7 @@ from ._types import StoreError
 
 __all__ = ["SCHEMA_VERSION", "LOCK_KEY", "TS_CONFIG", "setup", "register_vector"]
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 LOCK_KEY = 0x7264_6D65_6D00  # "rdmem": serialises schema changes between clients
 TS_CONFIG = "english"
 
@@ -95,8 +95,33 @@ _TO_3 = (
     "CREATE INDEX IF NOT EXISTS rdmem_units_unembedded ON rdmem_units (uid) WHERE embedding IS NULL",
 )
 
+# Version 3 -> 4: each session's size kept with it, and its working units found without reading the rest
+# (a view that opens a long session reads its newest units and its working set only).
+_TO_4 = (
+    "ALTER TABLE rdmem_sessions ADD COLUMN IF NOT EXISTS n_units bigint NOT NULL DEFAULT 0",
+    "ALTER TABLE rdmem_sessions ADD COLUMN IF NOT EXISTS n_tokens bigint NOT NULL DEFAULT 0",
+    """UPDATE rdmem_sessions s SET (n_units, n_tokens) = (
+        SELECT count(*), coalesce(sum(u.tokens), 0) FROM rdmem_units u WHERE u.session = s.session)""",
+    "UPDATE rdmem_sessions SET next_seq = n_units",
+    # Places are kept 0, 1, ... (a delete moves the units after it up; rdmem before schema 4 left gaps).
+    "DROP INDEX IF EXISTS rdmem_units_session_place",
+    """UPDATE rdmem_units u SET seq = r.place FROM (
+        SELECT uid, row_number() OVER (PARTITION BY session ORDER BY seq) - 1 AS place FROM rdmem_units
+    ) r WHERE r.uid = u.uid AND u.seq <> r.place""",
+    "CREATE UNIQUE INDEX IF NOT EXISTS rdmem_units_session_place ON rdmem_units (session, seq)",
+    "CREATE INDEX IF NOT EXISTS rdmem_units_working ON rdmem_units (session, seq) WHERE tier = 'working'",
+)
+
+#: After a delete, the units from place ``first`` on move up so that places stay 0, 1, ... (in two steps: a
+#: place is unique at every moment). Parameters: session, first, first, session.
+CLOSE_UP = (
+    "UPDATE rdmem_units SET seq = -1 - seq WHERE session = %(session)s AND seq > %(first)s",
+    "UPDATE rdmem_units u SET seq = r.place FROM (SELECT uid, %(first)s + row_number() OVER (ORDER BY seq DESC) - 1 "
+    "AS place FROM rdmem_units WHERE session = %(session)s AND seq < 0) r WHERE r.uid = u.uid",
+)
+
 #: The upgrade to each version from the one before, applied in order.
-MIGRATIONS: dict[int, tuple[str, ...]] = {3: _TO_3}
+MIGRATIONS: dict[int, tuple[str, ...]] = {3: _TO_3, 4: _TO_4}
 
 # The planner's estimate of how many units match a query (from ANALYZE statistics): lets a search rank
 # the rare words of a query without first counting the matches of the common ones.

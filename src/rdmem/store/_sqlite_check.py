@@ -8,8 +8,15 @@ __all__ = ["check_file"]
 
 
 def check_file(db: sqlite3.Connection) -> list[str]:
-    """Problems found (empty when sound): SQLite's integrity check, and each session's full-text index
-    holding exactly the session's units."""
+    """Problems found (empty when sound): SQLite's integrity check, each session's full-text index holding
+    exactly the session's units, and its size and places (0, 1, ...) as its row says; or why it is unreadable."""
+    try:
+        return _problems(db)
+    except sqlite3.DatabaseError as exc:
+        return [f"unreadable: {exc}"]
+
+
+def _problems(db: sqlite3.Connection) -> list[str]:
     problems = [r[0] for r in db.execute("PRAGMA integrity_check") if r[0] != "ok"]
     orphans = db.execute(
         "SELECT count(DISTINCT session) FROM units WHERE session NOT IN (SELECT session FROM sessions)"
@@ -44,4 +51,10 @@ def check_file(db: sqlite3.Connection) -> list[str]:
     ).fetchone()[0]
     if duplicates:
         problems.append(f"{duplicates} places (session, seq) are held by more than one unit")
+    for session, n, tokens, next_seq, count, total, top in db.execute(
+            "SELECT s.session, s.n_units, s.n_tokens, s.next_seq, count(u.uid), coalesce(sum(u.tokens), 0), "
+            "coalesce(max(u.seq), -1) FROM sessions s LEFT JOIN units u ON u.session = s.session GROUP BY s.session"):
+        if (n, tokens, next_seq, top + 1) != (count, total, count, count):
+            problems.append(f"session {session!r}: its row says {n} units, {tokens} tokens, next place {next_seq}; "
+                            f"it holds {count} units, {total} tokens, places up to {top}")
     return problems

@@ -31,7 +31,7 @@ from ._types import StoreError
 __all__ = ["SCHEMA_VERSION", "read_version", "create_or_upgrade"]
 
 #: The layout this code writes. A file with a higher version was written by a newer rdmem.
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 _TABLES = """
 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -115,9 +115,34 @@ ALTER TABLE units ADD COLUMN claimed_until REAL;
 CREATE INDEX units_unembedded ON units (uid) WHERE embedding IS NULL;
 """
 
+# Version 3 -> 4: each session's size kept with it, and its working units found without reading the rest
+# (a view that opens a long session reads its newest units and its working set only).
+# Places are kept 0, 1, ... (a delete moves the units after it up; rdmem before schema 4 left gaps).
+_TO_4 = """
+ALTER TABLE sessions ADD COLUMN n_units INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE sessions ADD COLUMN n_tokens INTEGER NOT NULL DEFAULT 0;
+UPDATE sessions SET n_units = (SELECT count(*) FROM units u WHERE u.session = sessions.session),
+                    n_tokens = (SELECT coalesce(sum(u.tokens), 0) FROM units u WHERE u.session = sessions.session);
+UPDATE sessions SET next_seq = n_units;
+DROP INDEX units_session_place;
+UPDATE units SET seq = r.place FROM (
+    SELECT uid, row_number() OVER (PARTITION BY session ORDER BY seq) - 1 AS place FROM units
+) AS r WHERE r.uid = units.uid AND units.seq <> r.place;
+CREATE UNIQUE INDEX units_session_place ON units (session, seq);
+CREATE INDEX units_working ON units (session, seq) WHERE tier = 'working';
+"""
+
+#: After a delete, the units from place ``:first`` on move up so that places stay 0, 1, ... (in two steps: a
+#: place is unique at every moment).
+CLOSE_UP = (
+    "UPDATE units SET seq = -1 - seq WHERE session = :session AND seq > :first",
+    "UPDATE units SET seq = r.place FROM (SELECT uid, :first + row_number() OVER (ORDER BY seq DESC) - 1 AS place "
+    "FROM units WHERE session = :session AND seq < 0) AS r WHERE r.uid = units.uid",
+)
+
 #: The upgrade to each version from the one before, applied in order (a new file is created at version 2
 #: and brought up through them too, so one path builds both).
-MIGRATIONS: dict[int, str] = {3: _TO_3}
+MIGRATIONS: dict[int, str] = {3: _TO_3, 4: _TO_4}
 
 
 def _statements(script: str) -> list[str]:

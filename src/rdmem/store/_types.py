@@ -74,12 +74,19 @@ class Changes:
     appended or moved to another tier after ``since``, in order. ``version``
     is what to pass as ``since`` next time (0: no such session). ``state``
     is the session's state record (see :meth:`Store.update_state`).
+
+    A full read asked for the newest ``rows`` only (``changes(..., rows=N)``)
+    holds every unit from place ``start`` on and the working units before it
+    (``start`` is 0 when it holds the whole session). ``size`` is the
+    session's number of units and their tokens, whatever was read.
     """
 
     version: int
     full: bool
     units: list[StoredUnit]
     state: dict[str, Any]
+    start: int = 0
+    size: tuple[int, int] = (0, 0)
 
 
 @dataclass(frozen=True)
@@ -119,7 +126,9 @@ class Store(Protocol):
 
     def load(self, session: str, *, offset: int = 0, limit: int | None = None) -> list[StoredUnit]: ...
 
-    def changes(self, session: str, since: int = 0) -> Changes: ...
+    def changes(self, session: str, since: int = 0, *, rows: int | None = None) -> Changes: ...
+
+    def pick(self, session: str, *, ids: Sequence[str] = (), places: Sequence[int] = ()) -> list[StoredUnit]: ...
 
     def version(self, session: str) -> int: ...
 

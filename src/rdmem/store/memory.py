@@ -31,6 +31,7 @@ class _Session:
     reset: int = 0  # the version at which units last left the session (or it was created)
     next_seq: int = 0
     next_auto: int = 0
+    tokens: int = 0  # of all its units
     state: dict[str, Any] = field(default_factory=dict)
     units: dict[str, StoredUnit] = field(default_factory=dict)  # in order of seq
     changed: dict[str, int] = field(default_factory=dict)  # id -> version of its last write
@@ -95,6 +96,7 @@ class MemoryStore(BaseStore):
                 su = StoredUnit(uid, s.next_seq, json.loads(u.message), u.tokens, json.loads(u.features),
                                 u.embedding, u.tier)
                 s.next_seq += 1
+                s.tokens += u.tokens
                 self._rowid += 1
                 s.units[uid], s.changed[uid], s.text[uid] = su, version, (self._rowid, u.text)
                 stored.append(_copy(su))
@@ -128,9 +130,15 @@ class MemoryStore(BaseStore):
                 return Written(v, v)
             s, prev, version = self._open(session)
             self._index.remove(session, [s.text[i] for i in gone])
+            first = min(s.units[i].seq for i in gone)
             for i in gone:
+                s.tokens -= s.units[i].tokens
                 del s.units[i], s.changed[i], s.text[i]
                 s.claims.pop(i, None)
+            for place, u in enumerate(s.units.values()):  # the units after move up: places stay 0, 1, ...
+                if place >= first:
+                    u.seq = place
+            s.next_seq = len(s.units)
             s.reset = version
             return Written(prev, version, deleted=gone)
 
@@ -187,16 +195,29 @@ class MemoryStore(BaseStore):
             end = None if limit is None else offset + limit
             return [_copy(u) for u in units[offset:end]]
 
-    def _changes(self, session: str, since: int) -> Changes:
+    def _changes(self, session: str, since: int, rows: int | None) -> Changes:
         with self._lock:
             s = self._sessions_.get(session)
             if s is None:
                 return Changes(0, True, [], {})
-            state = copy.deepcopy(s.state)
+            state, size = copy.deepcopy(s.state), (len(s.units), s.tokens)
             if since <= 0 or since < s.reset or since > s.version:
-                return Changes(s.version, True, [_copy(u) for u in s.units.values()], state)
+                start = max(0, s.next_seq - rows) if rows is not None else 0
+                units = [_copy(u) for u in s.units.values() if u.seq >= start or u.tier == "working"]
+                return Changes(s.version, True, units, state, start, size)
             moved = [_copy(u) for i, u in s.units.items() if s.changed[i] > since]
-            return Changes(s.version, False, moved, state)
+            return Changes(s.version, False, moved, state, size=size)
+
+    def _pick(self, session: str, ids: list[str], places: list[int]) -> list[StoredUnit]:
+        with self._lock:
+            s = self._sessions_.get(session)
+            if s is None:
+                return []
+            found = {i: s.units[i] for i in ids if i in s.units}
+            if places:  # everything is in memory here: a scan of the places, copying only what is asked
+                at = set(places)
+                found.update((u.id, u) for u in s.units.values() if u.seq in at)
+            return [_copy(u) for u in sorted(found.values(), key=lambda u: u.seq)]
 
     def _version(self, session: str) -> int:
         with self._lock:

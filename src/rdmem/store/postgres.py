@@ -25,9 +25,10 @@ from ..errors import InvalidInput
 from ._base import BaseStore, Encoded, allocate_ids, decode_unit, dumps, state_patch
 from ._fts import LEXICAL_ROWS, check_lexical_rows
 from ._pg_pool import Connections, import_psycopg, one_line
-from ._pg_schema import LOCK_KEY, SCHEMA_VERSION, TS_CONFIG, register_vector, setup
+from ._pg_schema import CLOSE_UP, LOCK_KEY, SCHEMA_VERSION, TS_CONFIG, register_vector, setup
+from ._pg_keys import PgKeys
 from ._pg_search import PgSearchMixin
-from ._types import ApiKey, Changes, SessionInfo, StoredUnit, StoreError, Tier, VersionConflict, Written
+from ._types import Changes, SessionInfo, StoredUnit, StoreError, Tier, VersionConflict, Written
 
 __all__ = ["PostgresStore", "SCHEMA_VERSION"]
 
@@ -37,7 +38,7 @@ _T = TypeVar("_T")
 _COLUMNS = "id, seq, message, tokens, features, embedding, tier"
 
 
-class PostgresStore(PgSearchMixin, BaseStore):
+class PostgresStore(PgKeys, PgSearchMixin, BaseStore):
     """Every unit of every session in PostgreSQL; dense search by pgvector HNSW, lexical by ``tsvector``.
 
     Parameters
@@ -190,11 +191,12 @@ class PostgresStore(PgSearchMixin, BaseStore):
             return conn.execute(
                 "INSERT INTO rdmem_sessions (session, created, updated, version, reset) VALUES (%s, %s, %s, 0, 0) "
                 "ON CONFLICT (session) DO UPDATE SET session = excluded.session "
-                "RETURNING version, reset, next_seq, next_auto, state",
+                "RETURNING version, reset, next_seq, next_auto, state, n_units, n_tokens",
                 (session, now, now),
             ).fetchone()
         return conn.execute(
-            "SELECT version, reset, next_seq, next_auto, state FROM rdmem_sessions WHERE session = %s FOR UPDATE",
+            "SELECT version, reset, next_seq, next_auto, state, n_units, n_tokens FROM rdmem_sessions "
+            "WHERE session = %s FOR UPDATE",
             (session,),
         ).fetchone()
 
@@ -231,7 +233,8 @@ class PostgresStore(PgSearchMixin, BaseStore):
 
                 ids, next_auto = allocate_ids(session, [u.id for u in units], next_auto, taken)
                 prev, version = self._bump(conn, session, row, None, next_seq=next_seq + len(units),
-                                           next_auto=next_auto)
+                                           next_auto=next_auto, n_units=int(row[5]) + len(units),
+                                           n_tokens=int(row[6]) + sum(u.tokens for u in units))
                 rows = [
                     (session, uid, next_seq + n, u.message, u.tokens, u.features,
                      None if u.embedding is None else u.embedding.shape[0], u.embedding, u.tier, u.text, version)
@@ -279,13 +282,18 @@ class PostgresStore(PgSearchMixin, BaseStore):
                 row = self._lock_session(conn, session, create=False)
                 if row is None:
                     return Written(0, 0)
-                gone = [r[0] for r in conn.execute(
-                    "SELECT id FROM rdmem_units WHERE session = %s AND id = ANY(%s) ORDER BY seq", (session, ids))]
+                found = conn.execute("SELECT id, tokens, seq FROM rdmem_units WHERE session = %s AND id = ANY(%s) "
+                                     "ORDER BY seq", (session, ids)).fetchall()
+                gone = [r[0] for r in found]
                 if not gone:
                     return Written(int(row[0]), int(row[0]))
-                prev, version = self._bump(conn, session, row, None)
+                prev, version = self._bump(conn, session, row, None, n_units=int(row[5]) - len(gone),
+                                           n_tokens=int(row[6]) - sum(r[1] for r in found),
+                                           next_seq=int(row[2]) - len(gone))
                 conn.execute("UPDATE rdmem_sessions SET reset = %s WHERE session = %s", (version, session))
                 conn.execute("DELETE FROM rdmem_units WHERE session = %s AND id = ANY(%s)", (session, gone))
+                for statement in CLOSE_UP:  # the units after move up: places stay 0, 1, ...
+                    conn.execute(statement, {"session": session, "first": found[0][2]})
             return Written(prev, version, deleted=gone)
 
         return self._run(write, session)
@@ -370,29 +378,40 @@ class PostgresStore(PgSearchMixin, BaseStore):
         def read(conn: Any) -> list[Any]:
             with conn.cursor(binary=True) as cur:
                 return cur.execute(
-                    f"SELECT {_COLUMNS} FROM rdmem_units WHERE session = %s ORDER BY seq LIMIT %s OFFSET %s",
-                    (session, limit, offset),
+                    f"SELECT {_COLUMNS} FROM rdmem_units WHERE session = %s AND seq >= %s ORDER BY seq LIMIT %s",
+                    (session, offset, limit),  # places are 0, 1, ...: the index finds the offset
                 ).fetchall()
 
         return self._decode(session, self._run(read, session, read=True))
 
-    def _changes(self, session: str, since: int) -> Changes:
+    def _changes(self, session: str, since: int, rows: int | None) -> Changes:
         def read(conn: Any) -> Changes:
             with self._snapshot(conn), conn.cursor(binary=True) as cur:
-                row = cur.execute("SELECT version, reset, state FROM rdmem_sessions WHERE session = %s",
-                                  (session,)).fetchone()
+                row = cur.execute("SELECT version, reset, state, next_seq, n_units, n_tokens FROM rdmem_sessions "
+                                  "WHERE session = %s", (session,)).fetchone()
                 if row is None or not row[0]:
                     return Changes(0, True, [], {})
-                version, reset, state = int(row[0]), int(row[1]), json.loads(row[2])
+                version, reset, state, size = int(row[0]), int(row[1]), json.loads(row[2]), (int(row[4]), int(row[5]))
                 full = since <= 0 or since < reset or since > version
                 if since == version and not full:
-                    return Changes(version, False, [], state)
-                where = "" if full else " AND changed > %s"
-                rows = cur.execute(f"SELECT {_COLUMNS} FROM rdmem_units WHERE session = %s{where} ORDER BY seq",
-                                   (session,) if full else (session, since)).fetchall()
-            return Changes(version, full, self._decode(session, rows), state)
+                    return Changes(version, False, [], state, size=size)
+                # A full read of the newest ``rows`` places, and the working units before them (a partial index).
+                start = max(0, int(row[3]) - rows) if full and rows is not None else 0
+                where, args = ((" AND (seq >= %s OR tier = 'working')", (session, start)) if start
+                               else ("", (session,)) if full else (" AND changed > %s", (session, since)))
+                found = cur.execute(f"SELECT {_COLUMNS} FROM rdmem_units WHERE session = %s{where} ORDER BY seq",
+                                    args).fetchall()
+            return Changes(version, full, self._decode(session, found), state, start, size)
 
         return self._run(read, session, read=True)
+
+    def _pick(self, session: str, ids: list[str], places: list[int]) -> list[StoredUnit]:
+        def read(conn: Any) -> list[Any]:
+            with conn.cursor(binary=True) as cur:
+                return cur.execute(f"SELECT {_COLUMNS} FROM rdmem_units WHERE session = %s "
+                                   "AND (id = ANY(%s) OR seq = ANY(%s)) ORDER BY seq", (session, ids, places)).fetchall()
+
+        return self._decode(session, self._run(read, session, read=True))
 
     def _version(self, session: str) -> int:
         row = self._run(lambda conn: conn.execute(
@@ -410,26 +429,6 @@ class PostgresStore(PgSearchMixin, BaseStore):
             "FROM rdmem_sessions s LEFT JOIN rdmem_units u ON u.session = s.session "
             "WHERE s.version > 0 GROUP BY s.session ORDER BY s.session").fetchall(), read=True)
         return [SessionInfo(s, int(n), int(w), int(n) - int(w), c, up) for s, n, w, c, up in rows]
-
-    # -- API keys ------------------------------------------------------------------
-    def _insert_key(self, key: ApiKey, digest: str) -> None:
-        self._run(lambda conn: conn.execute(
-            "INSERT INTO rdmem_keys (id, tenant, name, hash, created) VALUES (%s, %s, %s, %s, %s)",
-            (key.id, key.tenant, key.name, digest, key.created)))
-
-    def _keys(self) -> list[ApiKey]:
-        rows = self._run(lambda conn: conn.execute(
-            "SELECT id, tenant, name, created, revoked FROM rdmem_keys ORDER BY created, id").fetchall(), read=True)
-        return [ApiKey(*r) for r in rows]
-
-    def _revoke_key(self, key_id: str, when: float) -> bool:
-        return self._run(lambda conn: conn.execute(
-            "UPDATE rdmem_keys SET revoked = %s WHERE id = %s AND revoked IS NULL", (when, key_id)).rowcount > 0)
-
-    def _key_tenant(self, digest: str) -> str | None:
-        row = self._run(lambda conn: conn.execute(
-            "SELECT tenant FROM rdmem_keys WHERE hash = %s AND revoked IS NULL", (digest,)).fetchone(), read=True)
-        return row[0] if row else None
 
     def disk_bytes(self) -> int:
         """Bytes of rdmem's tables and their indexes (all sessions)."""

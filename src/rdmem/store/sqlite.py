@@ -24,10 +24,11 @@ from ._base import BaseStore, Encoded, allocate_ids, damaged_unit, decode_unit, 
 from ._dense import Dense
 from ._fts import LEXICAL_ROWS, check_lexical_rows
 from ._sqlite_embeddings import SQLiteEmbeddings
+from ._sqlite_keys import SQLiteKeys
 from ._sqlite_open import in_transaction, open_file, retry
-from ._sqlite_schema import SCHEMA_VERSION
+from ._sqlite_schema import CLOSE_UP, SCHEMA_VERSION
 from ._sqlite_search import DENSE_ROWS, FTS_CREATE, FTS_TOKENIZE, SearchMixin, SessionCache, check_dense_rows, fts_table
-from ._types import ApiKey, Changes, SessionInfo, StoredUnit, StoreError, Tier, VersionConflict, Written
+from ._types import Changes, SessionInfo, StoredUnit, StoreError, Tier, VersionConflict, Written
 
 __all__ = ["SQLiteStore", "SCHEMA_VERSION"]
 
@@ -39,7 +40,7 @@ _LOG = "INSERT INTO compactions (session, time, record) VALUES (?, ?, ?)"
 _Outcome = tuple[Written, bool, "Callable[[SessionCache], object] | None"]
 
 
-class SQLiteStore(SQLiteEmbeddings, SearchMixin, BaseStore):
+class SQLiteStore(SQLiteKeys, SQLiteEmbeddings, SearchMixin, BaseStore):
     """Every unit of every session in one SQLite file.
 
     Parameters
@@ -182,7 +183,8 @@ class SQLiteStore(SQLiteEmbeddings, SearchMixin, BaseStore):
 
     def _session_row(self, conn: sqlite3.Connection, session: str) -> tuple[Any, ...] | None:
         return conn.execute(
-            "SELECT version, reset, next_seq, next_auto, state FROM sessions WHERE session = ?", (session,)
+            "SELECT version, reset, next_seq, next_auto, state, n_units, n_tokens FROM sessions WHERE session = ?",
+            (session,)
         ).fetchone()
 
     @staticmethod
@@ -231,6 +233,7 @@ class SQLiteStore(SQLiteEmbeddings, SearchMixin, BaseStore):
         def write(conn: sqlite3.Connection) -> _Outcome:
             row = self._session_row(conn, session)
             next_seq, next_auto = (int(row[2]), int(row[3])) if row is not None else (0, 0)
+            n_units, n_tokens = (int(row[5]), int(row[6])) if row is not None else (0, 0)
 
             def taken(ids: list[str]) -> set[str]:
                 marks = ",".join("?" * len(ids))
@@ -238,7 +241,8 @@ class SQLiteStore(SQLiteEmbeddings, SearchMixin, BaseStore):
                 return {r[0] for r in conn.execute(sql, (session, *ids))}
 
             ids, next_auto = allocate_ids(session, [u.id for u in units], next_auto, taken)
-            prev, version = self._bump(conn, session, row, next_seq=next_seq + len(units), next_auto=next_auto)
+            prev, version = self._bump(conn, session, row, next_seq=next_seq + len(units), next_auto=next_auto,
+                                       n_units=n_units + len(units), n_tokens=n_tokens + sum(u.tokens for u in units))
             start = int(conn.execute("SELECT coalesce(max(uid), 0) FROM units").fetchone()[0]) + 1
             rows = [
                 (start + n, session, uid, next_seq + n, u.message, u.tokens, u.features,
@@ -282,18 +286,22 @@ class SQLiteStore(SQLiteEmbeddings, SearchMixin, BaseStore):
 
         def write(conn: sqlite3.Connection) -> _Outcome:
             marks = ",".join("?" * len(ids))
-            rows = conn.execute(f"SELECT uid, id, message FROM units WHERE session = ? AND id IN ({marks}) ORDER BY seq",
-                                (session, *ids)).fetchall() if ids else []
+            rows = conn.execute(f"SELECT uid, id, message, tokens, seq FROM units WHERE session = ? AND id IN ({marks}) "
+                                "ORDER BY seq", (session, *ids)).fetchall() if ids else []
             row = self._session_row(conn, session)
             if not rows:
                 v = int(row[0]) if row else 0
                 return Written(v, v), False, None
             prev, version = self._bump(conn, session, row)
-            conn.execute("UPDATE sessions SET reset = ? WHERE session = ?", (version, session))
+            conn.execute("UPDATE sessions SET reset = ?, n_units = n_units - ?, n_tokens = n_tokens - ?, "
+                         "next_seq = next_seq - ? WHERE session = ?",
+                         (version, len(rows), sum(r[3] for r in rows), len(rows), session))
             conn.executemany(f"INSERT INTO {fts} ({fts}, rowid, body) VALUES ('delete', ?, ?)",
-                             [(uid, searchable(message_payload(json.loads(m)))) for uid, _, m in rows])
-            conn.executemany("DELETE FROM units WHERE uid = ?", [(uid,) for uid, _, _ in rows])
-            return Written(prev, version, deleted=[i for _, i, _ in rows]), True, None
+                             [(uid, searchable(message_payload(json.loads(m)))) for uid, _, m, *_ in rows])
+            conn.executemany("DELETE FROM units WHERE uid = ?", [(uid,) for uid, *_ in rows])
+            for statement in CLOSE_UP:  # the units after move up: places stay 0, 1, ...
+                conn.execute(statement, {"session": session, "first": rows[0][4]})
+            return Written(prev, version, deleted=[i for _, i, *_ in rows]), True, None
 
         return self._write_session(session, write)
 
@@ -337,8 +345,8 @@ class SQLiteStore(SQLiteEmbeddings, SearchMixin, BaseStore):
         with self._reading(session) as db:
             if offset == 0 and limit is None:
                 return self._load_all(db, session)
-            rows = db.execute(f"SELECT {_COLUMNS} FROM units WHERE session = ? ORDER BY seq LIMIT ? OFFSET ?",
-                              (session, -1 if limit is None else limit, offset)).fetchall()
+            rows = db.execute(f"SELECT {_COLUMNS} FROM units WHERE session = ? AND seq >= ? ORDER BY seq LIMIT ?",
+                              (session, offset, -1 if limit is None else limit)).fetchall()  # places: 0, 1, ...
         return self._decode(session, rows)
 
     def _load_all(self, db: sqlite3.Connection, session: str) -> list[StoredUnit]:
@@ -384,19 +392,33 @@ class SQLiteStore(SQLiteEmbeddings, SearchMixin, BaseStore):
             except sqlite3.DatabaseError as exc:
                 raise self._error(exc, session, "read failed") from None
 
-    def _changes(self, session: str, since: int) -> Changes:
+    def _changes(self, session: str, since: int, rows: int | None) -> Changes:
         with self._reading(session) as db:
             row = self._session_row(db, session)
             if row is None:
                 return Changes(0, True, [], {})
-            version, reset, state = int(row[0]), int(row[1]), json.loads(row[4])
+            version, reset, state, size = int(row[0]), int(row[1]), json.loads(row[4]), (int(row[5]), int(row[6]))
             if since <= 0 or since < reset or since > version:
-                return Changes(version, True, self._load_all(db, session), state)
+                if rows is None or int(row[2]) <= rows:
+                    return Changes(version, True, self._load_all(db, session), state, 0, size)
+                start = int(row[2]) - rows  # the newest places, and the working units before them (a partial index)
+                found = db.execute(f"SELECT {_COLUMNS} FROM units WHERE session = ? AND tier = 'working' AND seq < ? "
+                                   "ORDER BY seq", (session, start)).fetchall()
+                found += db.execute(f"SELECT {_COLUMNS} FROM units WHERE session = ? AND seq >= ? ORDER BY seq",
+                                    (session, start)).fetchall()
+                return Changes(version, True, self._decode(session, found), state, start, size)
             if since == version:
-                return Changes(version, False, [], state)
-            rows = db.execute(f"SELECT {_COLUMNS} FROM units WHERE session = ? AND changed > ? ORDER BY seq",
-                              (session, since)).fetchall()
-        return Changes(version, False, self._decode(session, rows), state)
+                return Changes(version, False, [], state, size=size)
+            found = db.execute(f"SELECT {_COLUMNS} FROM units WHERE session = ? AND changed > ? ORDER BY seq",
+                               (session, since)).fetchall()
+        return Changes(version, False, self._decode(session, found), state, size=size)
+
+    def _pick(self, session: str, ids: list[str], places: list[int]) -> list[StoredUnit]:
+        with self._reading(session) as db:  # by id, then by place, in chunks of SQLite's bound on parameters
+            found = {r[0]: r for column, values in (("id", ids), ("seq", places)) for k in range(0, len(values), 500)
+                     for r in db.execute(f"SELECT {_COLUMNS} FROM units WHERE session = ? AND {column} IN "
+                                         f"({','.join('?' * len(values[k:k + 500]))})", (session, *values[k:k + 500]))}
+        return self._decode(session, sorted(found.values(), key=lambda r: r[2]))
 
     def _read_log(self, session: str) -> list[tuple[float, str]]:
         with self._reading(session) as db:
@@ -410,37 +432,13 @@ class SQLiteStore(SQLiteEmbeddings, SearchMixin, BaseStore):
             ).fetchall()
         return [SessionInfo(s, n, w, n - w, c, up) for s, n, w, c, up in rows]
 
-    # -- API keys ------------------------------------------------------------------
-    def _insert_key(self, key: ApiKey, digest: str) -> None:
-        self._write("", lambda conn: conn.execute(
-            "INSERT INTO keys (id, tenant, name, hash, created) VALUES (?, ?, ?, ?, ?)",
-            (key.id, key.tenant, key.name, digest, key.created)))
-
-    def _keys(self) -> list[ApiKey]:
-        with self._reading() as db:
-            rows = db.execute("SELECT id, tenant, name, created, revoked FROM keys ORDER BY created, id").fetchall()
-        return [ApiKey(*r) for r in rows]
-
-    def _revoke_key(self, key_id: str, when: float) -> bool:
-        return self._write("", lambda conn: conn.execute(
-            "UPDATE keys SET revoked = ? WHERE id = ? AND revoked IS NULL", (when, key_id)).rowcount > 0)
-
-    def _key_tenant(self, digest: str) -> str | None:
-        with self._reading() as db:
-            row = db.execute("SELECT tenant FROM keys WHERE hash = ? AND revoked IS NULL", (digest,)).fetchone()
-        return row[0] if row else None
-
     # -- maintenance ---------------------------------------------------------------
     def check(self) -> list[str]:
-        """Consistency problems of the file (empty when sound): SQLite's integrity check, and each
-        session's full-text index holding exactly the session's units."""
+        """Consistency problems of the file (empty when sound): see :func:`~._sqlite_check.check_file`."""
         from ._sqlite_check import check_file
 
         with self._lock:  # not in a snapshot: the full-text check is a command written as an INSERT
-            try:
-                return check_file(self._db)
-            except sqlite3.DatabaseError as exc:
-                return [f"unreadable: {exc}"]
+            return check_file(self._db)
 
     def disk_bytes(self) -> int:
         """Bytes of the database file and its WAL on disk."""

@@ -180,7 +180,27 @@ def check_delete_removes_units_everywhere_and_makes_readers_start_over(store: St
     changes = store.changes(session, before)
     expect(changes.full, "changes across a delete are not the whole session (readers must start over)")
     equal(ids(changes.units), ["u1", "a1", "u2", "a2", "u3", "a3"], "changes across the delete")
+    equal([u.seq for u in changes.units], list(range(6)), "places after the delete (the later units move up)")
     equal(store.delete(session, ["nope"]).deleted, [], "deleting an unknown id")
+
+
+def check_a_window_of_the_newest_places_and_units_picked_by_id_or_place(store: Store, session: str) -> None:
+    store.append(session, [plain(f"note {i}", tier="archive") for i in range(8)] + [plain("the newest")])
+    store.set_tier(session, ["m1"], "working")
+    whole = store.changes(session)
+    tokens = sum(u.tokens for u in whole.units)
+    equal((whole.start, whole.size), (0, (9, tokens)), "a full read's start and the session's size")
+    part = store.changes(session, rows=3)
+    expect(part.full and part.start == 6, f"changes(rows=3) read from place {part.start}, full={part.full}")
+    equal(ids(part.units), ["m1", "m6", "m7", "m8"], "changes(rows=3): the working unit before, then the newest")
+    equal(part.size, (9, tokens), "changes(rows=3): the size of the whole session")
+    equal(ids(store.changes(session, rows=50).units), ids(whole.units), "changes(rows=50) of a 9-unit session")
+    equal(ids(store.pick(session, ids=["m4", "nope", "m2"], places=[0, 2, 99])), ["m0", "m2", "m4"], "pick")
+    equal([u.seq for u in store.pick(session, ids=["m4"])], [4], "pick: a unit's place")
+    equal(store.pick(session), [], "pick of nothing")
+    raises(ValueError, "rows must be an int >= 1 or None, got 0", lambda: store.changes(session, rows=0), "rows=0")
+    small = store.changes(session, whole.version)
+    equal((small.full, small.units, small.size), (False, [], (9, tokens)), "changes since now: the size still")
 
 
 def check_load_pages_in_order(store: Store, session: str) -> None:
@@ -393,7 +413,8 @@ STORE_CHECKS: tuple[StoreCheck, ...] = (
     check_automatic_ids_never_meet_explicit_ones, check_duplicate_id_is_refused_and_the_session_stays_usable,
     check_versions_grow_and_changes_say_what_moved, check_conditional_writes_fail_when_someone_else_wrote,
     check_state_is_patched_and_read_back_with_changes,
-    check_delete_removes_units_everywhere_and_makes_readers_start_over, check_load_pages_in_order,
+    check_delete_removes_units_everywhere_and_makes_readers_start_over,
+    check_a_window_of_the_newest_places_and_units_picked_by_id_or_place, check_load_pages_in_order,
     check_set_tier_moves_units_and_ignores_unknown_ids, check_arguments_are_checked_the_same_way,
     check_lexical_search_finds_the_matching_unit, check_dense_search_finds_what_shares_no_word,
     check_search_respects_tier_and_k, check_search_sees_writes_made_after_a_cached_search,
