@@ -120,6 +120,11 @@ class Store(Protocol):
     session: each reads :meth:`changes` since the version it last saw, and a
     conditional write (``expect=``) fails with :class:`VersionConflict` if
     someone else wrote in between.
+
+    A unit's place (``seq``) is its position in the session: places are 0,
+    1, ... with no gaps (a delete moves the later units up), so a manager can
+    read the newest places alone (``changes(..., rows=N)``) and older units by
+    place or id (:meth:`pick`) when a call needs them.
     """
 
     def append(self, session: str, units: Sequence[NewUnit], *, log: Mapping[str, Any] | None = None) -> Written: ...
