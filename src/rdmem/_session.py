@@ -18,9 +18,9 @@ from typing import Any
 import numpy as np
 
 from .features import Features, content_words
-from .scoring._base import WordCounts
 from .history import ToolGroups, resend_alignment, resend_key
 from .messages import chat_fields
+from .scoring._base import WordCounts
 from .store import Changes, NewUnit, Store, StoredUnit
 from .tokens import Tokenizer
 from .units import MemoryUnit, make_unit
@@ -62,8 +62,8 @@ class SessionView:
     statistics: every unit from place :attr:`start` on (the newest ``rows`` places when it opened, and
     everything since), the working set wherever it is, and older units as calls fetch them.
 
-    A unit's ``index`` is its place in the session (the store's ``seq``: places left by deleted
-    messages stay empty). The word statistics count the units of the newest ``rows`` places, so they
+    A unit's ``index`` is its place in the session (the store's ``seq``: 0, 1, ..., a delete moves
+    the later units up and the view reads its window again). The word statistics count the units of the newest ``rows`` places, so they
     are the same whenever a view opens; a session shorter than ``rows`` is held whole.
     """
 
