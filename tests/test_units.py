@@ -43,6 +43,13 @@ def test_missing_content_and_empty_tool_calls():
     assert pairs[3][1] == {"role": "assistant", "content": "done"}  # the API rejects an empty tool_calls list
 
 
+def _deep(depth: int) -> list:
+    value: list = []
+    for _ in range(depth - 1):
+        value = [value]
+    return value
+
+
 @pytest.mark.parametrize(
     ("messages", "exc", "match"),
     [
@@ -72,6 +79,14 @@ def test_missing_content_and_empty_tool_calls():
         ([{"role": "user", "content": "a", "id": "x"}, {"role": "user", "content": "b", "id": "x"}], ValueError,
          "message 1: duplicate id 'x'"),
         ([{"role": "user", "content": "a", "id": 1.5}], ValueError, "message 0: 'id' must be a non-empty string, got float 1.5"),
+        ([{"role": "user", "content": "a", "meta": {"k": ["\udc00"]}}], ValueError,
+         r"message 0: field 'meta'\.k\[0\] is not valid Unicode"),
+        ([{"role": "user", "content": "a", "meta": {"\ud800": 1}}], ValueError,
+         r"message 0: field 'meta' \(a key\) is not valid Unicode"),
+        ([{"role": "user", "content": "a", "meta": _deep(65)}], ValueError,
+         "message 0: field 'meta' nests more than 64 levels deep"),
+        ([{"role": "assistant", "tool_calls": [{"id": "c1", "function": {"name": "f", "arguments": {"a": _deep(70)}}}]}],
+         ValueError, r"message 0: tool_calls\[0\] nests more than 64 levels deep"),
     ],
 )
 def test_bad_messages_name_the_problem(messages, exc, match):

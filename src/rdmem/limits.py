@@ -125,6 +125,10 @@ def load_json(raw: bytes | str, limits: HasLimits, *, at: tuple[tuple[str, ...],
         value, end = _value(text, _skip(text, 0), (), at, limits)
     except RecursionError:
         raise InvalidInput("the body is nested too deeply to parse") from None
+    except json.JSONDecodeError:
+        raise
+    except ValueError as exc:  # an integer of more digits than Python converts (sys.get_int_max_str_digits)
+        raise InvalidInput(f"the body holds a number that cannot be read: {exc}") from None
     end = _skip(text, end)
     if end != len(text):
         raise json.JSONDecodeError("Extra data", text, end)

@@ -55,6 +55,34 @@ def _check_text(value: str, where: str) -> None:
         ) from None
 
 
+#: How deep a message's fields may nest (its content parts, tool-call arguments, extra fields): a store keeps
+#: them and every reader must read them back (the API's responses give up a few hundred levels down).
+MAX_FIELD_DEPTH = 64
+
+
+def _check_json(value: object, where: str) -> None:
+    """Every string in ``value`` (keys too) is valid Unicode, and it nests at most :data:`MAX_FIELD_DEPTH`
+    levels (walked without recursion: a hostile body cannot exhaust the stack here)."""
+    stack: list[tuple[object, int, str]] = [(value, 0, where)]
+    while stack:
+        v, depth, at = stack.pop()
+        if isinstance(v, str):
+            _check_text(v, at)
+            continue
+        if isinstance(v, Mapping):
+            items: Iterable[tuple[Any, Any]] = v.items()
+        elif isinstance(v, (list, tuple)):
+            items = enumerate(v)
+        else:
+            continue
+        if depth >= MAX_FIELD_DEPTH:
+            raise InvalidInput(f"{where} nests more than {MAX_FIELD_DEPTH} levels deep")
+        for k, x in items:
+            if isinstance(k, str):
+                _check_text(k, f"{at} (a key)")
+            stack.append((x, depth + 1, f"{at}.{k}" if isinstance(v, Mapping) else f"{at}[{k}]"))
+
+
 def _check_content(content: object, where: str) -> None:
     if content is None:
         return
@@ -75,7 +103,7 @@ def _check_content(content: object, where: str) -> None:
             text = part.get("text")
             if not isinstance(text, str):
                 raise InvalidInput(f"{at}.text must be a string, got {_kind(text)}")
-            _check_text(text, f"{at}.text")
+        _check_json(part, at)
 
 
 def _check_tool_calls(calls: object, where: str) -> None:
@@ -96,8 +124,7 @@ def _check_tool_calls(calls: object, where: str) -> None:
         if not isinstance(args, (str, Mapping)):
             raise InvalidInput(f"{at}.function.arguments must be a JSON string, got {_kind(args)}")
         _check_text(fn["name"], f"{at}.function.name")
-        if isinstance(args, str):
-            _check_text(args, f"{at}.function.arguments")
+        _check_json(call, at)  # its arguments, as a string or an object, and any other field
 
 
 def parse_message(msg: object, index: int = 0, *, json_extras: bool = False) -> Message:
@@ -132,6 +159,9 @@ def parse_message(msg: object, index: int = 0, *, json_extras: bool = False) -> 
         _check_text(name, f"{where}: name")
     if role == "tool" and not isinstance(msg.get("tool_call_id"), str):
         raise InvalidInput(f"{where}: a tool message needs a string 'tool_call_id'")
+    for k, v in msg.items():  # the other fields, before they are copied
+        if k not in ("content", "tool_calls", "name", "id"):
+            _check_json(v, f"{where}: field {k!r}")
     tool_calls = msg.get("tool_calls")
     if tool_calls is not None:
         if role != "assistant":

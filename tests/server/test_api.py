@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import httpx
 import pytest
 
@@ -112,6 +114,13 @@ def test_mem0_subset(api):
     assert api.get("/memories/not-an-id").status_code == 404
 
 
+def _nested(depth: int) -> dict:
+    value: dict = {}
+    for _ in range(depth):
+        value = {"a": value}
+    return value
+
+
 @pytest.mark.parametrize(
     ("method", "path", "body", "status", "message"),
     [
@@ -127,6 +136,22 @@ def test_mem0_subset(api):
         ("post", "/v1/sessions/s/messages", {"messages": [{"role": "tool", "content": "x"}]}, 422,
          "messages[0].tool_call_id: Field required"),
         ("post", "/v1/sessions/s/messages", {"nope": 1}, 422, "messages"),
+        # Every string a message carries is valid Unicode, and every field nests at most 64 levels: a store
+        # must keep it and every reader read it back (these were 500s, or stored and then unreadable).
+        ("post", "/v1/sessions/s/messages",
+         {"messages": [{"role": "user", "content": "x", "metadata": {"k": "\ud800"}}]}, 400,
+         "message 0: field 'metadata'.k is not valid Unicode: a lone surrogate"),
+        ("post", "/v1/sessions/s/messages", {"messages": [
+            {"role": "assistant", "content": None, "tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]},
+            {"role": "tool", "tool_call_id": "c\udc001", "content": "ok"}]}, 400,
+         "message 1: field 'tool_call_id' is not valid Unicode"),
+        ("post", "/v1/sessions/s/messages", {"messages": [{"role": "user", "content": [
+            {"type": "image_url", "image_url": {"url": "https://\ud800"}}]}]}, 400,
+         "message 0: content[0].image_url.url is not valid Unicode"),
+        ("post", "/v1/sessions/s/messages",
+         {"messages": [{"role": "user", "content": "x", "metadata": _nested(100)}]}, 400,
+         "message 0: field 'metadata' nests more than 64 levels deep"),
         ("post", "/v1/sessions/known/context", {"budget": 0}, 422, "budget"),
         ("post", "/v1/sessions/known/context", {"budget": 30000}, 400, "budget must be at most 20000 tokens"),
         ("post", "/v1/sessions/known/context", {"policy": "magic"}, 400, "unknown policy 'magic'; choose one of"),
@@ -141,7 +166,9 @@ def test_mem0_subset(api):
 )
 def test_bad_requests_are_4xx_json_and_store_nothing(api, method, path, body, status, message):
     api.post("/v1/sessions/known/messages", json={"messages": chat(2)})
-    r = api.request(method.upper(), path, json=body)
+    # Sent as a client serialises it (ASCII escapes: httpx's json= cannot encode a lone surrogate).
+    r = api.request(method.upper(), path, content=None if body is None else json.dumps(body),
+                    headers={"content-type": "application/json"})
     assert r.status_code == status, r.text
     err = r.json()
     assert message in err["error"]["message"] and err["detail"] == err["error"]["message"] and err["error"]["code"]

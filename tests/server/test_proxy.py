@@ -3,9 +3,13 @@ everything it receives."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
+import time
+from urllib.parse import quote
 
+import httpx
 import openai
 import pytest
 
@@ -222,3 +226,41 @@ def test_a_regenerated_reply_replaces_the_one_the_client_dropped(proxy):
     ask([sys_, q1, a1, q2, a2, q3], "Enjoy.")
     assert stored(live, "regen") == [q1["content"], a1["content"], q2["content"], a2["content"], q3["content"],
                                      "Enjoy."]
+
+
+def test_any_user_field_gets_a_session_and_a_bad_session_header_is_refused_before_the_model(proxy):
+    """OpenAI's ``user`` is any string a client sends: one that is not a session name gets a session named by
+    its hash, a name beyond printable ASCII is percent-encoded in the response's header, and the model is
+    called once either way. ``X-Rdmem-Session`` is rdmem's own: a bad one is a 400, the model not called."""
+    live, upstream = proxy
+    oai = client(live)
+    hashed = lambda u: "user-" + hashlib.sha256(u.encode()).hexdigest()[:16]  # noqa: E731
+    for user, session, header in (("u" * 300, hashed("u" * 300), hashed("u" * 300)),
+                                  ("tab\there", hashed("tab\there"), hashed("tab\there")),
+                                  ("ユーザー", "ユーザー", quote("ユーザー", safe=""))):
+        before = len(upstream.requests)
+        raw = oai.chat.completions.with_raw_response.create(
+            model="fake-model", messages=[{"role": "user", "content": f"hello from {session}"}], user=user)
+        assert raw.parse().choices[0].message.content and len(upstream.requests) == before + 1
+        assert (raw.headers["x-rdmem-memory"], raw.headers["x-rdmem-session"]) == ("session", header)
+        mem = live.app.state.rdmem.pool.manager("default", session)
+        deadline = time.monotonic() + 10
+        while len(mem) < 2 and time.monotonic() < deadline:  # the reply is stored after the answer
+            time.sleep(0.05)
+        assert [h["content"] for h in mem.history()][0] == f"hello from {session}"
+    before = len(upstream.requests)
+    for bad, why in (("a\tb", "control characters"), ("s" * 257, "1 to 256 characters")):
+        with pytest.raises(openai.BadRequestError, match=why):
+            oai.chat.completions.create(model="fake-model", messages=[{"role": "user", "content": "hi"}],
+                                        extra_headers={"X-Rdmem-Session": bad})
+    assert len(upstream.requests) == before
+
+
+def test_a_number_too_long_to_read_is_a_400_naming_it(proxy):
+    live, upstream = proxy
+    before = len(upstream.requests)
+    body = '{"model": "fake-model", "messages": [{"role": "user", "content": "hi"}], "temperature": ' + "9" * 5000 + "}"
+    r = httpx.post(f"{live.url}/v1/chat/completions", content=body, timeout=30,
+                   headers={"content-type": "application/json", "authorization": "Bearer sk-x"})
+    assert r.status_code == 400 and "a number that cannot be read" in r.json()["error"]["message"]
+    assert len(upstream.requests) == before

@@ -22,10 +22,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import InvalidInput
+from ..errors import InvalidInput, RdmemError
 from ..messages import Message, chat_fields, parse_message
+from ..names import check_session_name
 from .._turn import store_untrimmed, take_turn
 from ..tokens import content_text, get_tokenizer
+from .errors import ApiError
 from .savings import entry
 
 __all__ = ["Prepared", "session_of", "readable_messages", "prepare", "store_reply", "SESSION_HEADER"]
@@ -55,10 +57,23 @@ class Prepared:
 
 def session_of(headers: Mapping[str, str], body: Mapping[str, Any], tenant: str, derive: bool) -> tuple[str | None, bool]:
     """``(session, derived)``: the session named by the request, else (``derive``) one derived from the
-    tenant, the system prompt and the first user message, else ``None`` (no memory)."""
-    given = headers.get(SESSION_HEADER) or body.get("user")
-    if isinstance(given, str) and given.strip():
-        return given.strip(), False
+    tenant, the system prompt and the first user message, else ``None`` (no memory).
+
+    ``X-Rdmem-Session`` is rdmem's own: a value that is not a session name is a 400, before the model is
+    called. ``user`` is OpenAI's end-user id, any string a client sends there: one that is not a session
+    name (too long, control characters) names the session ``user-<its SHA-256, 16 hex digits>``."""
+    header = headers.get(SESSION_HEADER)
+    if header is not None and header.strip():
+        try:
+            return check_session_name(header.strip(), SESSION_HEADER), False
+        except RdmemError as exc:
+            raise ApiError(400, str(exc)) from None
+    user = body.get("user")
+    if isinstance(user, str) and user.strip():
+        try:
+            return check_session_name(user.strip(), "user"), False
+        except RdmemError:
+            return f"user-{hashlib.sha256(user.encode('utf-8', 'surrogatepass')).hexdigest()[:16]}", False
     if not derive:
         return None, False
     msgs = body.get("messages") or []

@@ -32,6 +32,7 @@ import logging
 import re
 from collections.abc import AsyncIterator
 from typing import Any
+from urllib.parse import quote
 
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
@@ -243,8 +244,8 @@ async def chat_completions(request: Request, tenant: ProxyTenant) -> Response:
     session, derived = (None, False) if tenant is None else \
         session_of(request.headers, body, tenant, state.settings.derive_sessions)
     headers = {"X-Rdmem-Compacted": "false", "X-Rdmem-Memory": "session" if session else "none"}
-    if session:
-        headers[SESSION_HEADER] = session
+    if session:  # percent-encoded beyond printable ASCII (a header's bytes are Latin-1)
+        headers[SESSION_HEADER] = session if session.isascii() and session.isprintable() else quote(session, safe="")
     budget = _budget(state, body, headers)
     forward, saving, memory = body, None, None
     job: asyncio.Future[Prepared] | None = None
