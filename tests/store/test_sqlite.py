@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import sqlite3
+import threading
+import time
 
 import numpy as np
 import pytest
@@ -303,3 +305,24 @@ def test_dense_search_without_a_window_ranks_every_unit(tmp_path):
 def test_dense_rows_must_be_a_positive_int_or_none(tmp_path, value):
     with pytest.raises(InvalidInput, match="dense_rows must be an int >= 1 or None"):
         SQLiteStore(tmp_path / "m.db", dense_rows=value)
+
+
+def test_a_write_waiting_for_another_process_does_not_hold_up_this_ones_reads(tmp_path):
+    """While another process holds the file's write lock, a write of this store waits for it (its timeout)
+    without holding the store's own lock: reads of this process go on meanwhile (they were held up for the
+    whole wait: /healthz and every read of a server stalled behind one write)."""
+    path = tmp_path / "m.db"
+    with SQLiteStore(path, timeout=30) as store:
+        store.append("s", [unit(i, f"message {i}") for i in range(3)])
+        other = sqlite3.connect(path, isolation_level=None)
+        other.execute("BEGIN IMMEDIATE")  # another process writing
+        writer = threading.Thread(target=lambda: store.append("s", [unit(3, "the waiting write")]))
+        writer.start()
+        time.sleep(0.2)  # the write is waiting for the other's lock
+        seen = [[u.id for u in store.load("s")] for _ in range(20)]  # reads, while the write waits
+        assert writer.is_alive() and seen == [["u0", "u1", "u2"]] * 20
+        assert store.changes("s").size[0] == 3 and store.search("s", "message", None, k=2)
+        other.execute("COMMIT")
+        other.close()
+        writer.join(30)
+        assert not writer.is_alive() and [u.id for u in store.load("s")][-1] == "u3"

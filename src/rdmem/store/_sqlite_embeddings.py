@@ -6,6 +6,7 @@ from __future__ import annotations
 import sqlite3
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import Any
 
 import numpy as np
@@ -21,12 +22,18 @@ class SQLiteEmbeddings:
     """:meth:`_claim_unembedded` and :meth:`_set_embeddings` for :class:`~rdmem.store.sqlite.SQLiteStore`."""
 
     _write: Callable[..., Any]
+    _reading: Callable[..., AbstractContextManager[sqlite3.Connection]]
     _write_session: Callable[..., Written]
     _session_row: Callable[..., Any]
     _bump: Callable[..., tuple[int, int]]
     _decode: Callable[..., list[StoredUnit]]
 
     def _claim_unembedded(self, worker: str, limit: int, lease: float) -> list[tuple[str, StoredUnit]]:
+        with self._reading() as db:  # an idle worker asks every second: a read, not the file's write lock
+            if db.execute("SELECT 1 FROM units WHERE embedding IS NULL AND (claimed_until IS NULL OR "
+                          "claimed_until < ?) LIMIT 1", (time.time(),)).fetchone() is None:
+                return []
+
         def write(conn: sqlite3.Connection) -> list[Any]:
             now = time.time()
             return conn.execute(

@@ -6,6 +6,7 @@ import os
 import sqlite3
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import TypeVar
 from urllib.parse import quote
@@ -24,13 +25,15 @@ def _is_busy(exc: sqlite3.OperationalError) -> bool:
     return "locked" in msg or "busy" in msg
 
 
-def retry(fn: Callable[[], _T], timeout: float) -> _T:
-    """Run ``fn``, retrying while another connection holds the lock (up to ``timeout`` seconds)."""
+def retry(fn: Callable[[], _T], timeout: float, held: AbstractContextManager[object] = nullcontext()) -> _T:
+    """Run ``fn`` under ``held`` (a lock), retrying while another connection holds the file's write lock (up to
+    ``timeout`` seconds); ``held`` is let go between tries, so that reads of this process go on meanwhile."""
     deadline = time.monotonic() + timeout
     delay = 0.001
     while True:
         try:
-            return fn()
+            with held:
+                return fn()
         except sqlite3.OperationalError as exc:
             if not _is_busy(exc) or time.monotonic() >= deadline:
                 raise
@@ -38,9 +41,19 @@ def retry(fn: Callable[[], _T], timeout: float) -> _T:
         delay = min(delay * 2, 0.05)
 
 
+#: How long ``BEGIN IMMEDIATE`` itself waits for another process's write (ms): a short wait inside SQLite,
+#: the rest in :func:`retry`, which lets this process's readers in between.
+_BEGIN_WAIT_MS = 20
+
+
 def in_transaction(conn: sqlite3.Connection, fn: Callable[[sqlite3.Connection], _T]) -> _T:
     """``fn(conn)`` in one ``BEGIN IMMEDIATE`` transaction, rolled back if it raises."""
-    conn.execute("BEGIN IMMEDIATE")
+    wait = int(conn.execute("PRAGMA busy_timeout").fetchone()[0])
+    conn.execute(f"PRAGMA busy_timeout={min(wait, _BEGIN_WAIT_MS)}")
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+    finally:
+        conn.execute(f"PRAGMA busy_timeout={wait}")
     try:
         out = fn(conn)
         conn.execute("COMMIT")

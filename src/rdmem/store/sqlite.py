@@ -162,24 +162,26 @@ class SQLiteStore(SQLiteKeys, SQLiteEmbeddings, SearchMixin, BaseStore):
     def _pragma(self, name: str) -> int:
         return int(self._db.execute(f"PRAGMA {name}").fetchone()[0])
 
-    def _write(self, session: str, fn: Callable[[sqlite3.Connection], _T]) -> _T:
-        """Run ``fn`` in one ``BEGIN IMMEDIATE`` transaction; committed (and synced) when this returns."""
+    def _write(self, session: str, fn: Callable[[sqlite3.Connection], _T],
+               then: Callable[[_T], _T] = lambda out: out) -> _T:
+        """``then(fn(conn))``, ``fn`` in one ``BEGIN IMMEDIATE`` transaction, committed when this returns; the
+        store's lock is let go between tries while another process writes, so this one's reads go on."""
         if self.readonly:
             raise StoreError(f"{self.where}: opened read-only; nothing was written")
-        with self._lock:
-            conn = self._db
-            try:
-                return retry(lambda: in_transaction(conn, fn), self.timeout)
-            except sqlite3.DatabaseError as exc:
-                raise self._error(exc, session, "write failed") from None
+        try:
+            return retry(lambda: then(in_transaction(self._db, fn)), self.timeout, self._lock)
+        except sqlite3.DatabaseError as exc:
+            raise self._error(exc, session, "write failed") from None
 
     def _write_session(self, session: str, fn: Callable[[sqlite3.Connection], _Outcome]) -> Written:
         """:meth:`_write` of a change to ``session``; this connection's caches follow once it is committed."""
-        with self._lock:
-            written, reset, apply = self._write(session, fn)
+        def caches(out: _Outcome) -> _Outcome:
+            written, reset, apply = out
             if written.version != written.prev:
                 self._written(session, written.prev, written.version, reset, apply)
-            return written
+            return out
+
+        return self._write(session, fn, caches)[0]
 
     def _session_row(self, conn: sqlite3.Connection, session: str) -> tuple[Any, ...] | None:
         return conn.execute(
