@@ -13,7 +13,7 @@ from rdmem.server.app import ServerState
 from rdmem.server.metrics import Metrics
 from rdmem.server.savings import session_savings
 from rdmem.server.sessions import SessionPool
-from rdmem.store import KeyStore, MemoryStore
+from rdmem.store import KeyStore, MemoryStore, open_store
 
 from ..integrations._scenario import conversation
 from .conftest import settle_embeddings
@@ -321,3 +321,34 @@ def test_a_late_memory_still_stores_the_request_before_its_reply_and_the_next_re
         time.sleep(0.05)
     # each message once, in order: the first reply after its late request, the second request after that reply
     assert stored() == ["Question 1?", "Answer 1.", "Question 2?", "Answer 2."]
+
+
+@pytest.mark.slow  # starts a server
+def test_a_shutdown_waits_for_a_reply_still_being_stored(serve, fake_openai, hashing_embedder, monkeypatch,
+                                                         tmp_path):
+    """The proxy stores a reply after answering: a server told to stop then (Ctrl-C) waits for that store,
+    bounded, before it closes the store (the reply was dropped without a word)."""
+    import threading
+
+    from rdmem.server import _proxy_memory
+
+    storing, release = threading.Event(), threading.Event()
+    store = _proxy_memory.store_untrimmed
+
+    def held(*args, **kwargs):  # the reply's write, held until the test lets it go
+        storing.set()
+        release.wait(60)
+        return store(*args, **kwargs)
+
+    monkeypatch.setattr(_proxy_memory, "store_untrimmed", held)
+    fake_openai.text = "Fine."
+    url = f"sqlite:///{tmp_path / 'm.db'}"  # the server's own store: it closes it when it stops
+    live = serve(create_app(ServerSettings(upstream=fake_openai.url, memory_timeout=60, store=url),
+                            embedder=hashing_embedder))
+    oai = openai.OpenAI(base_url=f"{live.url}/v1", api_key="sk-x", max_retries=0)
+    oai.chat.completions.create(model="m", messages=[{"role": "user", "content": "Hello there."}], user="bye")
+    assert storing.wait(30)
+    threading.Timer(0.5, release.set).start()  # the store answers while the server is stopping
+    live.stop()
+    with open_store(url) as kept:
+        assert [u.message["content"] for u in kept.load("t/default/bye")] == ["Hello there.", "Fine."]

@@ -30,12 +30,16 @@ from .guards import HostGuardMiddleware, HostRule, JsonOnlyMiddleware
 from .metrics import BodyLimitMiddleware, Metrics, MetricsMiddleware
 from .ratelimit import RateLimiter
 from .protocol import ErrorResponse
+from .routes_proxy import drain
 from .sessions import SessionPool, store_session, tenant_sessions
 from .settings import ServerSettings
 
 __all__ = ["ServerState", "app_from_env", "create_app"]
 
 log = logging.getLogger("rdmem.server")
+
+#: How long a shutdown waits for the replies still being stored (the proxy stores a reply after answering).
+SHUTDOWN_DRAIN_S = 10.0
 
 
 @dataclass
@@ -84,6 +88,7 @@ def create_app(settings: ServerSettings | None = None, *, store: Store | None = 
                     await stack.enter_async_context(mcp.run())
                 yield
         finally:
+            await drain(state, SHUTDOWN_DRAIN_S)  # the replies still being stored, before the store closes
             state.pool.stop()
             if state.http is not None:
                 await state.http.aclose()

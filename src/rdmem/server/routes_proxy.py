@@ -164,6 +164,19 @@ def _store_later(state: Any, where: _Where, message: dict[str, Any] | None,
     task.add_done_callback(lambda t: _pending.pop(key, None) if _pending.get(key) is t else None)
 
 
+async def drain(state: Any, timeout: float) -> int:
+    """Wait (at most ``timeout`` seconds) for the replies this server is still storing (a shutdown must not
+    drop an answered turn's reply); the number left unstored, each logged."""
+    left = {key: task for key, task in list(_pending.items()) if key[0] == id(state)}
+    if left:
+        await asyncio.wait(left.values(), timeout=timeout)
+    lost = [key for key, task in left.items() if not task.done()]
+    for _, tenant, session in lost:
+        log.warning("rdmem proxy: shutting down before the last reply of session %r (tenant %r) was stored; "
+                    "the client's next request carries it", session, tenant)
+    return len(lost)
+
+
 class _Memory:
     """The request's memory work in a worker thread, bounded by ``memory_timeout`` in all: :meth:`fits` says
     as soon as the request fits the window as sent (it may then go to the model, and be answered, while
