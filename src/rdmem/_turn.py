@@ -19,10 +19,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .compaction import Compaction
+from .errors import VersionConflict
 from .manager import MemoryManager
 from .messages import Message
 
-__all__ = ["Turn", "take_turn", "store_untrimmed"]
+#: Reads and conditional writes a turn tries before it writes unconditionally (a session written by
+#: another process between its read and its write).
+_RETRIES = 8
+
+__all__ = ["Turn", "take_turn", "store_following", "store_untrimmed"]
 
 
 @dataclass(frozen=True)
@@ -54,14 +59,21 @@ def take_turn(
     context manager around the store's write of the new messages (a rate limit's charge).
     """
     with mem._lock:
-        view = mem._sync()  # the one read: a version check, and what others wrote since, if anything
-        new, dropped = view.resent([m.chat for m in messages])
-        deleted = bool(dropped) and len(dropped) <= replace
-        if deleted:  # the client went on from an earlier point: its history is the one kept (rare)
-            view.store.delete(mem.session, dropped)
-            view = mem._sync()
-            new, _ = view.resent([m.chat for m in messages])
-        ids = store_untrimmed(mem, [messages[i] for i in new], charge=charge)  # the one write
+        for attempt in range(_RETRIES):
+            view = mem._sync()  # the one read: a version check, and what others wrote since, if anything
+            new, dropped = view.resent([m.chat for m in messages])
+            deleted = bool(dropped) and len(dropped) <= replace
+            if deleted:  # the client went on from an earlier point: its history is the one kept (rare)
+                view.store.delete(mem.session, dropped)
+                view = mem._sync()
+                new, _ = view.resent([m.chat for m in messages])
+            try:  # the one write, if no one wrote the session since the read (another process may have
+                # stored some of these messages meanwhile: they are lined up again)
+                ids = store_untrimmed(mem, [messages[i] for i in new], charge=charge,
+                                      expect=view.version if attempt < _RETRIES - 1 else None)
+                break
+            except VersionConflict:
+                continue
         ctx = None
         if context is not None:
             query, budget = context
@@ -69,10 +81,24 @@ def take_turn(
         return Turn(new, ids, dropped, deleted, ctx)
 
 
+def store_following(
+    mem: MemoryManager, history: Sequence[Message], messages: Sequence[Message], *,
+    charge: Callable[[list[Message]], AbstractContextManager[object]] | None = None,
+    log: dict[str, Any] | None = None,
+) -> list[str]:
+    """Store ``messages`` (a reply) after the resent ``history`` it follows, unless the session holds them
+    there already (another server process stored them as resent messages first), lined up and written as
+    :func:`take_turn` does; ``log`` goes to the session's compaction log. Returns the ids stored."""
+    ids = take_turn(mem, [*history, *messages], charge=charge).ids
+    if log is not None:
+        mem.store.log_compaction(mem.session, log)
+    return ids
+
+
 def store_untrimmed(
     mem: MemoryManager, messages: Sequence[Message], *,
     charge: Callable[[list[Message]], AbstractContextManager[object]] | None = None,
-    log: dict[str, Any] | None = None,
+    log: dict[str, Any] | None = None, expect: int | None = None,
 ) -> list[str]:
     """Append ``messages`` (parsed) to ``mem``'s session in one write, with ``log`` in the session's
     compaction log in the same transaction, and return their ids; the working set is left for
@@ -82,4 +108,4 @@ def store_untrimmed(
             mem.store.log_compaction(mem.session, log)
         return []
     with mem._lock, charge(list(messages)) if charge is not None else nullcontext():
-        return mem._write(list(messages), trim=False, log=log)
+        return mem._write(list(messages), trim=False, log=log, expect=expect)

@@ -197,8 +197,9 @@ class MemoryManager:
         none is stored); then compact once if needed. Returns their ids."""
         return self._write(parse_messages(messages, json_extras=True))
 
-    def _write(self, parsed: list[Message], *, trim: bool = True, log: dict[str, Any] | None = None) -> list[str]:
-        """Store ``parsed`` (and ``log``) in one append, then trim the working set (``trim=False``: past 2 × high)."""
+    def _write(self, parsed: list[Message], *, trim: bool = True, log: dict[str, Any] | None = None,
+               expect: int | None = None) -> list[str]:
+        """Store ``parsed`` (and ``log``; ``expect``: at that version only) in one append, then trim the working set."""
         if not parsed:
             return []
         with self._lock:
@@ -209,7 +210,8 @@ class MemoryManager:
                 for u, v in zip(units, emb.embed([embed_text(u) for u in units]), strict=True):
                     u.embedding = v
             news = [new_unit(u, m.original(), tok, m.id) for u, m in zip(units, parsed, strict=True)]
-            written = view.store.append(self.session, news, **({"log": log} if log is not None else {}))
+            given = {k: v for k, v in (("log", log), ("expect", expect)) if v is not None}
+            written = view.store.append(self.session, news, **given)
             fresh = view.written(written.prev, written.version)
             if fresh:
                 for u, su in zip(units, written.units, strict=True):
@@ -234,15 +236,11 @@ class MemoryManager:
     def delete(self, ids: Sequence[str]) -> list[str]:
         """Delete messages of the session for good (from both tiers); return the ids that were there.
 
-        A tool call deleted without its results (or results without their
-        call) are left out of every context from then on, so what the model
-        sees stays a valid history.
+        A tool call deleted without its results (or results without their call) are left out of every
+        context from then on, so what the model sees stays a valid history.
         """
-        if isinstance(ids, str):
-            ids = [ids]
         with self._lock:
-            view = self._session()
-            written = view.store.delete(self.session, list(ids))
+            written = self._session().store.delete(self.session, [ids] if isinstance(ids, str) else list(ids))
             self._sync()
             return written.deleted
 

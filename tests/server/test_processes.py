@@ -156,3 +156,4 @@ def test_a_port_in_use_is_one_line(rdmem_serve, tmp_path):
     done = rdmem("serve", "--port", str(first.port), "--workers", "2", "--store", f"sqlite:///{tmp_path / 'b.db'}")
     assert done.returncode == 2 and f"cannot listen on 127.0.0.1:{first.port}" in done.stderr
     assert "Traceback" not in done.stderr
+

@@ -4,6 +4,8 @@ off the request path (to the request's budget, not the server's)."""
 
 from __future__ import annotations
 
+import time
+
 import openai
 import pytest
 
@@ -233,14 +235,14 @@ def test_the_answer_does_not_wait_for_its_reply_to_be_stored_but_the_sessions_re
     from rdmem.server import _proxy_memory
 
     storing, release = threading.Event(), threading.Event()
-    store = _proxy_memory.store_untrimmed
+    store = _proxy_memory.store_following
 
     def held(*args, **kwargs):  # the reply's write, held until the test lets it go
         storing.set()
         release.wait(60)
         return store(*args, **kwargs)
 
-    monkeypatch.setattr(_proxy_memory, "store_untrimmed", held)
+    monkeypatch.setattr(_proxy_memory, "store_following", held)
     fake_openai.text = "Fine."
     app = create_app(ServerSettings(upstream=fake_openai.url, memory_timeout=60), store=MemoryStore(),
                      embedder=hashing_embedder)
@@ -333,14 +335,14 @@ def test_a_shutdown_waits_for_a_reply_still_being_stored(serve, fake_openai, has
     from rdmem.server import _proxy_memory
 
     storing, release = threading.Event(), threading.Event()
-    store = _proxy_memory.store_untrimmed
+    store = _proxy_memory.store_following
 
     def held(*args, **kwargs):  # the reply's write, held until the test lets it go
         storing.set()
         release.wait(60)
         return store(*args, **kwargs)
 
-    monkeypatch.setattr(_proxy_memory, "store_untrimmed", held)
+    monkeypatch.setattr(_proxy_memory, "store_following", held)
     fake_openai.text = "Fine."
     url = f"sqlite:///{tmp_path / 'm.db'}"  # the server's own store: it closes it when it stops
     live = serve(create_app(ServerSettings(upstream=fake_openai.url, memory_timeout=60, store=url),
@@ -352,3 +354,62 @@ def test_a_shutdown_waits_for_a_reply_still_being_stored(serve, fake_openai, has
     live.stop()
     with open_store(url) as kept:
         assert [u.message["content"] for u in kept.load("t/default/bye")] == ["Hello there.", "Fine."]
+
+
+@pytest.mark.slow  # starts servers
+def test_a_reply_another_server_stored_first_is_not_stored_again(serve, fake_openai, hashing_embedder, monkeypatch,
+                                                                  tmp_path):
+    """Two servers on one store (two processes, or ``--workers 2``) and a client alternating between them: A
+    answers and stores its reply after; B gets the next request, which carries that reply, first and
+    stores it as a resent message. A's late store must then store nothing (it stored the reply again, and
+    the duplicate broke the next resend's alignment: a review saw whole histories stored twice)."""
+    import threading
+
+    from rdmem.server import routes_proxy
+
+    from .._fake_openai import Reply, completion
+
+    fake_openai.respond = lambda req: Reply(body=completion(f"reply to {len(req['body']['messages'])} messages"))
+    release, first, done = threading.Event(), threading.Event(), threading.Event()
+    original = routes_proxy.store_reply
+
+    def late(*args):  # the first reply's store (server A's) waits until server B has stored the next request
+        if first.is_set():
+            return original(*args)
+        first.set()
+        release.wait(60)
+        try:
+            return original(*args)
+        finally:
+            done.set()
+
+    monkeypatch.setattr(routes_proxy, "store_reply", late)
+    url = f"sqlite:///{tmp_path / 'shared.db'}"
+    a, b = (serve(create_app(ServerSettings(upstream=fake_openai.url, memory_timeout=60, store=url),
+                             embedder=hashing_embedder)) for _ in range(2))
+    oai = {s: openai.OpenAI(base_url=f"{s.url}/v1", api_key="sk-x", max_retries=0) for s in (a, b)}
+    history = [{"role": "user", "content": "question one"}]
+
+    def ask(server) -> None:
+        answer = oai[server].chat.completions.create(model="m", messages=history, user="alt")
+        history.append({"role": "assistant", "content": answer.choices[0].message.content})
+
+    def stored(store) -> list[str]:
+        deadline = time.monotonic() + 30
+        while len(store.load("t/default/alt")) < len(history) and time.monotonic() < deadline:
+            time.sleep(0.05)  # the last reply is stored after the answer
+        return [u.message["content"] for u in store.load("t/default/alt")]
+
+    ask(a)  # A's reply store is held
+    assert first.wait(30)
+    history.append({"role": "user", "content": "question two"})
+    ask(b)  # B stores A's reply (resent), its question and, after answering, its own reply
+    with open_store(url) as store:
+        assert stored(store) == [m["content"] for m in history]
+        release.set()
+        assert done.wait(30)  # A's late store: nothing is left to store
+        assert stored(store) == [m["content"] for m in history]
+    history.append({"role": "user", "content": "question three"})
+    ask(a)
+    with open_store(url) as store:
+        assert stored(store) == [m["content"] for m in history]

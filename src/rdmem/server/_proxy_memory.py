@@ -25,7 +25,7 @@ from typing import Any
 from ..errors import InvalidInput, RdmemError
 from ..messages import Message, chat_fields, parse_message
 from ..names import check_session_name
-from .._turn import store_untrimmed, take_turn
+from .._turn import store_following, store_untrimmed, take_turn
 from ..tokens import content_text, get_tokenizer
 from .errors import ApiError
 from .savings import entry
@@ -53,6 +53,7 @@ class Prepared:
     compacted: bool
     skipped: int = 0
     saving: dict[str, Any] | None = None
+    conv: tuple[dict[str, Any], ...] = ()  # the request's messages as the session stores them (no system head)
 
 
 def session_of(headers: Mapping[str, str], body: Mapping[str, Any], tenant: str, derive: bool) -> tuple[str | None, bool]:
@@ -142,8 +143,9 @@ def prepare(state: Any, tenant: str | None, session: str | None, derived: bool, 
     tok = mem.tokenizer if mem is not None else get_tokenizer("cl100k_base")  # the managers' tokenizer
     before = tok.messages_tokens([m.chat for m in parsed])
     as_sent = budget <= 0 or before <= budget
+    chats = tuple(m.chat for m in conv)
     sent = Prepared(body["messages"], before, before, False, len(skipped),
-                    entry(before, before, False) if mem is not None else None) if as_sent else None
+                    entry(before, before, False) if mem is not None else None, chats) if as_sent else None
     if sent is not None and fits is not None:
         fits(sent)
     room = budget - tok.messages_tokens(head)
@@ -172,21 +174,27 @@ def prepare(state: Any, tenant: str | None, session: str | None, derived: bool, 
     state.metrics.count("rdmem_tokens_in_total", before)
     state.metrics.count("rdmem_tokens_out_total", after)
     return Prepared(head + ctx.messages, before, after, True, len(skipped),
-                    entry(before, after, True) if mem is not None else None)
+                    entry(before, after, True) if mem is not None else None, chats)
 
 
 def store_reply(state: Any, tenant: str, session: str, budget: int, saving: dict[str, Any] | None,
-                message: dict[str, Any] | None) -> None:
+                message: dict[str, Any] | None, conv: tuple[dict[str, Any], ...] = ()) -> None:
     """Store the assistant's reply and the request's record (``saving``) in one write, the working set's
     trim left to the embedding worker; without a reply, the record alone. A failure is one log line: the
-    reply comes again with the next request, the record is only for looking back."""
+    reply comes again with the next request, the record is only for looking back.
+
+    A reply the session holds already after the request's messages ``conv`` is not stored again: the
+    client's next request reached another server process first, which stored it as a resent message."""
     reply = message if message and message.get("role") == "assistant" else None
     if reply is None and saving is None:
         return
     try:
         mem = state.pool.manager(tenant, session, budget=max(budget, 1), settled=False)  # it is the reply waited for
         new = [parse_message(chat_fields(reply), json_extras=True)] if reply is not None else []
-        store_untrimmed(mem, new, charge=_charge(state, tenant, mem), log=saving)
+        if new and conv:  # another process may have stored it as a resent message
+            store_following(mem, [parse_message(c) for c in conv], new, charge=_charge(state, tenant, mem), log=saving)
+        else:
+            store_untrimmed(mem, new, charge=_charge(state, tenant, mem), log=saving)
         if new:
             state.pool.worker.wake()
             state.metrics.count("rdmem_messages_stored_total")

@@ -153,9 +153,12 @@ def _store_later(state: Any, where: _Where, message: dict[str, Any] | None,
 
     async def run() -> None:
         try:
+            conv: tuple[dict[str, Any], ...] = ()
             if after is not None:
                 await asyncio.wait({after})  # its outcome is the request's to report, not this store's
-            await loop.run_in_executor(None, store_reply, state, *where, message)
+                if not after.cancelled() and after.exception() is None and isinstance(after.result(), Prepared):
+                    conv = after.result().conv  # what the reply follows in the session
+            await loop.run_in_executor(None, store_reply, state, *where, message, conv)
         finally:
             state.pool.reply_done(tenant, session, done)
 

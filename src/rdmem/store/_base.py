@@ -24,7 +24,7 @@ from ..tokens import message_payload
 from ._embeddings import EmbeddingsMixin
 from ._keys import check_name, check_tenant
 from ._types import (
-    TIERS, Changes, DuplicateIdError, NewUnit, SessionInfo, StoredUnit, StoreError, Tier, Written,
+    TIERS, Changes, DuplicateIdError, NewUnit, SessionInfo, StoredUnit, StoreError, Tier, VersionConflict, Written,
 )
 
 __all__ = [
@@ -223,9 +223,11 @@ class BaseStore(EmbeddingsMixin):
         self._results: dict[str, tuple[int, OrderedDict[tuple[Any, ...], list[tuple[str, float]]]]] = {}
 
     # -- writes ------------------------------------------------------------------
-    def append(self, session: str, units: Sequence[NewUnit], *, log: Mapping[str, Any] | None = None) -> Written:
+    def append(self, session: str, units: Sequence[NewUnit], *, log: Mapping[str, Any] | None = None,
+               expect: int | None = None) -> Written:
         """Add units at the end of ``session`` (created if new), atomically: all or nothing, with ``log``
-        appended to the compaction log in the same transaction.
+        appended to the compaction log in the same transaction; with ``expect``, only if the session is at
+        that version (else :class:`VersionConflict`, nothing written).
 
         Ids given are checked (:class:`DuplicateIdError` if the session has
         one already); ``None`` ids become ``m<n>``. Returns the stored units,
@@ -234,13 +236,18 @@ class BaseStore(EmbeddingsMixin):
         check_session(session)
         if isinstance(units, (str, bytes, Mapping)) or not isinstance(units, Sequence):
             raise InvalidType(f"units must be a list of NewUnit, got {type(units).__name__}")
+        _check_expect(expect)
         encoded = [_encode(u, n) for n, u in enumerate(units)]
         record = None if log is None else self._record(log)
         if not encoded:
+            v = self.version(session)
+            if expect is not None and v != expect:
+                raise VersionConflict(f"session {session!r} is at version {v}, not {expect}; nothing was written")
             if record is not None:
                 self._log(session, record)
-            v = self.version(session)
             return Written(v, v)
+        if expect is not None:
+            return self._append(session, encoded, record, expect)
         # A backend written before ``log`` existed takes two arguments: it is given two when there is no record.
         return self._append(session, encoded, record) if record is not None else self._append(session, encoded)
 
@@ -390,7 +397,7 @@ class BaseStore(EmbeddingsMixin):
         self.close()
 
     # -- hooks ---------------------------------------------------------------------
-    def _append(self, session: str, units: list[Encoded], log: str | None = None) -> Written:
+    def _append(self, session: str, units: list[Encoded], log: str | None = None, expect: int | None = None) -> Written:
         raise NotImplementedError
 
     def _set_tier(self, session: str, ids: list[str], tier: Tier, expect: int | None, log: str | None) -> Written:

@@ -127,7 +127,8 @@ class Store(Protocol):
     place or id (:meth:`pick`) when a call needs them.
     """
 
-    def append(self, session: str, units: Sequence[NewUnit], *, log: Mapping[str, Any] | None = None) -> Written: ...
+    def append(self, session: str, units: Sequence[NewUnit], *, log: Mapping[str, Any] | None = None,
+               expect: int | None = None) -> Written: ...
 
     def load(self, session: str, *, offset: int = 0, limit: int | None = None) -> list[StoredUnit]: ...
 

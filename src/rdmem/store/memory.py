@@ -82,8 +82,9 @@ class MemoryStore(BaseStore):
             raise VersionConflict(f"session {session!r} is at version {current}, not {expect}; nothing was written")
 
     # -- writes ------------------------------------------------------------------
-    def _append(self, session: str, units: list[Encoded], log: str | None = None) -> Written:
+    def _append(self, session: str, units: list[Encoded], log: str | None = None, expect: int | None = None) -> Written:
         with self._lock:
+            self._check(session, expect)
             existing = self._sessions_.get(session)
             have = existing.units if existing is not None else {}
             ids, next_auto = allocate_ids(

@@ -217,7 +217,7 @@ class PostgresStore(PgKeys, PgSearchMixin, BaseStore):
         return prev, int(version)
 
     # -- writes ----------------------------------------------------------------
-    def _append(self, session: str, units: list[Encoded], log: str | None = None) -> Written:
+    def _append(self, session: str, units: list[Encoded], log: str | None = None, expect: int | None = None) -> Written:
         dims = {u.embedding.shape[0] for u in units if u.embedding is not None}
 
         def write(conn: Any) -> Written:
@@ -232,7 +232,7 @@ class PostgresStore(PgKeys, PgSearchMixin, BaseStore):
                     return {r[0] for r in conn.execute(sql, (session, ids))}
 
                 ids, next_auto = allocate_ids(session, [u.id for u in units], next_auto, taken)
-                prev, version = self._bump(conn, session, row, None, next_seq=next_seq + len(units),
+                prev, version = self._bump(conn, session, row, expect, next_seq=next_seq + len(units),
                                            next_auto=next_auto, n_units=int(row[5]) + len(units),
                                            n_tokens=int(row[6]) + sum(u.tokens for u in units))
                 rows = [

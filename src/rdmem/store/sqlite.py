@@ -229,7 +229,7 @@ class SQLiteStore(SQLiteKeys, SQLiteEmbeddings, SearchMixin, BaseStore):
             self._caches.pop(session, None)
 
     # -- writes ----------------------------------------------------------------
-    def _append(self, session: str, units: list[Encoded], log: str | None = None) -> Written:
+    def _append(self, session: str, units: list[Encoded], log: str | None = None, expect: int | None = None) -> Written:
         fts = fts_table(session)
 
         def write(conn: sqlite3.Connection) -> _Outcome:
@@ -243,7 +243,7 @@ class SQLiteStore(SQLiteKeys, SQLiteEmbeddings, SearchMixin, BaseStore):
                 return {r[0] for r in conn.execute(sql, (session, *ids))}
 
             ids, next_auto = allocate_ids(session, [u.id for u in units], next_auto, taken)
-            prev, version = self._bump(conn, session, row, next_seq=next_seq + len(units), next_auto=next_auto,
+            prev, version = self._bump(conn, session, row, expect, next_seq=next_seq + len(units), next_auto=next_auto,
                                        n_units=n_units + len(units), n_tokens=n_tokens + sum(u.tokens for u in units))
             start = int(conn.execute("SELECT coalesce(max(uid), 0) FROM units").fetchone()[0]) + 1
             rows = [
