@@ -26,7 +26,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from .errors import InvalidInput
+from .errors import InvalidInput, RdmemError
 
 __all__ = ["Limits", "LimitExceeded", "HasLimits", "check_messages", "check_text", "largest_field", "load_json",
            "read_chat_body", "read_body"]
@@ -125,7 +125,7 @@ def load_json(raw: bytes | str, limits: HasLimits, *, at: tuple[tuple[str, ...],
         value, end = _value(text, _skip(text, 0), (), at, limits)
     except RecursionError:
         raise InvalidInput("the body is nested too deeply to parse") from None
-    except json.JSONDecodeError:
+    except (json.JSONDecodeError, RdmemError):  # not JSON; over a limit
         raise
     except ValueError as exc:  # an integer of more digits than Python converts (sys.get_int_max_str_digits)
         raise InvalidInput(f"the body holds a number that cannot be read: {exc}") from None

@@ -69,6 +69,12 @@ def test_keys_made_and_revoked_while_the_server_runs(rdmem_serve, tmp_path):
     assert revoked.returncode == 0, revoked.stderr
     answer = httpx.get(f"{server.url}/v1/sessions", headers=auth)  # another process revoked it: at once
     assert answer.status_code == 401 and answer.json()["error"]["code"] == "unauthorized"
+    # With every key revoked the server still asks for one (it served anyone as tenant 'default' then).
+    for anonymous in (httpx.get(f"{server.url}/v1/sessions"),
+                      httpx.post(f"{server.url}/v1/sessions/s/messages", json={"messages": chat(1)})):
+        assert anonymous.status_code == 401, anonymous.text
+    refused = rdmem("keys", "create", "--tenant", "default", "--store", url)
+    assert refused.returncode != 0 and "tenant 'default' is a server's without keys" in refused.stderr
     again = rdmem("keys", "revoke", key_id, "--store", url)
     assert again.returncode == 2 and "revoked already" in again.stderr
 

@@ -3,7 +3,6 @@ everything it receives."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import time
@@ -228,26 +227,31 @@ def test_a_regenerated_reply_replaces_the_one_the_client_dropped(proxy):
                                      "Enjoy."]
 
 
-def test_any_user_field_gets_a_session_and_a_bad_session_header_is_refused_before_the_model(proxy):
-    """OpenAI's ``user`` is any string a client sends: one that is not a session name gets a session named by
-    its hash, a name beyond printable ASCII is percent-encoded in the response's header, and the model is
-    called once either way. ``X-Rdmem-Session`` is rdmem's own: a bad one is a 400, the model not called."""
+def test_user_fields_name_sessions_exactly_and_a_bad_session_header_is_refused_before_the_model(proxy):
+    """OpenAI's ``user`` is any string a client sends. A session name is taken exactly as sent: two end users
+    whose ids differ by a no-break space never share a session (they did: the name was stripped). One that
+    is not a session name gives the request no memory, and says so; the model is called once either way. A
+    name beyond printable ASCII is percent-encoded in the response's header. ``X-Rdmem-Session`` is rdmem's
+    own: a bad one is a 400, and the model is not called."""
     live, upstream = proxy
     oai = client(live)
-    hashed = lambda u: "user-" + hashlib.sha256(u.encode()).hexdigest()[:16]  # noqa: E731
-    for user, session, header in (("u" * 300, hashed("u" * 300), hashed("u" * 300)),
-                                  ("tab\there", hashed("tab\there"), hashed("tab\there")),
-                                  ("ユーザー", "ユーザー", quote("ユーザー", safe=""))):
+    for user, session in (("alice", "alice"), ("alice\u00a0", "alice\u00a0"), ("ユーザー", "ユーザー"),
+                          ("u" * 300, None), ("tab\there", None)):
         before = len(upstream.requests)
         raw = oai.chat.completions.with_raw_response.create(
-            model="fake-model", messages=[{"role": "user", "content": f"hello from {session}"}], user=user)
+            model="fake-model", messages=[{"role": "user", "content": f"I am {user!r}"}], user=user)
         assert raw.parse().choices[0].message.content and len(upstream.requests) == before + 1
-        assert (raw.headers["x-rdmem-memory"], raw.headers["x-rdmem-session"]) == ("session", header)
+        if session is None:
+            assert raw.headers["x-rdmem-memory"] == "none" and "x-rdmem-session" not in raw.headers
+            assert "'user' is not a session name" in raw.headers["x-rdmem-warning"]
+            continue
+        shown = session if session.isascii() else quote(session, safe="")
+        assert (raw.headers["x-rdmem-memory"], raw.headers["x-rdmem-session"]) == ("session", shown)
         mem = live.app.state.rdmem.pool.manager("default", session)
         deadline = time.monotonic() + 10
         while len(mem) < 2 and time.monotonic() < deadline:  # the reply is stored after the answer
             time.sleep(0.05)
-        assert [h["content"] for h in mem.history()][0] == f"hello from {session}"
+        assert [h["content"] for h in mem.history()] == [f"I am {user!r}", "ok"]  # its own, no one else's
     before = len(upstream.requests)
     for bad, why in (("a\tb", "control characters"), ("s" * 257, "1 to 256 characters")):
         with pytest.raises(openai.BadRequestError, match=why):

@@ -103,3 +103,23 @@ def test_a_revoked_key_stops_working_at_once(keyed):
         assert KeyStore(store).revoke_key(acme_id)
     r = a.get("/v1/sessions")
     assert r.status_code == 401 and r.json()["error"]["message"] == "invalid or revoked API key"
+
+
+def test_tenants_do_not_share_cached_vectors(keyed):
+    """A vector cache shared by tenants let one tell, by timing its own searches, whether another had stored
+    or asked an exact text (a cached query answered five times faster). Each tenant's queries go through a
+    cache of its own, and the background worker embeds stored messages without one."""
+    live, a, b, *_ = keyed
+    pool = live.app.state.rdmem.pool
+    secret = "Acme's secret plan: launch on 3 May."
+    assert a.post("/v1/sessions/shared/search", json={"query": secret}).status_code == 200
+    assert b.post("/v1/sessions/theirs/messages", json={"messages": [{"role": "user", "content": "hi"}]}).status_code == 201
+    assert b.post("/v1/sessions/theirs/search", json={"query": "what is the plan?"}).status_code == 200
+    acme, globex = pool.embedder_for("acme"), pool.embedder_for("globex")
+    assert acme is not globex and pool.embedder_for("acme") is acme
+    from rdmem.embed import content_key
+
+    cached = lambda cache, text: content_key(text) in cache._mem  # noqa: E731
+    assert cached(acme, secret) and not cached(globex, secret)  # acme's query, cached for acme only
+    assert cached(globex, "what is the plan?") and not cached(acme, "what is the plan?")
+    assert not hasattr(pool.embedder, "_mem")  # the shared model (and the worker) keep no vectors

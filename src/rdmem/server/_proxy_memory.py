@@ -60,21 +60,23 @@ def session_of(headers: Mapping[str, str], body: Mapping[str, Any], tenant: str,
     """``(session, derived)``: the session named by the request, else (``derive``) one derived from the
     tenant, the system prompt and the first user message, else ``None`` (no memory).
 
-    ``X-Rdmem-Session`` is rdmem's own: a value that is not a session name is a 400, before the model is
-    called. ``user`` is OpenAI's end-user id, any string a client sends there: one that is not a session
-    name (too long, control characters) names the session ``user-<its SHA-256, 16 hex digits>``."""
+    Names are taken exactly as sent (two end users whose ids differ by a space are two sessions); an empty
+    or all-whitespace one is no name. ``X-Rdmem-Session`` is rdmem's own: a value that is not a session name
+    is a 400, before the model is called. ``user`` is OpenAI's end-user id, any string a client sends: one
+    that is not a session name (too long, control characters) gives the request no memory, as no name does
+    (the route says why in ``X-Rdmem-Warning``)."""
     header = headers.get(SESSION_HEADER)
     if header is not None and header.strip():
         try:
-            return check_session_name(header.strip(), SESSION_HEADER), False
+            return check_session_name(header, SESSION_HEADER), False
         except RdmemError as exc:
             raise ApiError(400, str(exc)) from None
     user = body.get("user")
     if isinstance(user, str) and user.strip():
         try:
-            return check_session_name(user.strip(), "user"), False
+            return check_session_name(user, "user"), False
         except RdmemError:
-            return f"user-{hashlib.sha256(user.encode('utf-8', 'surrogatepass')).hexdigest()[:16]}", False
+            return None, False
     if not derive:
         return None, False
     msgs = body.get("messages") or []

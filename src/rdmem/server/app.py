@@ -52,10 +52,18 @@ class ServerState:
     metrics: Metrics
     keys: KeyStore  # the API keys (only the server reads them), in the store's key table
     http: Any = None  # the upstream's httpx.AsyncClient (proxy routes only)
+    seen_keys: bool = False
 
     @property
     def limiter(self) -> RateLimiter:
         return self.pool.limiter
+
+    def keyed(self) -> bool:
+        """Whether callers must give a key: once this server has seen a valid key it asks for one until it
+        restarts (revoking every key must not open it to anyone as tenant ``default``)."""
+        if not self.seen_keys:
+            self.seen_keys = self.keys.has_keys()
+        return self.seen_keys
 
 
 def create_app(settings: ServerSettings | None = None, *, store: Store | None = None,
@@ -81,6 +89,7 @@ def create_app(settings: ServerSettings | None = None, *, store: Store | None = 
 
             state.http = httpx.AsyncClient(base_url=settings.upstream.rstrip("/"), timeout=settings.upstream_timeout)
         app.state.rdmem = state
+        state.keyed()  # a server started with keys stays keyed
         state.pool.start()
         try:
             async with AsyncExitStack() as stack:
@@ -141,7 +150,7 @@ def create_app(settings: ServerSettings | None = None, *, store: Store | None = 
         tenant; readable by ``--metrics-tenant`` only (default: anyone on a server without keys)."""
         state: ServerState = app.state.rdmem
         if settings.metrics_tenant is None:
-            if state.keys.has_keys():
+            if state.keyed():
                 raise ApiError(403, "the metrics count every tenant: on a server with keys, only the tenant "
                                "named by --metrics-tenant may read them, and none is named")
         elif tenant != settings.metrics_tenant:

@@ -4,8 +4,9 @@ A key travels as ``Authorization: Bearer <key>``, or (the proxy's routes,
 where ``Authorization`` is the client's key for the upstream model) as
 ``X-Rdmem-Key: <key>``. A store with no valid key serves the tenant
 ``default`` to everyone (the server then listens on loopback only); once a key
-exists, a request without a valid one is answered 401. Keys are looked up on
-every request, so a revoked key stops working at once.
+exists, a request without a valid one is answered 401, also after every key was
+revoked, until the server restarts. Keys are looked up on every request, so a
+revoked key stops working at once.
 
 The proxy never waits on memory for the model: when the store cannot say
 whose key it is within ``memory_timeout`` (down, locked), its tenant is
@@ -22,14 +23,14 @@ from typing import Annotated, Any
 from fastapi import Depends, Request, Security
 from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
 
-from ..store import KeyStore
+from ..store._keys import KEYLESS_TENANT
 from .errors import ApiError
 
 __all__ = ["Tenant", "ProxyTenant", "DEFAULT_TENANT", "RDMEM_KEY_HEADER", "tenant_of"]
 
 log = logging.getLogger("rdmem.server")
 
-DEFAULT_TENANT = "default"
+DEFAULT_TENANT = KEYLESS_TENANT
 RDMEM_KEY_HEADER = "X-Rdmem-Key"
 
 _bearer = HTTPBearer(auto_error=False, description="an rdmem API key (rdmem keys create)")
@@ -40,18 +41,18 @@ _header = APIKeyHeader(name=RDMEM_KEY_HEADER, auto_error=False,
 def tenant_of(request: Request, secret: str | None) -> str:
     """The caller's tenant (a 401 without a valid key on a keyed server), counted against its request rate."""
     state = request.app.state.rdmem
-    tenant = _lookup(state.keys, secret)
+    tenant = _lookup(state, secret)
     state.limiter.request(tenant)
     return tenant
 
 
-def _lookup(keys: KeyStore, secret: str | None, how: str = "Authorization: Bearer <key>") -> str:
+def _lookup(state: Any, secret: str | None, how: str = "Authorization: Bearer <key>") -> str:
     if secret:
-        tenant = keys.key_tenant(secret)
+        tenant = state.keys.key_tenant(secret)
         if tenant is None:
             raise ApiError(401, "invalid or revoked API key", headers={"WWW-Authenticate": "Bearer"})
         return tenant
-    if keys.has_keys():
+    if state.keyed():
         raise ApiError(401, f"an API key is required: {how}", headers={"WWW-Authenticate": "Bearer"})
     return DEFAULT_TENANT
 
@@ -69,7 +70,7 @@ async def _proxy_tenant(request: Request, header: Annotated[str | None, Security
     when the store does not answer within ``memory_timeout`` (the request then goes on without memory)."""
     state = request.app.state.rdmem
     lookup = asyncio.get_running_loop().run_in_executor(
-        None, _lookup, state.keys, header, f"{RDMEM_KEY_HEADER}: <key> (Authorization goes to the model)")
+        None, _lookup, state, header, f"{RDMEM_KEY_HEADER}: <key> (Authorization goes to the model)")
     try:
         tenant = await asyncio.wait_for(lookup, state.settings.memory_timeout)
     except ApiError:

@@ -183,7 +183,7 @@ def search_memories(body: Mem0Search, tenant: Tenant, request: Request) -> Mem0R
         hits = mem.search(body.query, k=k)
         given = mem.originals([h["id"] for h in hits])  # every field stored (created_at, metadata)
         found += [(session, have, given[h["id"]]) for h in hits if h["id"] in given]
-    scores = _similarities(state.pool.embedder, body.query, [_text(m) for _, _, m in found])
+    scores = _similarities(state.pool.embedder_for(tenant), body.query, [_text(m) for _, _, m in found])
     hits = sorted(((s, _item(session, have, m, s)) for (session, have, m), s in zip(found, scores, strict=True)
                    if body.threshold is None or s >= body.threshold), key=lambda h: -h[0])
     return Mem0Results(results=[item for _, item in hits[:k]])

@@ -262,6 +262,9 @@ async def chat_completions(request: Request, tenant: ProxyTenant) -> Response:
     headers = {"X-Rdmem-Compacted": "false", "X-Rdmem-Memory": "session" if session else "none"}
     if session:  # percent-encoded beyond printable ASCII (a header's bytes are Latin-1)
         headers[SESSION_HEADER] = session if session.isascii() and session.isprintable() else quote(session, safe="")
+    elif tenant is not None and isinstance(body.get("user"), str) and body["user"].strip():
+        headers["X-Rdmem-Warning"] = ("'user' is not a session name (1-256 characters, no control characters): "
+                                      "no memory for this request; name one with X-Rdmem-Session")
     budget = _budget(state, body, headers)
     forward, saving, memory = body, None, None
     job: asyncio.Future[Prepared] | None = None

@@ -67,6 +67,10 @@ def tenant_sessions(store: Store, tenant: str) -> list[tuple[str, SessionInfo]]:
     return [(i.session[len(prefix):], i) for i in store.sessions() if i.session.startswith(prefix)]
 
 
+#: Tenants whose query vectors a server keeps cached (least recently used dropped), and vectors per tenant.
+TENANT_CACHES, TENANT_CACHE_ITEMS = 256, 20_000
+
+
 class SessionPool:
     """Pooled managers over one store (shared by every request of this process)."""
 
@@ -75,13 +79,28 @@ class SessionPool:
         self.store = store
         self.settings = settings
         self.limiter = limiter or RateLimiter()
-        # One model for every session of this process, its calls batched across request threads.
-        self.embedder: Embedder = BatchingEmbedder(embedder) if embedder is not None else \
-            CachedEmbedder(BatchingEmbedder(MiniLMEmbedder()))
+        # One model for every session of this process, its calls batched across request threads; the worker
+        # embeds stored messages with it directly, and each tenant's queries go through a cache of its own.
+        self.embedder: Embedder = BatchingEmbedder(embedder if embedder is not None else MiniLMEmbedder())
+        self._caches: OrderedDict[str, CachedEmbedder] = OrderedDict()
+        self._caches_lock = threading.Lock()
         self._managers: OrderedDict[tuple[str, str, int], MemoryManager] = OrderedDict()
         self._lock = threading.Lock()
         self._replies: dict[str, list[threading.Event]] = {}  # store session -> replies being stored after their answer
         self.worker = EmbeddingWorker(store, self.embedder, on_landed=self._landed)
+
+    def embedder_for(self, tenant: str) -> Embedder:
+        """The model through ``tenant``'s own cache of vectors: a cache shared by tenants would let one time
+        whether another embedded a text (a cached query answers several times faster). At most
+        :data:`TENANT_CACHES` tenants' caches are kept, :data:`TENANT_CACHE_ITEMS` vectors each."""
+        with self._caches_lock:
+            cache = self._caches.get(tenant)
+            if cache is None:
+                cache = self._caches[tenant] = CachedEmbedder(self.embedder, max_items=TENANT_CACHE_ITEMS)
+            self._caches.move_to_end(tenant)
+            while len(self._caches) > TENANT_CACHES:
+                self._caches.popitem(last=False)
+            return cache
 
     def start(self) -> None:
         """Start embedding in the background (first what earlier processes left unembedded)."""
@@ -118,7 +137,7 @@ class SessionPool:
             mem = self._managers.get(key)
             if mem is None:
                 mem = MemoryManager(budget=budget, policy=policy, store=self.store, session=name,
-                                    embedder=self.embedder, embedding="deferred",
+                                    embedder=self.embedder_for(tenant), embedding="deferred",
                                     markers=MARKER_MODES[self.settings.markers])
                 peer = next((m for k, m in self._managers.items() if k[0] == name), None)
                 if peer is not None:  # the session is read and held once, whatever the budgets and policies

@@ -12,11 +12,13 @@ from typing import Any
 from ..errors import InvalidInput, InvalidType
 from ._types import ApiKey
 
-__all__ = ["KeyStore", "keeps_keys", "check_name", "check_tenant", "key_hash", "TENANT"]
+__all__ = ["KeyStore", "keeps_keys", "check_name", "check_tenant", "key_hash", "TENANT", "KEYLESS_TENANT"]
 
 #: A tenant's name: what a key belongs to and what the service scopes sessions by.
 TENANT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$")
 _KEY_PREFIX = "rdmem_"
+#: The tenant of every caller of a server without keys; no key is made for it.
+KEYLESS_TENANT = "default"
 
 
 def check_tenant(tenant: object) -> str:
@@ -58,8 +60,12 @@ class KeyStore:
         self.store = store
 
     def create_key(self, tenant: str, *, name: str = "") -> tuple[ApiKey, str]:
-        """A new API key for ``tenant``: the listing record and the secret (shown once, stored hashed)."""
+        """A new API key for ``tenant``: the listing record and the secret (shown once, stored hashed). Not for
+        ``default``, the tenant of a server without keys: a key must not open what anyone could write there."""
         check_tenant(tenant)
+        if tenant == KEYLESS_TENANT:
+            raise InvalidInput(f"tenant {KEYLESS_TENANT!r} is a server's without keys (anyone who reaches it): "
+                               "give the key's tenant another name")
         if not isinstance(name, str) or len(name) > 200:
             raise InvalidInput(f"name must be a string of at most 200 characters, got {name!r}")
         check_name(name, "name")

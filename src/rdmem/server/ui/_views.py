@@ -75,7 +75,7 @@ def _render(request: Request, template: str, build: Callable[[str], dict[str, An
         if exc.status != 401:
             raise
         return login_page(request, exc.message, status=401)
-    common = {"base": _base(request), "tenant": tenant, "keyed": _state(request).keys.has_keys(),
+    common = {"base": _base(request), "tenant": tenant, "keyed": _state(request).keyed(),
               "version": __version__}
     try:
         data = build(tenant)
@@ -86,7 +86,7 @@ def _render(request: Request, template: str, build: Callable[[str], dict[str, An
 
 
 def login_page(request: Request, message: str = "", *, status: int = 200) -> Response:
-    keyed = _state(request).keys.has_keys()
+    keyed = _state(request).keyed()
     return TEMPLATES.TemplateResponse(request, "login.html", {
         "title": "Sign in", "base": _base(request), "tenant": None, "keyed": keyed, "version": __version__,
         "message": message,
@@ -228,7 +228,7 @@ def _curve_data(request: Request, tenant: str, view: View, tokens: int, budget: 
             job.done, job.total = done, total
 
         return session_curve(messages, view.name, policies=policies, budgets=budgets,
-                             embedder=state.pool.embedder, progress=progress)
+                             embedder=state.pool.embedder_for(tenant), progress=progress)
 
     job = request.app.state.rdmem_curves.job((store_session(tenant, view.name), version, policies, budgets), compute)
     job.finished.wait(0.05)  # a curve computed before is there at once
