@@ -223,14 +223,9 @@ def test_the_managers_of_one_session_read_it_once_whatever_the_requests_budgets(
     assert {len(m) for m in managers} == {len(history)}
 
 
-@pytest.mark.slow  # starts a server
-def test_the_answer_does_not_wait_for_its_reply_to_be_stored_but_the_sessions_readers_do(serve, fake_openai,
-                                                                                        hashing_embedder, monkeypatch):
+def _hold_reply_stores(monkeypatch) -> tuple:
+    """``(storing, release)``: the proxy's reply stores wait for ``release``; ``storing`` is set when one does."""
     import threading
-    from concurrent.futures import ThreadPoolExecutor
-    from concurrent.futures import TimeoutError as Late
-
-    import httpx
 
     from rdmem.server import _proxy_memory
 
@@ -243,6 +238,18 @@ def test_the_answer_does_not_wait_for_its_reply_to_be_stored_but_the_sessions_re
         return store(*args, **kwargs)
 
     monkeypatch.setattr(_proxy_memory, "store_following", held)
+    return storing, release
+
+
+@pytest.mark.slow  # starts a server
+def test_the_answer_does_not_wait_for_its_reply_to_be_stored_but_the_sessions_readers_do(serve, fake_openai,
+                                                                                        hashing_embedder, monkeypatch):
+    from concurrent.futures import ThreadPoolExecutor
+    from concurrent.futures import TimeoutError as Late
+
+    import httpx
+
+    storing, release = _hold_reply_stores(monkeypatch)
     fake_openai.text = "Fine."
     app = create_app(ServerSettings(upstream=fake_openai.url, memory_timeout=60), store=MemoryStore(),
                      embedder=hashing_embedder)
@@ -332,17 +339,7 @@ def test_a_shutdown_waits_for_a_reply_still_being_stored(serve, fake_openai, has
     bounded, before it closes the store (the reply was dropped without a word)."""
     import threading
 
-    from rdmem.server import _proxy_memory
-
-    storing, release = threading.Event(), threading.Event()
-    store = _proxy_memory.store_following
-
-    def held(*args, **kwargs):  # the reply's write, held until the test lets it go
-        storing.set()
-        release.wait(60)
-        return store(*args, **kwargs)
-
-    monkeypatch.setattr(_proxy_memory, "store_following", held)
+    storing, release = _hold_reply_stores(monkeypatch)
     fake_openai.text = "Fine."
     url = f"sqlite:///{tmp_path / 'm.db'}"  # the server's own store: it closes it when it stops
     live = serve(create_app(ServerSettings(upstream=fake_openai.url, memory_timeout=60, store=url),
