@@ -44,6 +44,7 @@ class OnlineLearning:
         if not learning_rate > 0:
             raise InvalidInput(f"learning_rate must be > 0, got {learning_rate!r}")
         feedback = self._learner()
+        ids = list(dict.fromkeys(ids))  # the messages that were (not) needed: each counts once
         view.fetch(ids=ids)  # older than the view holds: read them
         unknown = [i for i in ids if i not in view.by_id]
         if unknown:

@@ -66,6 +66,18 @@ def test_feedback_errors() -> None:
         window.feedback(["m0"], 1.0)
 
 
+def test_an_id_given_many_times_counts_once() -> None:
+    """``ids`` name the messages that were (not) needed: a repeated one is one message (600,000 copies of one
+    id took 6.8 s through the API, each scored apart)."""
+    shifts = []
+    for ids in (["m0", "m1"], ["m0", "m1"] * 50_000):
+        mem = MemoryManager(budget=100, policy="rd")
+        mem.extend([{"role": "user", "content": "my locker code is 4711"}, {"role": "assistant", "content": "ok"}])
+        mem.feedback(ids, 1.0)
+        shifts.append(list(mem._learning.feedback.delta_))
+    assert shifts[0] == shifts[1] and any(shifts[0])
+
+
 def test_feedback_is_saved_with_the_session(tmp_path) -> None:
     url = f"sqlite:///{tmp_path / 'mem.db'}"
     train, needed = _history(2)

@@ -153,6 +153,8 @@ def _nested(depth: int) -> dict:
          {"messages": [{"role": "user", "content": "x", "metadata": _nested(100)}]}, 400,
          "message 0: field 'metadata' nests more than 64 levels deep"),
         ("post", "/v1/sessions/known/context", {"budget": 0}, 422, "budget"),
+        ("post", "/v1/sessions/known/feedback", {"ids": ["m0"] * 10_001, "reward": 1}, 422,
+         "ids: List should have at most 10000 items"),
         ("post", "/v1/sessions/known/context", {"budget": 30000}, 400, "budget must be at most 20000 tokens"),
         ("post", "/v1/sessions/known/context", {"policy": "magic"}, 400, "unknown policy 'magic'; choose one of"),
         ("post", "/v1/sessions/known/context", {"policy": "rd", "mode": "task"}, 400, "a policy or a mode, not both"),

@@ -96,7 +96,7 @@ class SearchResponse(BaseModel):
 
 
 class FeedbackRequest(_Strict):
-    ids: list[str] = Field(min_length=1)
+    ids: list[str] = Field(min_length=1, max_length=10_000)
     reward: StrictFloat = Field(ge=0.0, le=1.0, description="1: these messages were needed; 0: they were not")
 
 
