@@ -103,7 +103,9 @@ class SessionView:
 
     # -- following the store --------------------------------------------------------
     def sync(self) -> bool:
-        """Catch up with the store (one cheap version check when nothing changed); ``True`` if anything did."""
+        """Catch up with the store (one cheap version check when nothing changed); ``True`` if anything did.
+        Every call of a manager begins here: the view also lets go of what it need not hold (:meth:`_bound`)."""
+        self._bound()
         if self.store.version(self.session) == self.version:
             return False
         self.apply(self.store.changes(self.session, self.version, rows=self.rows))
@@ -120,7 +122,6 @@ class SessionView:
         self.version = changes.version
         self.state = dict(changes.state)
         self.size = changes.size
-        self._bound()
 
     def _apply_units(self, units: Iterable[StoredUnit]) -> None:
         for su in units:
@@ -204,7 +205,8 @@ class SessionView:
 
     def _bound(self) -> None:
         """Let go of archived units outside the newest ``rows`` places once twice as many are held (and of
-        fetched ones past ``rows``), so a long-running view's memory does not grow with its session."""
+        fetched ones past ``rows``), so a long-running view's memory does not grow with its session. Run as a
+        call begins (:meth:`sync`): what a call fetches stays for the call."""
         if len(self.units) > 2 * self.rows:
             cut = self._df_from
             keep = [u for u in self.units if u.index < cut and self.tier[u.id] == "working"]
@@ -275,7 +277,6 @@ class SessionView:
     def archived_near(self, hits: Sequence[str]) -> list[MemoryUnit]:
         """The archived units among a search's ``hits`` (ids, best first) and within :data:`NEIGHBOUR_REACH`
         places of the :data:`NEIGHBOUR_HITS` best, fetched if not held (ids the session lacks are skipped)."""
-        self._bound()  # first: what this call fetches stays for the call
         self.fetch(ids=hits)
         best = [self.by_id[i].index for i in hits[:NEIGHBOUR_HITS] if i in self.by_id]
         near = {p + d for p in best for d in range(-NEIGHBOUR_REACH, NEIGHBOUR_REACH + 1)}

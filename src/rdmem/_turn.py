@@ -20,12 +20,8 @@ from typing import Any
 
 from .compaction import Compaction
 from .errors import VersionConflict
-from .manager import MemoryManager
+from .manager import _RETRIES, MemoryManager
 from .messages import Message
-
-#: Reads and conditional writes a turn tries before it writes unconditionally (a session written by
-#: another process between its read and its write).
-_RETRIES = 8
 
 __all__ = ["Turn", "take_turn", "store_following", "store_untrimmed"]
 
@@ -50,13 +46,17 @@ def take_turn(
     replace: int = 0,
     context: tuple[str | None, int] | None = None,
     charge: Callable[[list[Message]], AbstractContextManager[object]] | None = None,
+    log: dict[str, Any] | None = None,
 ) -> Turn:
     """Store what ``messages`` (a resent history, parsed once by the caller) adds to ``mem``'s session, and
     build the context ``(query, budget)`` if asked, from one read of the session.
 
     ``replace``: a resend that drops at most this many stored messages at the end (a regenerated reply, an
     edited last question) replaces them (deleted, one more write); 0 never deletes. ``charge(new)``: a
-    context manager around the store's write of the new messages (a rate limit's charge).
+    context manager around the store's write of the new messages (a rate limit's charge). ``log``: a record
+    for the session's compaction log, in the same write. The write is conditional on the version read (a
+    session written by another process meanwhile is read and lined up again, :data:`~rdmem.manager._RETRIES`
+    times at most, the last write unconditional).
     """
     with mem._lock:
         for attempt in range(_RETRIES):
@@ -69,7 +69,7 @@ def take_turn(
                 new, _ = view.resent([m.chat for m in messages])
             try:  # the one write, if no one wrote the session since the read (another process may have
                 # stored some of these messages meanwhile: they are lined up again)
-                ids = store_untrimmed(mem, [messages[i] for i in new], charge=charge,
+                ids = store_untrimmed(mem, [messages[i] for i in new], charge=charge, log=log,
                                       expect=view.version if attempt < _RETRIES - 1 else None)
                 break
             except VersionConflict:
@@ -88,11 +88,8 @@ def store_following(
 ) -> list[str]:
     """Store ``messages`` (a reply) after the resent ``history`` it follows, unless the session holds them
     there already (another server process stored them as resent messages first), lined up and written as
-    :func:`take_turn` does; ``log`` goes to the session's compaction log. Returns the ids stored."""
-    ids = take_turn(mem, [*history, *messages], charge=charge).ids
-    if log is not None:
-        mem.store.log_compaction(mem.session, log)
-    return ids
+    :func:`take_turn` does, with ``log`` in the same write. Returns the ids stored."""
+    return take_turn(mem, [*history, *messages], charge=charge, log=log).ids
 
 
 def store_untrimmed(

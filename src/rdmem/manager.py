@@ -26,7 +26,8 @@ from .units import MemoryUnit, make_unit
 
 __all__ = ["MemoryManager"]
 
-#: How often a compaction is recomputed when other writers keep changing the session under it.
+#: How often a compaction (or a proxy's turn, ``rdmem._turn``) is recomputed when other writers keep changing
+#: the session under it.
 _RETRIES = 8
 #: A query embeds at most this many candidates not yet embedded (one batch): a fact just stored ranks by meaning.
 ON_DEMAND_EMBEDDINGS = 64

@@ -53,7 +53,7 @@ class Prepared:
     compacted: bool
     skipped: int = 0
     saving: dict[str, Any] | None = None
-    conv: tuple[dict[str, Any], ...] = ()  # the request's messages as the session stores them (no system head)
+    conv: tuple[Message, ...] = ()  # the request's messages as the session stores them (no system head), parsed
 
 
 def session_of(headers: Mapping[str, str], body: Mapping[str, Any], tenant: str, derive: bool) -> tuple[str | None, bool]:
@@ -145,9 +145,8 @@ def prepare(state: Any, tenant: str | None, session: str | None, derived: bool, 
     tok = mem.tokenizer if mem is not None else get_tokenizer("cl100k_base")  # the managers' tokenizer
     before = tok.messages_tokens([m.chat for m in parsed])
     as_sent = budget <= 0 or before <= budget
-    chats = tuple(m.chat for m in conv)
     sent = Prepared(body["messages"], before, before, False, len(skipped),
-                    entry(before, before, False) if mem is not None else None, chats) if as_sent else None
+                    entry(before, before, False) if mem is not None else None, tuple(conv)) if as_sent else None
     if sent is not None and fits is not None:
         fits(sent)
     room = budget - tok.messages_tokens(head)
@@ -176,11 +175,11 @@ def prepare(state: Any, tenant: str | None, session: str | None, derived: bool, 
     state.metrics.count("rdmem_tokens_in_total", before)
     state.metrics.count("rdmem_tokens_out_total", after)
     return Prepared(head + ctx.messages, before, after, True, len(skipped),
-                    entry(before, after, True) if mem is not None else None, chats)
+                    entry(before, after, True) if mem is not None else None, tuple(conv))
 
 
 def store_reply(state: Any, tenant: str, session: str, budget: int, saving: dict[str, Any] | None,
-                message: dict[str, Any] | None, conv: tuple[dict[str, Any], ...] = ()) -> None:
+                message: dict[str, Any] | None, conv: tuple[Message, ...] = ()) -> None:
     """Store the assistant's reply and the request's record (``saving``) in one write, the working set's
     trim left to the embedding worker; without a reply, the record alone. A failure is one log line: the
     reply comes again with the next request, the record is only for looking back.
@@ -194,7 +193,7 @@ def store_reply(state: Any, tenant: str, session: str, budget: int, saving: dict
         mem = state.pool.manager(tenant, session, budget=max(budget, 1), settled=False)  # it is the reply waited for
         new = [parse_message(chat_fields(reply), json_extras=True)] if reply is not None else []
         if new and conv:  # another process may have stored it as a resent message
-            store_following(mem, [parse_message(c) for c in conv], new, charge=_charge(state, tenant, mem), log=saving)
+            store_following(mem, conv, new, charge=_charge(state, tenant, mem), log=saving)
         else:
             store_untrimmed(mem, new, charge=_charge(state, tenant, mem), log=saving)
         if new:

@@ -39,6 +39,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 
 from ..errors import InvalidInput
 from ..limits import HasLimits, Limits, read_chat_body
+from ..messages import Message
 from ._proxy_memory import SESSION_HEADER, Prepared, prepare, session_of, store_reply, surely_fits
 from ._replies import ReplyCollector
 from .auth import ProxyTenant
@@ -153,7 +154,7 @@ def _store_later(state: Any, where: _Where, message: dict[str, Any] | None,
 
     async def run() -> None:
         try:
-            conv: tuple[dict[str, Any], ...] = ()
+            conv: tuple[Message, ...] = ()
             if after is not None:
                 await asyncio.wait({after})  # its outcome is the request's to report, not this store's
                 if not after.cancelled() and after.exception() is None and isinstance(after.result(), Prepared):
