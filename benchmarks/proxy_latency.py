@@ -9,9 +9,12 @@ loopback (tests/_fake_openai.py, answers at once). The ``openai`` client
 sends a history that grows by a question and a reply per request, as a chat
 client does; every request goes straight to the fake and through each proxy,
 in an order shuffled for each request, so every tree meets the same machine.
-Two cases, as ``serve_bench.py``'s proxy phase: a 10-turn history
-in a 100,000-token window (never compacted) and a 300-turn history in a
-4,096-token window (compacted on every request). The first two requests of
+Three cases: as ``serve_bench.py``'s proxy phase, a 10-turn history
+in a 100,000-token window (never compacted; every body small enough to
+fit by its size alone) and a 300-turn history in a 4,096-token window
+(compacted on every request); and a 300-turn history in a 32,768-token
+window, which fits but must be counted to know it (its body is over half
+the window in bytes). The first two requests of
 each case are not timed (they open the session and store the history);
 ``--settle S`` waits S seconds after them (the embedding worker lands the
 history's vectors) before the timed ones. The added latency is the proxied
@@ -42,7 +45,8 @@ from serve_bench import Serve, _free_port  # noqa: E402
 from store_bench import LOCOMO, locomo_turns, machine, pct  # noqa: E402
 
 CASES = (("10-turn history, window 100,000 (no compaction)", 10, 100_000),
-         ("300-turn history, window 4,096 (compacted)", 300, 4096))
+         ("300-turn history, window 4,096 (compacted)", 300, 4096),
+         ("300-turn history, window 32,768 (fits once counted)", 300, 32_768))
 
 
 def _passthrough(upstream: str, work: Path) -> tuple[subprocess.Popen[bytes], str]:
@@ -147,7 +151,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--floor", action="store_true",
                     help="also time requests without a session to this tree's proxy (nothing read or stored), and "
                     "through a bare pass-through (benchmarks/_passthrough.py: Starlette and httpx, no rdmem)")
-    ap.add_argument("--case", type=int, choices=(0, 1), action="append", help="only these cases (0, 1)")
+    ap.add_argument("--case", type=int, choices=(0, 1, 2), action="append", help="only these cases (0, 1, 2)")
     args = ap.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     trees = [("this", ROOT / "src")]

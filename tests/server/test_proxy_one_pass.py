@@ -4,18 +4,20 @@ off the request path (to the request's budget, not the server's)."""
 
 from __future__ import annotations
 
+import json
 import time
 
 import openai
 import pytest
 
 from rdmem.server import ServerSettings, create_app
-from rdmem.server._proxy_memory import prepare, readable_messages, store_reply, surely_fits
+from rdmem.server._proxy_memory import _tokens_as_sent, prepare, readable_messages, store_reply, surely_fits
 from rdmem.server.app import ServerState
 from rdmem.server.metrics import Metrics
 from rdmem.server.savings import session_savings
 from rdmem.server.sessions import SessionPool
 from rdmem.store import KeyStore, MemoryStore, open_store
+from rdmem.tokens import get_tokenizer
 
 from ..integrations._scenario import conversation
 from .conftest import settle_embeddings
@@ -75,10 +77,14 @@ def test_a_request_that_surely_fits_by_its_size_fits_when_counted():
             parsed, skipped = readable_messages(messages)
             assert not skipped
             counted = tok.messages_tokens([m.chat for m in parsed])
+            assert _tokens_as_sent(tok, messages) == counted  # counted before the parse: the same count
             # the least budget it is said to surely fit is never below what it counts
             least = bisect.bisect_left(range(10 * len(raw)), True, key=lambda b: surely_fits(raw, messages, b))
             assert 0 < counted <= least < 10 * len(raw), (messages, counted, least)
     assert not surely_fits(b"{}", [], 0)  # no room: never "surely"
+    # a body the count cannot read before it is parsed is counted after (the parse says what is wrong)
+    assert _tokens_as_sent(tok, [{"role": "user", "content": 7}]) is None
+    assert _tokens_as_sent(tok, ["hello"]) is None
     # Arguments sent as a JSON object are counted re-serialised, which can take more tokens than the body has
     # bytes: such a request is always counted.
     numbers = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": {"": [9e15] * 50}}}
@@ -186,6 +192,46 @@ def test_a_request_that_fits_reaches_the_model_while_memory_stores_it(serve, fak
     events.clear()  # a request that must be compacted waits for memory: what the model gets depends on it
     raw = oai.chat.completions.with_raw_response.create(model="m", messages=_history(80), user="long")
     assert raw.headers["x-rdmem-compacted"] == "true" and [e for e, _ in events] == ["stored", "model"]
+
+
+@pytest.mark.slow  # starts a server
+def test_a_request_that_fits_when_counted_reaches_the_model_before_its_messages_are_parsed(
+        serve, fake_openai, hashing_embedder, monkeypatch):
+    from rdmem.server import _proxy_memory
+
+    from .._fake_openai import Reply, completion
+
+    events: list[str] = []
+    parse = _proxy_memory.readable_messages
+
+    def slow_parse(messages):  # a parse slower than the model
+        time.sleep(0.4)
+        events.append("parsed")
+        return parse(messages)
+
+    def answer(req):
+        events.append("model")
+        return Reply(body=completion("Fine."))
+
+    monkeypatch.setattr(_proxy_memory, "readable_messages", slow_parse)
+    fake_openai.respond = answer
+    app = create_app(ServerSettings(upstream=fake_openai.url, context_window=WINDOW, reply_reserve=RESERVE,
+                                    memory_timeout=30), store=MemoryStore(), embedder=hashing_embedder)
+    oai = openai.OpenAI(base_url=f"{serve(app).url}/v1", api_key="sk-x", max_retries=0)
+    messages = [{"role": "user", "content": "a fact to keep " * 60}, {"role": "user", "content": "Go on."}]
+    raw = json.dumps({"model": "m", "messages": messages}).encode()
+    budget = WINDOW - RESERVE
+    assert not surely_fits(raw, messages, budget)  # known to fit only once counted
+    tok = get_tokenizer("cl100k_base")
+    resp = oai.chat.completions.with_raw_response.create(model="m", messages=messages, user="counted")
+    assert events == ["model", "parsed"]  # the model did not wait for the parse
+    assert resp.headers["x-rdmem-tokens-before"] == str(tok.messages_tokens(messages))  # counted exactly
+    # a message rdmem cannot keep is still said (the answer waits for the parse, not the model for it)
+    events.clear()
+    bad = [*messages, {"role": "function", "name": "f", "content": "legacy"}]
+    resp = oai.chat.completions.with_raw_response.create(model="m", messages=bad, user="counted")
+    assert events == ["model", "parsed"] and resp.headers["x-rdmem-skipped"] == "1"
+    assert resp.headers["x-rdmem-tokens-before"] == str(tok.messages_tokens(bad[:-1]))
 
 
 class OpeningStore(MemoryStore):

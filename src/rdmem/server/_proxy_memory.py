@@ -102,6 +102,18 @@ def surely_fits(raw: bytes, messages: list[Any], budget: int) -> bool:
         and not isinstance(c["function"]["arguments"], str) for c in m["tool_calls"]) for m in messages)
 
 
+def _tokens_as_sent(tok: Any, messages: list[Any]) -> int | None:
+    """The tokens of a request's messages as the model gets them, counted before they are parsed (the same
+    count as theirs once parsed: what a message is counted by, :func:`rdmem.tokens.message_payload`, is what
+    the parse keeps); ``None`` when one is not a message that can be counted so (the parse says why)."""
+    if not all(isinstance(m, dict) for m in messages):
+        return None
+    try:
+        return int(tok.messages_tokens(messages))
+    except RdmemError:
+        return None
+
+
 def readable_messages(messages: list[Any]) -> tuple[list[Message], list[str]]:
     """The messages rdmem can keep, and why each other one was skipped (``message i: ...``).
 
@@ -122,7 +134,8 @@ def readable_messages(messages: list[Any]) -> tuple[list[Message], list[str]]:
 
 
 def prepare(state: Any, tenant: str | None, session: str | None, derived: bool, body: dict[str, Any],
-            budget: int, *, fits: Callable[[Prepared], object] | None = None) -> Prepared:
+            budget: int, *, fits: Callable[[Prepared], object] | None = None,
+            go: Callable[[], object] | None = None) -> Prepared:
     """Store what is new and compact if needed, in one pass (:func:`rdmem._turn.take_turn`): one read of the
     session, one write of what is new, the context from the same view; the working set is trimmed later,
     off the request path (the embedding worker calls ``maintain()`` once the new vectors have landed).
@@ -131,20 +144,26 @@ def prepare(state: Any, tenant: str | None, session: str | None, derived: bool, 
     time): they are not stored, they are matched by nothing, and a compacted request is them followed
     by the session's context within what they leave of the budget.
 
-    ``fits(sent)`` is called as soon as the request is known to fit as sent, with what this returns then
-    (before anything is stored): the caller may forward it, and answer, while this stores what is new."""
+    ``go()`` is called as soon as the request is known to fit as sent, counted before its messages are parsed
+    (:func:`_tokens_as_sent`): the caller may forward it while this parses and stores. ``fits(sent)`` is
+    called once it is parsed and counted, with what this returns then (before anything is stored): the caller
+    may answer with it while this stores what is new."""
+    named, ctx = tenant is not None and session is not None, None
+    # not settled here: the route starts this after the session's previous reply is stored (routes_proxy._pending)
+    mem = state.pool.manager(tenant, session, budget=max(budget, 1), settled=False) if named else None
+    tok = mem.tokenizer if mem is not None else get_tokenizer("cl100k_base")  # the managers' tokenizer
+    early = _tokens_as_sent(tok, body["messages"]) if go is not None else None
+    went = early is not None and (budget <= 0 or early <= budget)
+    if went and go is not None:  # it fits as sent: the model is called while its messages are parsed
+        go()
     parsed, skipped = readable_messages(body["messages"])  # the one parse of the messages
     if skipped:
         log.warning("rdmem proxy: %d message(s) of session %r not stored: %s", len(skipped), session,
                     "; ".join(skipped)[:500])
     lead = next((i for i, m in enumerate(parsed) if m.chat["role"] not in ("system", "developer")), len(parsed))
     head, conv = [m.chat for m in parsed[:lead]], parsed[lead:]
-    named, ctx = tenant is not None and session is not None, None
-    # not settled here: the route starts this after the session's previous reply is stored (routes_proxy._pending)
-    mem = state.pool.manager(tenant, session, budget=max(budget, 1), settled=False) if named else None
-    tok = mem.tokenizer if mem is not None else get_tokenizer("cl100k_base")  # the managers' tokenizer
-    before = tok.messages_tokens([m.chat for m in parsed])
-    as_sent = budget <= 0 or before <= budget
+    before = early if early is not None and not skipped else tok.messages_tokens([m.chat for m in parsed])
+    as_sent = went or budget <= 0 or before <= budget
     sent = Prepared(body["messages"], before, before, False, len(skipped),
                     entry(before, before, False) if mem is not None else None, tuple(conv)) if as_sent else None
     if sent is not None and fits is not None:

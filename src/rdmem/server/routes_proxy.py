@@ -190,24 +190,26 @@ class _Memory:
         loop = asyncio.get_running_loop()
         self._loop, self._timeout = loop, state.settings.memory_timeout
         self._deadline = loop.time() + self._timeout
+        self._go: asyncio.Future[None] = loop.create_future()
         self._fits: asyncio.Future[Prepared] = loop.create_future()
 
-        def fits(sent: Prepared) -> None:  # in the worker thread
-            loop.call_soon_threadsafe(lambda: None if self._fits.done() else self._fits.set_result(sent))
+        def signal(future: asyncio.Future[Any], value: Any) -> None:  # from the worker thread
+            loop.call_soon_threadsafe(lambda: None if future.done() else future.set_result(value))
 
         async def run() -> Prepared:
             if after is not None:  # the session's previous reply, stored off the relay, goes first
                 await asyncio.wait({after})
-            return await loop.run_in_executor(None, functools.partial(prepare, *args, fits=fits))
+            return await loop.run_in_executor(None, functools.partial(
+                prepare, *args, go=lambda: signal(self._go, None), fits=lambda sent: signal(self._fits, sent)))
 
         self.job: asyncio.Future[Prepared] = asyncio.ensure_future(run())
 
     async def fits(self) -> bool:
         """``True`` once the request is known to fit as sent and the work goes on; ``False`` when it is done
         (or late: :meth:`result` then says so)."""
-        either: set[asyncio.Future[Any]] = {self._fits, self.job}
+        either: set[asyncio.Future[Any]] = {self._go, self._fits, self.job}
         await asyncio.wait(either, timeout=self._left(), return_when=asyncio.FIRST_COMPLETED)
-        return not self.job.done() and self._fits.done()
+        return not self.job.done() and (self._go.done() or self._fits.done())
 
     async def counted(self) -> Prepared:
         """What a request that fits as sent goes on as (its tokens, its record), once counted; what it adds
