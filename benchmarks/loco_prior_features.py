@@ -10,6 +10,7 @@ loco_prior_features.pkl after changing the features.
 
     HF_HUB_OFFLINE=1 LOCOMO=../shared/data/locomo/locomo_dev.json .venv/bin/python benchmarks/loco_prior_features.py add
     ... benchmarks/loco_prior_features.py set proper,rare_top3,fp_event,plan
+    ... benchmarks/loco_prior_features.py accounting   # the shipped prior under other token accountings
 """
 import os, sys, re, time, pickle, warnings
 import numpy as np
@@ -161,6 +162,16 @@ if __name__ == "__main__":
         for n in EXN:
             show("+" + n, evaluate(BASE + [n]), base)
         full = evaluate(BASE + EXN); show("+all", full, base)
+    elif mode == "accounting":  # the shipped prior under other token accountings (what a target's figure means)
+        from rdmem.tokens import get_tokenizer
+        tok = get_tokenizer("cl100k_base")
+        harness = costs
+        for label, cost_of in (("text, no per-message overhead", tok.count),
+                               ("body only (no '[date] Speaker:' label)", lambda t: tok.count(message_body(t))),
+                               ("words of the body", lambda t: len(message_body(t).split()))):
+            costs = [np.array([max(1, cost_of(t)) for t in ts]) for ts in texts]
+            show(label, evaluate(BASE), base)
+        costs = harness
     else:
         feats = sys.argv[2].split(",")
         full = BASE + feats
