@@ -156,6 +156,57 @@ def test_a_common_words_matches_are_looked_for_among_the_newest_units_only(pg_ur
     wide.close()
 
 
+def _word_counts(conn, session: str) -> tuple[dict[str, int], dict[str, int]]:
+    """The session's kept word counts, and the same counted afresh from its units."""
+    kept = dict(conn.execute("SELECT word, n FROM rdmem_words WHERE session = %s", (session,)).fetchall())
+    fresh = dict(conn.execute("SELECT t.lexeme, count(*) FROM rdmem_units u, unnest(u.tsv) t WHERE u.session = %s "
+                              "GROUP BY 1", (session,)).fetchall())
+    return kept, fresh
+
+
+def test_another_sessions_words_do_not_change_what_a_search_returns(pg_url, session_name):
+    """Which query words a full-text search ranks is chosen by how many of *this* session's units hold them: a
+    tenant who fills its own session with a word changed another tenant's results when the choice read the
+    planner's statistics of the whole table."""
+    unit = lambda i, t: NewUnit({"role": "user", "content": t}, 5, {}, None, "archive", id=f"u{i}")  # noqa: E731
+    mine, theirs = f"{session_name}\x1fmine", f"{session_name}\x1ftheirs"
+    store = PostgresStore(pg_url, lexical_rows=100)
+    store.append(mine, [unit(i, f"we planned a trip to the coast, day {i}" if i % 3 else f"the zebra slept, day {i}")
+                        for i in range(60)] + [unit(60, "a zebra on our coast trip")])
+
+    def hits() -> list[str]:
+        with psycopg.connect(pg_url, autocommit=True) as conn:  # the statistics autovacuum would gather
+            conn.execute("ANALYZE rdmem_units")
+        fresh = PostgresStore(pg_url, lexical_rows=100)  # no cached result
+        try:
+            return [i for i, _ in fresh.search(mine, "zebra trip", None, k=5)]
+        finally:
+            fresh.close()
+
+    before = hits()
+    assert before[:2] == ["u60", "u0"]  # the zebra notes rank: the session holds few
+    store.append(theirs, [unit(i, f"zebra zebra {i}") for i in range(1000)])
+    assert hits() == before
+    for s in (mine, theirs):
+        store.delete_session(s)
+    store.close()
+
+
+def test_a_sessions_word_counts_follow_its_appends_and_deletes(pg_url, session_name):
+    unit = lambda i, t: NewUnit({"role": "user", "content": t}, 5, {}, None, "working", id=f"u{i}")  # noqa: E731
+    store = PostgresStore(pg_url)
+    store.append(session_name, [unit(i, f"the heron flew over pond {i % 4}") for i in range(12)])
+    store.append(session_name, [unit(12, "Herons! A heron, again."), unit(13, "")])
+    store.delete(session_name, ["u0", "u5", "u13"])
+    store.append(session_name, [unit(14, "ponds and herons")])
+    with psycopg.connect(pg_url) as conn:
+        kept, fresh = _word_counts(conn, session_name)
+        assert kept == fresh and kept["heron"] == 12 and kept["pond"] == 11
+        store.delete_session(session_name)
+        assert _word_counts(conn, session_name) == ({}, {})
+    store.close()
+
+
 def test_search_fuses_both_rankings_and_close_releases_the_connection(pg_url, session_name):
     """The full-text and the HNSW ranking both reach the fusion; close() ends the store's connection."""
     rng = np.random.default_rng(1)

@@ -112,3 +112,6 @@ def test_a_postgres_store_of_schema_1_is_upgraded(pg_fresh_url):
     _check_upgraded(pg_fresh_url)
     with psycopg.connect(pg_fresh_url) as conn:
         assert conn.execute("SELECT value FROM rdmem_meta WHERE key = 'schema_version'").fetchone() == (str(PG_SCHEMA_VERSION),)
+        # schema 5: the session's word counts, made from its units
+        words = dict(conn.execute("SELECT word, n FROM rdmem_words WHERE session = 's'").fetchall())
+        assert words["harbour"] == len(ROWS) and words["note"] == len(ROWS)

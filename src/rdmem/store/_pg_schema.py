@@ -12,8 +12,10 @@ indexed by HNSW with cosine distance, one partial index per dimension
 (created on first use). Version 1 lacked the clock, the counters and
 ``changed``, and let writers choose places; upgrading renumbers them.
 Version 3 added ``claimed_by``/``claimed_until`` on units: an embedding
-worker's lease on a unit that has no vector yet. Upgrades past 2 are
-numbered steps (:data:`MIGRATIONS`), applied in order.
+worker's lease on a unit that has no vector yet. Version 4 kept each session's
+size in its row and its places dense; version 5 added ``rdmem_words`` (how many
+of a session's units hold each word, for the full-text search's choice of
+words). Upgrades past 2 are numbered steps (:data:`MIGRATIONS`), applied in order.
 """
 
 from __future__ import annotations
@@ -25,9 +27,9 @@ import numpy as np
 
 from ._types import StoreError
 
-__all__ = ["SCHEMA_VERSION", "LOCK_KEY", "TS_CONFIG", "setup", "register_vector"]
+__all__ = ["SCHEMA_VERSION", "LOCK_KEY", "TS_CONFIG", "WORDS_IN", "WORDS_OUT", "setup", "register_vector"]
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 LOCK_KEY = 0x7264_6D65_6D00  # "rdmem": serialises schema changes between clients
 TS_CONFIG = "english"
 
@@ -112,6 +114,32 @@ _TO_4 = (
     "CREATE INDEX IF NOT EXISTS rdmem_units_working ON rdmem_units (session, seq) WHERE tier = 'working'",
 )
 
+# Version 4 -> 5: how many of each session's units hold each word, kept with the session. A search chooses the
+# words it ranks by these counts; before, it read the planner's statistics, which count every tenant's units, so
+# one tenant's words changed what another's searches returned.
+_TO_5 = (
+    "CREATE TABLE IF NOT EXISTS rdmem_words (session text NOT NULL, word text NOT NULL, n bigint NOT NULL, "
+    "PRIMARY KEY (session, word))",
+    "INSERT INTO rdmem_words (session, word, n) SELECT u.session, t.lexeme, count(*) FROM rdmem_units u, "
+    "unnest(u.tsv) t GROUP BY 1, 2 ON CONFLICT (session, word) DO UPDATE SET n = excluded.n",
+    "DROP FUNCTION IF EXISTS rdmem_estimate_matches(tsquery)",
+)
+
+#: After an append, the words of its units (places ``first`` on) are counted in. Parameters: session, first.
+WORDS_IN = (
+    "INSERT INTO rdmem_words (session, word, n) SELECT %(session)s, t.lexeme, count(*) FROM rdmem_units u, "
+    "unnest(u.tsv) t WHERE u.session = %(session)s AND u.seq >= %(first)s GROUP BY t.lexeme "
+    "ON CONFLICT (session, word) DO UPDATE SET n = rdmem_words.n + excluded.n"
+)
+
+#: Before a delete, the words of the units going are counted out. Parameters: session, ids.
+WORDS_OUT = (
+    "UPDATE rdmem_words w SET n = w.n - g.n FROM (SELECT t.lexeme AS word, count(*) AS n FROM rdmem_units u, "
+    "unnest(u.tsv) t WHERE u.session = %(session)s AND u.id = ANY(%(ids)s) GROUP BY 1) g "
+    "WHERE w.session = %(session)s AND w.word = g.word",
+    "DELETE FROM rdmem_words WHERE session = %(session)s AND n <= 0",
+)
+
 #: After a delete, the units from place ``first`` on move up so that places stay 0, 1, ... (in two steps: a
 #: place is unique at every moment). Parameters: session, first, first, session.
 CLOSE_UP = (
@@ -121,17 +149,8 @@ CLOSE_UP = (
 )
 
 #: The upgrade to each version from the one before, applied in order.
-MIGRATIONS: dict[int, tuple[str, ...]] = {3: _TO_3, 4: _TO_4}
+MIGRATIONS: dict[int, tuple[str, ...]] = {3: _TO_3, 4: _TO_4, 5: _TO_5}
 
-# The planner's estimate of how many units match a query (from ANALYZE statistics): lets a search rank
-# the rare words of a query without first counting the matches of the common ones.
-_ESTIMATE_FUNCTION = """CREATE OR REPLACE FUNCTION rdmem_estimate_matches(q tsquery) RETURNS bigint
-LANGUAGE plpgsql VOLATILE AS $$
-DECLARE plan json;
-BEGIN
-    EXECUTE format('EXPLAIN (FORMAT JSON) SELECT 1 FROM rdmem_units WHERE tsv @@ %L::tsquery', q) INTO plan;
-    RETURN (plan->0->'Plan'->>'Plan Rows')::bigint;
-END $$"""
 
 
 def _read_version(conn: Any, where: str) -> int | None:
@@ -169,7 +188,6 @@ def setup(conn: Any, where: str) -> None:
         for step in range(max(version or 0, 2) + 1, SCHEMA_VERSION + 1):
             for statement in MIGRATIONS[step]:
                 conn.execute(statement)
-        conn.execute(_ESTIMATE_FUNCTION)
         conn.execute(
             "INSERT INTO rdmem_meta (key, value) VALUES ('schema_version', %s) "
             "ON CONFLICT (key) DO UPDATE SET value = excluded.value",

@@ -63,8 +63,8 @@ class PgSearchMixin:
         As in the SQLite store: the rarest query words are kept while their
         matches add up to at most ``lexical_rows`` (the rarest always), and
         if even that word is more common, its most recent matches are ranked.
-        How common a word is comes from the planner's statistics (counting
-        the matches of a common word would cost as much as ranking them).
+        How common a word is comes from the session's own counts (``rdmem_words``, kept by every write: a
+        word of several lexemes counts as its rarest), never from other sessions' units.
         """
         words = query_terms(query)
         if not words:
@@ -73,9 +73,10 @@ class PgSearchMixin:
         df = {
             w: max(int(n), 1)
             for w, n in conn.execute(
-                f"SELECT w, rdmem_estimate_matches(q) FROM unnest(%s::text[]) AS w, plainto_tsquery('{TS_CONFIG}', w) q "
-                "WHERE q::text <> ''",
-                (words,),
+                f"SELECT w, (SELECT coalesce(min(coalesce(c.n, 0)), 0) FROM unnest(tsvector_to_array(to_tsvector("
+                f"'{TS_CONFIG}', w))) AS l LEFT JOIN rdmem_words c ON c.session = %s AND c.word = l) "
+                f"FROM unnest(%s::text[]) AS w WHERE plainto_tsquery('{TS_CONFIG}', w)::text <> ''",
+                (session, words),
             ).fetchall()
         }
         kept, total = rarest_terms(df, cap)

@@ -25,7 +25,7 @@ from ..errors import InvalidInput
 from ._base import BaseStore, Encoded, allocate_ids, decode_unit, dumps, state_patch
 from ._fts import LEXICAL_ROWS, check_lexical_rows
 from ._pg_pool import Connections, import_psycopg, one_line
-from ._pg_schema import CLOSE_UP, LOCK_KEY, SCHEMA_VERSION, TS_CONFIG, register_vector, setup
+from ._pg_schema import CLOSE_UP, LOCK_KEY, SCHEMA_VERSION, TS_CONFIG, WORDS_IN, WORDS_OUT, register_vector, setup
 from ._pg_keys import PgKeys
 from ._pg_search import PgSearchMixin
 from ._types import Changes, SessionInfo, StoredUnit, StoreError, Tier, VersionConflict, Written
@@ -247,6 +247,7 @@ class PostgresStore(PgKeys, PgSearchMixin, BaseStore):
                         f"to_tsvector('{TS_CONFIG}', %s), %s)",
                         rows,
                     )
+                conn.execute(WORDS_IN, {"session": session, "first": next_seq})
                 if log is not None:
                     conn.execute("INSERT INTO rdmem_compactions (session, time, record) VALUES (%s, %s, %s)",
                                  (session, time.time(), log))
@@ -291,7 +292,8 @@ class PostgresStore(PgKeys, PgSearchMixin, BaseStore):
                                            n_tokens=int(row[6]) - sum(r[1] for r in found),
                                            next_seq=int(row[2]) - len(gone))
                 conn.execute("UPDATE rdmem_sessions SET reset = %s WHERE session = %s", (version, session))
-                conn.execute("DELETE FROM rdmem_units WHERE session = %s AND id = ANY(%s)", (session, gone))
+                for statement in (*WORDS_OUT, "DELETE FROM rdmem_units WHERE session = %(session)s AND id = ANY(%(ids)s)"):
+                    conn.execute(statement, {"session": session, "ids": gone})
                 for statement in CLOSE_UP:  # the units after move up: places stay 0, 1, ...
                     conn.execute(statement, {"session": session, "first": found[0][2]})
             return Written(prev, version, deleted=gone)
@@ -364,8 +366,8 @@ class PostgresStore(PgKeys, PgSearchMixin, BaseStore):
                 # The session's row first, as every other write locks it (set_embeddings, then its units): a
                 # delete that took the units first could deadlock with the embedding worker.
                 self._lock_session(conn, session, create=False)
-                conn.execute("DELETE FROM rdmem_units WHERE session = %s", (session,))
-                conn.execute("DELETE FROM rdmem_compactions WHERE session = %s", (session,))
+                for table in ("rdmem_units", "rdmem_words", "rdmem_compactions"):
+                    conn.execute(f"DELETE FROM {table} WHERE session = %s", (session,))
                 conn.execute("DELETE FROM rdmem_sessions WHERE session = %s", (session,))
 
         self._run(write, session)
