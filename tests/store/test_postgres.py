@@ -192,6 +192,44 @@ def test_another_sessions_words_do_not_change_what_a_search_returns(pg_url, sess
     store.close()
 
 
+def test_another_sessions_vectors_do_not_crowd_a_session_out_of_its_dense_hits(pg_fresh_url, monkeypatch):
+    """The HNSW index holds every session's vectors, and a filtered scan stops after ``hnsw.max_scan_tuples``
+    (200 here, on a database whose planner takes the index as a large table's does; 20,000 by default): another tenant's vectors near the query left a session
+    with no dense hits at all. A session of up to EXACT_DENSE units is ranked exactly; a longer one's short HNSW
+    answer is topped up from its newest units."""
+    from psycopg.conninfo import conninfo_to_dict
+
+    import rdmem.store._pg_search as pg_search
+
+    name = conninfo_to_dict(pg_fresh_url)["dbname"]
+    with psycopg.connect(pg_fresh_url, autocommit=True) as conn:  # what a large table's planner would choose
+        conn.execute(f"ALTER DATABASE {name} SET hnsw.max_scan_tuples = 200")
+        conn.execute(f"ALTER DATABASE {name} SET enable_seqscan = off")
+        conn.execute(f"ALTER DATABASE {name} SET enable_sort = off")
+    rng = np.random.default_rng(7)
+    unit_vectors = lambda x: (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)  # noqa: E731
+    query = unit_vectors(rng.normal(size=(1, 384)))[0]
+    mine = unit_vectors(rng.normal(size=(400, 384)))
+    theirs = unit_vectors(query + 0.8 * rng.normal(size=(1500, 384)) / np.sqrt(384))  # all nearer than mine
+    store = PostgresStore(pg_fresh_url)
+    store.append("mine", [NewUnit({"role": "user", "content": f"m{i}"}, 5, {}, v, "archive", id=f"m{i}")
+                          for i, v in enumerate(mine)])
+    store.append("theirs", [NewUnit({"role": "user", "content": f"t{i}"}, 5, {}, v, "archive", id=f"t{i}")
+                            for i, v in enumerate(theirs)])
+    with psycopg.connect(pg_fresh_url, autocommit=True) as conn:
+        conn.execute("ANALYZE rdmem_units")
+    best = [f"m{i}" for i in np.argsort(-(mine @ query))[:50]]
+    assert [i for i, _ in store.search("mine", "", query, k=50)] == best  # exact: theirs play no part
+    monkeypatch.setattr(pg_search, "EXACT_DENSE", 100)  # "mine" is now a long session: HNSW, then topped up
+    fresh = PostgresStore(pg_fresh_url)  # no cached result
+    hits = [i for i, _ in fresh.search("mine", "", query, k=50)]
+    newest = {f"m{i}" for i in range(300, 400)}
+    assert len(hits) == 50 and all(h.startswith("m") for h in hits)
+    assert set(best) & newest <= set(hits)  # the newest units' best are all there
+    for s in (store, fresh):
+        s.close()
+
+
 def test_a_sessions_word_counts_follow_its_appends_and_deletes(pg_url, session_name):
     unit = lambda i, t: NewUnit({"role": "user", "content": t}, 5, {}, None, "working", id=f"u{i}")  # noqa: E731
     store = PostgresStore(pg_url)
