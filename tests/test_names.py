@@ -29,6 +29,7 @@ def test_names_that_are_names(name):
     ("ps\u2029", "found '\\u2029' at 2"),
     (" ", "session ' ': a session name may not be only whitespace"),
     ("\u3000\u00a0", "may not be only whitespace"),
+    ("a\ud800b", "session 'a\\ud800b': a session name must be valid Unicode (found a lone surrogate '\\ud800' at 1)"),
 ])
 def test_names_that_are_not_say_why(name, message):
     with pytest.raises(ValueError, match=re.escape(message)):

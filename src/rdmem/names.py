@@ -3,9 +3,11 @@
 A name is 1 to :data:`MAX_SESSION_CHARS` characters, not only whitespace,
 and holds no character a terminal or a log line would act on: no C0 or C1
 control character (``\\x00``–``\\x1f``, DEL, ``\\x80``–``\\x9f``: NEL, the
-terminal's CSI, ...) and no line or paragraph separator (U+2028, U+2029).
-:data:`SESSION_NAME_PATTERN` says the same as a regular expression (for the
-OpenAPI document); :func:`printable` shows any text safely on a terminal.
+terminal's CSI, ...) and no line or paragraph separator (U+2028, U+2029),
+and it is valid Unicode: no lone surrogate (a JSON body can carry one; no
+store, header or JSON encoder writes it). :data:`SESSION_NAME_PATTERN` says
+the rest as a regular expression (for the OpenAPI document);
+:func:`printable` shows any text safely on a terminal.
 
 >>> check_session_name("alice/trip-2025")
 'alice/trip-2025'
@@ -45,6 +47,11 @@ def check_session_name(name: object, field: str = "session") -> str:
     if bad is not None:
         raise InvalidInput(f"{field} {_shown(name)}: a session name may not hold control characters or line "
                          f"separators (found {bad.group()!r} at {bad.start()})")
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError as exc:  # a JSON body can carry one ("\\ud800"); no regex flavour says so
+        raise InvalidInput(f"{field} {_shown(name)}: a session name must be valid Unicode (found a lone surrogate "
+                           f"{name[exc.start]!r} at {exc.start})") from None
     if not name.strip():
         raise InvalidInput(f"{field} {_shown(name)}: a session name may not be only whitespace")
     return name

@@ -149,6 +149,9 @@ def _nested(depth: int) -> dict:
         ("post", "/v1/sessions/s/messages", {"messages": [{"role": "user", "content": [
             {"type": "image_url", "image_url": {"url": "https://\ud800"}}]}]}, 400,
          "message 0: content[0].image_url.url is not valid Unicode"),
+        # A mem0 id is a session's name: a lone surrogate in it was a 500 (the name could not be encoded).
+        ("post", "/memories", {"user_id": "a\ud800", "messages": [{"role": "user", "content": "x"}]}, 400,
+         "user_id 'a\\ud800': a session name must be valid Unicode (found a lone surrogate '\\ud800' at 1)"),
         ("post", "/v1/sessions/s/messages",
          {"messages": [{"role": "user", "content": "x", "metadata": _nested(100)}]}, 400,
          "message 0: field 'metadata' nests more than 64 levels deep"),
