@@ -144,6 +144,22 @@ def test_a_chunk_the_collector_cannot_read_is_relayed_as_sent_and_nothing_is_sto
     assert all(m["role"] != "assistant" for m in stored)
 
 
+def test_a_streamed_reply_of_several_choices_stores_the_first_choice_only(open_proxy, fake_openai):
+    """With ``n=2`` each event carries one choice by its index: both were appended into one stored reply that
+    the model never gave ("A0 B0 A1 B1"); now the first choice is stored, as a reply not streamed stores it."""
+    def event(i: int, text: str) -> str:
+        return json.dumps({"id": "c", "object": "chat.completion.chunk", "choices": [
+            {"index": i, "delta": {"content": text}, "finish_reason": None}]})
+    events = [event(0, "Paris "), event(1, "Lyon "), event(0, "is it."), event(1, "maybe."), "[DONE]"]
+    fake_openai.respond = lambda req: Reply(events=events)
+    body = {"model": "fake-model", "stream": True, "n": 2, "messages": [{"role": "user", "content": "capital?"}],
+            "user": "two-choices"}
+    assert httpx.post(f"{open_proxy.url}/v1/chat/completions", json=body, timeout=30).status_code == 200
+    mem = open_proxy.app.state.rdmem.pool.manager("default", "two-choices", budget=100)
+    settled(lambda: any(m["role"] == "assistant" for m in mem.history()))
+    assert [m["content"] for m in mem.history() if m["role"] == "assistant"] == ["Paris is it."]
+
+
 # Item 6: one message never poisons a session.
 
 @pytest.mark.parametrize(("bad", "skipped"), [

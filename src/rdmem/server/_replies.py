@@ -11,7 +11,8 @@ __all__ = ["ReplyCollector"]
 
 class ReplyCollector:
     """Reads the server-sent events of a streamed chat completion as they pass, and puts the assistant's
-    message back together (its text and its tool calls)."""
+    message back together (its text and its tool calls): the first choice's, as a reply that is not streamed
+    stores ``choices[0]`` (with ``n > 1`` each event carries one choice, by its ``index``)."""
 
     def __init__(self) -> None:
         self._buffer = b""
@@ -32,8 +33,10 @@ class ReplyCollector:
                 continue
             try:
                 event = json.loads(data)
-                delta = event["choices"][0].get("delta") or {}
+                delta = _first_choice_delta(event["choices"])
             except (ValueError, KeyError, IndexError, TypeError, AttributeError):
+                continue
+            if delta is None:  # another choice's event (n > 1)
                 continue
             if isinstance(delta.get("content"), str):
                 self._content.append(delta["content"])
@@ -57,3 +60,12 @@ class ReplyCollector:
         if self._calls:
             out["tool_calls"] = [self._calls[i] for i in sorted(self._calls)]
         return out
+
+
+def _first_choice_delta(choices: Any) -> dict[str, Any] | None:
+    """The delta of the first choice (``index`` 0, or without one) among an event's choices; ``None`` when the
+    event carries only other choices."""
+    for choice in choices:
+        if choice.get("index", 0) == 0:
+            return choice.get("delta") or {}
+    return None
