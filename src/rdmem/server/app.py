@@ -26,7 +26,7 @@ from ..store import KeyStore, Store, open_store
 from ._openapi import install_openapi
 from .auth import RDMEM_KEY_HEADER, Tenant, tenant_of
 from .errors import ApiError, install_error_handlers
-from .guards import HostGuardMiddleware, HostRule, JsonOnlyMiddleware
+from .guards import HostGuardMiddleware, HostRule, JsonOnlyMiddleware, NoFramingMiddleware
 from .metrics import BodyLimitMiddleware, Metrics, MetricsMiddleware
 from .ratelimit import RateLimiter
 from .protocol import ErrorResponse
@@ -163,6 +163,7 @@ def create_app(settings: ServerSettings | None = None, *, store: Store | None = 
     app.add_middleware(BodyLimitMiddleware, limit=settings.max_body_bytes)
     app.add_middleware(JsonOnlyMiddleware)  # before the body is read
     app.add_middleware(HostGuardMiddleware, rule=hosts)  # outermost: a foreign Host gets nothing else
+    app.add_middleware(NoFramingMiddleware)  # every answer, refusals too: no other site's frame shows it
     return app
 
 

@@ -1,4 +1,5 @@
-"""The server's edge: which ``Host`` it answers (DNS rebinding), and JSON bodies only (cross-site posts).
+"""The server's edge: which ``Host`` it answers (DNS rebinding), JSON bodies only (cross-site posts), and no
+page of it inside another site's frame (clickjacking).
 
 A web page cannot set ``Host``: a page on ``evil.example`` that rebinds its
 name to 127.0.0.1 still sends ``Host: evil.example``. So a server that
@@ -9,6 +10,9 @@ them too. A server on another address needs API keys (or ``--insecure``),
 and answers every ``Host`` unless ``--allow-host`` lists them. A page can
 post a "simple" cross-site request (``text/plain``, a form) without asking
 first, so a body that is not JSON is refused (415) before anything reads it.
+A page can also show this server's pages in a frame and lure clicks onto
+them (the inspector's delete, on a server without keys, where no sign-in
+is needed): every answer says no browser may frame it.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from __future__ import annotations
 import ipaddress
 import json
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import urlsplit
 
 from starlette.datastructures import Headers
@@ -24,7 +29,8 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from ..errors import InvalidInput
 from .errors import error_body
 
-__all__ = ["HostRule", "HostGuardMiddleware", "JsonOnlyMiddleware", "is_loopback", "check_host_name"]
+__all__ = ["HostRule", "HostGuardMiddleware", "JsonOnlyMiddleware", "NoFramingMiddleware", "is_loopback",
+           "check_host_name"]
 
 _LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
 _UNSPECIFIED = ("0.0.0.0", "::", "")
@@ -183,3 +189,30 @@ class JsonOnlyMiddleware:
                               + (repr(given[:100]) if given else "no Content-Type"))
                 return
         await self.app(scope, receive, send)
+
+
+#: What every answer carries: no frame may show it (the old header and CSP's), nor may a browser guess its type.
+NO_FRAMING = ((b"x-frame-options", b"DENY"), (b"content-security-policy", b"frame-ancestors 'none'"),
+              (b"x-content-type-options", b"nosniff"))
+
+
+class NoFramingMiddleware:
+    """Adds :data:`NO_FRAMING` to every HTTP answer: a page of another site cannot frame the inspector (or the
+    API's docs) to lure a click onto it."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def framed(message: Any) -> None:
+            if message["type"] == "http.response.start":
+                given = {k.lower() for k, _ in message.get("headers", ())}
+                message = {**message, "headers": [*message.get("headers", ()),
+                                                  *(h for h in NO_FRAMING if h[0] not in given)]}
+            await send(message)
+
+        await self.app(scope, receive, framed)

@@ -189,6 +189,21 @@ def test_tenant_b_sees_nothing_of_tenant_a(chromium, site):
         context.close()
 
 
+def test_a_page_of_another_site_cannot_frame_the_inspector(chromium, site):
+    """A page on another origin frames the inspector: chromium refuses to show it (it rendered, clickable)."""
+    context = chromium.new_context()
+    try:
+        page = context.new_page()
+        with page.expect_response(f"{site.url}/ui/login") as framed:
+            page.set_content(f'<iframe src="{site.url}/ui/login" width="800" height="400"></iframe>')
+        assert framed.value.status == 200
+        page.wait_for_timeout(500)
+        frame = page.frames[1]
+        assert 'id="login"' not in frame.content() and frame.url != f"{site.url}/ui/login"
+    finally:
+        context.close()
+
+
 def test_no_key_means_401_and_the_sign_in_page(chromium, site):
     context = chromium.new_context(base_url=site.url)
     try:

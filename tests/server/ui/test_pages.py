@@ -57,6 +57,19 @@ def test_without_a_key_every_page_and_action_is_401(keyed):
     assert keyed.http.get("/v1/sessions/trip/messages").json()["messages"][0]["id"] == "m0"
 
 
+def test_no_page_may_be_framed_by_another_site(keyed):
+    """Every page (and the sign-in page, and a refusal) says no frame may show it: a page of another site framed
+    the inspector (a keyless server's delete is two clicks, no sign-in) and could lure clicks onto it."""
+    with httpx.Client(base_url=keyed.url, headers={"Authorization": f"Bearer {keyed.keys['acme']}"}) as http:
+        for path in (*PAGES, "/ui/login", "/docs", "/v1/sessions"):
+            page = http.get(path)
+            assert page.status_code == 200, path
+            assert page.headers["x-frame-options"] == "DENY", path
+            assert page.headers["content-security-policy"] == "frame-ancestors 'none'", path
+    refused = httpx.get(f"{keyed.url}/ui/", headers={"Host": "evil.example"})
+    assert refused.status_code == 421 and refused.headers["x-frame-options"] == "DENY"
+
+
 def test_another_tenants_session_is_a_404_and_absent_from_every_list(keyed):
     with httpx.Client(base_url=keyed.url, headers={"X-Rdmem-Key": keyed.keys["globex"]}) as other:
         assert "trip" not in other.get("/ui/").text
