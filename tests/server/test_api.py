@@ -205,6 +205,26 @@ def test_health_metrics_and_docs(api):
     assert api.get("/docs").status_code == 200
 
 
+@pytest.mark.parametrize("name", ["org/alice", "a/messages/m0", "100%", "a%2Fb", "café/x", "%"])
+def test_a_session_name_with_a_slash_or_a_percent_is_one_path_segment(api, name):
+    """A name may hold "/" (the proxy's ``user``, MCP and mem0 ids make such sessions), sent as %2F: routing
+    split it, so "org%2Falice" reached no route (404 for its own session), and deleting the session
+    "a/messages/m0" deleted message m0 of session "a" (204). Now the segment is the name, every route."""
+    from urllib.parse import quote
+
+    api.post("/v1/sessions/a/messages", json={"messages": chat(2)}).raise_for_status()
+    path = f"/v1/sessions/{quote(name, safe='')}"
+    assert api.post(f"{path}/messages", json={"messages": chat(3)}).json() == {"session": name, "ids": ["m0", "m1", "m2"]}
+    assert api.get(path).json()["session"] == name
+    assert len(api.get(f"{path}/messages").json()["messages"]) == 3
+    assert api.post(f"{path}/search", json={"query": "harbour"}).status_code == 200
+    assert api.delete(f"{path}/messages/m0").status_code == 204
+    assert api.delete(path).status_code == 204 and api.get(path).status_code == 404
+    assert [m["id"] for m in api.get("/v1/sessions/a/messages").json()["messages"]] == ["m0", "m1"]  # untouched
+    routes = api.get("/metrics").text
+    assert 'route="/v1/sessions/{session}/messages/{message_id}",status="204"' in routes
+
+
 def test_a_made_up_method_adds_no_metric_series(api):
     """Any client, with no key, could add a series per HTTP method it made up (1,000 requests with 4 kB
     methods grew /metrics from 19 kB to 74 MB); now they are all counted as one, ``OTHER``."""

@@ -31,7 +31,7 @@ from .metrics import BodyLimitMiddleware, Metrics, MetricsMiddleware
 from .ratelimit import RateLimiter
 from .protocol import ErrorResponse
 from .routes_proxy import drain
-from .sessions import SessionPool, store_session, tenant_sessions
+from .sessions import SessionPathMiddleware, SessionPool, store_session, tenant_sessions
 from .settings import ServerSettings
 
 __all__ = ["ServerState", "app_from_env", "create_app"]
@@ -159,12 +159,19 @@ def create_app(settings: ServerSettings | None = None, *, store: Store | None = 
         return metrics.render()
 
     install_openapi(app, settings)
+    _edge(app, settings, metrics, hosts)
+    return app
+
+
+def _edge(app: FastAPI, settings: ServerSettings, metrics: Metrics, hosts: HostRule) -> None:
+    """The middleware every request passes, innermost first (the last added is the outermost)."""
     app.add_middleware(MetricsMiddleware, metrics=metrics)
+    # A session's "/" (sent as %2F) does not split its path segment; outside the metrics': they see the route.
+    app.add_middleware(SessionPathMiddleware)
     app.add_middleware(BodyLimitMiddleware, limit=settings.max_body_bytes)
     app.add_middleware(JsonOnlyMiddleware)  # before the body is read
-    app.add_middleware(HostGuardMiddleware, rule=hosts)  # outermost: a foreign Host gets nothing else
-    app.add_middleware(NoFramingMiddleware)  # every answer, refusals too: no other site's frame shows it
-    return app
+    app.add_middleware(HostGuardMiddleware, rule=hosts)  # a foreign Host gets nothing else
+    app.add_middleware(NoFramingMiddleware)  # outermost: every answer, refusals too, says no frame may show it
 
 
 def _offline_docs(app: FastAPI) -> None:

@@ -98,7 +98,7 @@ class MetricsMiddleware:
             await self.app(scope, receive, sending)
         finally:
             route = scope.get("route")
-            path = getattr(route, "path", None) or "unmatched"
+            path = getattr(route, "path_format", None) or getattr(route, "path", None) or "unmatched"
             method = scope["method"] if scope["method"] in METHODS else "OTHER"
             self.metrics.observe(method, path, status, time.perf_counter() - start)
 

@@ -89,7 +89,7 @@ def _must_exist(state: Any, tenant: str, session: str) -> None:
         raise ApiError(404, f"no session {session!r}")
 
 
-@router.post("/sessions/{session}/messages", status_code=201, response_model=AddResponse,
+@router.post("/sessions/{session:segment}/messages", status_code=201, response_model=AddResponse,
              operation_id="add_messages", responses={201: _LINKS})
 def add_messages(session: SessionName, body: AddRequest, tenant: Tenant, request: Request) -> AddResponse:
     """Add one message or a list (OpenAI chat messages, tool calls included), in one atomic write. The body is
@@ -103,7 +103,7 @@ def add_messages(session: SessionName, body: AddRequest, tenant: Tenant, request
     return AddResponse(session=session, ids=ids)
 
 
-@router.post("/sessions/{session}/context", response_model=ContextResponse, operation_id="context")
+@router.post("/sessions/{session:segment}/context", response_model=ContextResponse, operation_id="context")
 def context(session: SessionName, body: ContextRequest, tenant: Tenant, request: Request) -> ContextResponse:
     """What the model should see now: the working set (and, with a query, the archive's best matches) within
     the budget. The newest user message is always in it."""
@@ -117,13 +117,13 @@ def context(session: SessionName, body: ContextRequest, tenant: Tenant, request:
                                  warnings=ctx.warnings, policy=ctx.policy, budget=budget))
 
 
-@router.post("/sessions/{session}/search", response_model=SearchResponse, operation_id="search")
+@router.post("/sessions/{session:segment}/search", response_model=SearchResponse, operation_id="search")
 def search(session: SessionName, body: SearchRequest, tenant: Tenant, request: Request) -> SearchResponse:
     """The session's messages that best match a query (lexical and dense rankings fused), best first."""
     return SearchResponse(results=session_search(_state(request), tenant, session, body.query, k=body.k))
 
 
-@router.post("/sessions/{session}/feedback", response_model=OkResponse, operation_id="feedback")
+@router.post("/sessions/{session:segment}/feedback", response_model=OkResponse, operation_id="feedback")
 def feedback(session: SessionName, body: FeedbackRequest, tenant: Tenant, request: Request) -> OkResponse:
     """Which messages an answer needed (reward 1) or not (0): tilts this session's value model (rd)."""
     _existing(request, tenant, session)
@@ -131,7 +131,7 @@ def feedback(session: SessionName, body: FeedbackRequest, tenant: Tenant, reques
     return OkResponse()
 
 
-@router.post("/sessions/{session}/explain", response_model=ExplainResponse, operation_id="explain")
+@router.post("/sessions/{session:segment}/explain", response_model=ExplainResponse, operation_id="explain")
 def explain(session: SessionName, body: ExplainRequest, tenant: Tenant, request: Request) -> ExplainResponse:
     """Why each message would be kept, compressed or archived: a context's report, as text and JSON."""
     ctx, _ = session_context(_state(request), tenant, session, budget=body.budget, query=body.query,
@@ -149,27 +149,27 @@ def list_sessions(tenant: Tenant, request: Request, offset: _Offset = 0, limit: 
     return session_list(_state(request), tenant, offset=offset, limit=limit)
 
 
-@router.get("/sessions/{session}", response_model=SessionDetail, operation_id="get_session")
+@router.get("/sessions/{session:segment}", response_model=SessionDetail, operation_id="get_session")
 def get_session(session: SessionName, tenant: Tenant, request: Request) -> SessionDetail:
     """A session's size: messages and tokens, in all and in working memory."""
     return session_detail(_state(request), tenant, session)
 
 
-@router.get("/sessions/{session}/messages", response_model=MessagePage, operation_id="list_messages")
+@router.get("/sessions/{session:segment}/messages", response_model=MessagePage, operation_id="list_messages")
 def list_messages(session: SessionName, tenant: Tenant, request: Request, offset: _Offset = 0,
                   limit: _Limit = 100) -> MessagePage:
     """The session's messages as given (every field, with its id), in order, a page at a time."""
     return message_page(_state(request), tenant, session, offset=offset, limit=limit)
 
 
-@router.delete("/sessions/{session}", status_code=204, operation_id="delete_session")
+@router.delete("/sessions/{session:segment}", status_code=204, operation_id="delete_session")
 def delete_session(session: SessionName, tenant: Tenant, request: Request) -> Response:
     """Delete a session and everything in it, for good."""
     remove_session(_state(request), tenant, session)
     return Response(status_code=204)
 
 
-@router.delete("/sessions/{session}/messages/{message_id}", status_code=204, operation_id="delete_message")
+@router.delete("/sessions/{session:segment}/messages/{message_id:segment}", status_code=204, operation_id="delete_message")
 def delete_message(session: SessionName, message_id: str, tenant: Tenant, request: Request) -> Response:
     """Delete one message for good (a tool call without its results is then left out of every context)."""
     remove_message(_state(request), tenant, session, message_id)

@@ -20,12 +20,16 @@ leased claims.
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from collections import OrderedDict
 from typing import Annotated, Any
+from urllib.parse import quote, unquote
 
 from fastapi import Path
+from starlette.convertors import Convertor, register_url_convertor
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from .._embedding import EmbeddingWorker
 from ..embed import BatchingEmbedder, CachedEmbedder, Embedder, MiniLMEmbedder
@@ -39,7 +43,8 @@ from .errors import ApiError
 from .ratelimit import RateLimiter
 from .settings import ServerSettings
 
-__all__ = ["SessionPool", "SessionName", "store_session", "tenant_sessions", "MAX_SESSION_CHARS"]
+__all__ = ["SessionPool", "SessionName", "SessionPathMiddleware", "store_session", "tenant_sessions",
+           "MAX_SESSION_CHARS"]
 
 _PREFIX = "t/"
 
@@ -49,6 +54,56 @@ SessionName = Annotated[str, Path(min_length=1, max_length=MAX_SESSION_CHARS,
                                   description="the session's name (yours to choose; any text of at most "
                                   f"{MAX_SESSION_CHARS} characters, not only whitespace, without control "
                                   "characters or line separators)")]
+
+
+# -- a session's name in a URL ---------------------------------------------------------------------------
+# A name may hold "/" ("org/alice"), sent as %2F in a path segment; but routing reads the decoded path, where
+# it splits the segment: "/v1/sessions/org%2Falice" reached no route, and DELETE ".../a%2Fmessages%2Fm0" (the
+# session "a/messages/m0") deleted message m0 of session "a". So under /v1/sessions/ the path is routed with
+# %2F (and %25) still escaped, and each "{x:segment}" is decoded once it is matched.
+SESSIONS_PATH = "/v1/sessions/"
+_KEPT = re.compile(r"(%2[fF]|%25)")
+
+
+class _Segment(Convertor[str]):
+    """One path segment, decoded once matched (:class:`SessionPathMiddleware` left its %2F and %25 escaped)."""
+
+    regex = "[^/]+"
+
+    def convert(self, value: str) -> str:
+        return unquote(value)
+
+    def to_string(self, value: str) -> str:
+        return quote(value, safe="")
+
+
+register_url_convertor("segment", _Segment())
+
+
+def _routed_path(scope: Scope) -> str:
+    """The path to route a request under :data:`SESSIONS_PATH` by: decoded but for %2F and %25 (and any "%"
+    the decoding made, escaped again), so that a segment's "/" does not split it."""
+    path: str = scope["path"]
+    try:
+        raw = scope["raw_path"].decode("ascii")
+    except (KeyError, AttributeError, UnicodeDecodeError):
+        raw = None
+    if raw is None or unquote(raw) != path:  # no raw path, or not this one: no "/" can be told apart
+        return path.replace("%", "%25")
+    pieces = _KEPT.split(raw)
+    return "".join(p.upper() if i % 2 else unquote(p).replace("%", "%25") for i, p in enumerate(pieces))
+
+
+class SessionPathMiddleware:
+    """Routes the requests under :data:`SESSIONS_PATH` by :func:`_routed_path` (see the note above)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["path"].startswith(scope.get("root_path", "") + SESSIONS_PATH):
+            scope = {**scope, "path": _routed_path(scope)}
+        await self.app(scope, receive, send)
 
 
 def store_session(tenant: str, session: str, field: str = "session") -> str:
