@@ -160,6 +160,22 @@ def test_a_streamed_reply_of_several_choices_stores_the_first_choice_only(open_p
     assert [m["content"] for m in mem.history() if m["role"] == "assistant"] == ["Paris is it."]
 
 
+def test_a_compressed_stream_is_relayed_decoded_and_its_reply_stored(open_proxy, fake_openai):
+    """The proxy's client accepts gzip: an upstream that compressed its events had them relayed compressed,
+    without a Content-Encoding (the openai client failed: UnicodeDecodeError) and the reply was not stored."""
+    import gzip
+
+    events = gzip.compress(b"".join(f"data: {e}\n\n".encode() for e in chunks("Hello there.", pieces=2)))
+    fake_openai.respond = lambda req: Reply(body=events, content_type="text/event-stream",
+                                            headers={"Content-Encoding": "gzip"})
+    got = client(open_proxy).chat.completions.create(model="fake-model", stream=True, user="gzipped",
+                                                     messages=[{"role": "user", "content": "hi"}])
+    assert "".join(c.choices[0].delta.content or "" for c in got if c.choices) == "Hello there."
+    mem = open_proxy.app.state.rdmem.pool.manager("default", "gzipped", budget=100)
+    settled(lambda: any(m["role"] == "assistant" for m in mem.history()))
+    assert [m["content"] for m in mem.history()] == ["hi", "Hello there."]
+
+
 # Item 6: one message never poisons a session.
 
 @pytest.mark.parametrize(("bad", "skipped"), [

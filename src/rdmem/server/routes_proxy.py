@@ -327,7 +327,9 @@ def _record_only(state: Any, where: _Where | None, after: asyncio.Future[Any] | 
 
 async def _stream(state: Any, resp: Any, headers: dict[str, str], where: _Where | None,
                   after: asyncio.Future[Any] | None) -> Response:
-    """Relay the upstream's server-sent events chunk by chunk, as sent; store the reply once it is complete."""
+    """Relay the upstream's server-sent events chunk by chunk, as sent (decoded: the upstream may compress
+    them, as the proxy's client accepts, and the client is answered without a ``Content-Encoding``); store the
+    reply once it is complete."""
     if not resp.is_success:
         _record_only(state, where, after)
         content = await resp.aread()
@@ -339,7 +341,7 @@ async def _stream(state: Any, resp: Any, headers: dict[str, str], where: _Where 
         collector = ReplyCollector() if where is not None else None
         stored = False
         try:
-            async for chunk in resp.aiter_raw():
+            async for chunk in resp.aiter_bytes():
                 if collector is not None:
                     collector = _collect(collector, chunk, where)
                     if collector is not None and collector.done:
