@@ -258,6 +258,16 @@ def test_user_fields_name_sessions_exactly_and_a_bad_session_header_is_refused_b
             oai.chat.completions.create(model="fake-model", messages=[{"role": "user", "content": "hi"}],
                                         extra_headers={"X-Rdmem-Session": bad})
     assert len(upstream.requests) == before
+    # X-Rdmem-Session's bytes are the name in UTF-8 (they were read as Latin-1: "café" stored as "cafÃ©")
+    body = {"model": "fake-model", "messages": [{"role": "user", "content": "in the café"}]}
+    r = httpx.post(f"{live.url}/v1/chat/completions", json=body, timeout=30,
+                   headers={"authorization": "Bearer sk-x", "X-Rdmem-Session": "café".encode()})
+    assert r.status_code == 200 and r.headers["x-rdmem-session"] == quote("café", safe="")
+    assert live.app.state.rdmem.pool.manager("default", "café").history()[0]["content"] == "in the café"
+    r = httpx.post(f"{live.url}/v1/chat/completions", json=body, timeout=30,
+                   headers={"authorization": "Bearer sk-x", "X-Rdmem-Session": b"caf\xe9"})  # Latin-1, not UTF-8
+    assert r.status_code == 400 and "must be UTF-8" in r.text
+    assert len(upstream.requests) == before + 1
 
 
 def test_a_number_too_long_to_read_is_a_400_naming_it(proxy):

@@ -58,7 +58,8 @@ class Prepared:
 
 def session_of(headers: Mapping[str, str], body: Mapping[str, Any], tenant: str, derive: bool) -> tuple[str | None, bool]:
     """``(session, derived)``: the session named by the request, else (``derive``) one derived from the
-    tenant, the system prompt and the first user message, else ``None`` (no memory).
+    tenant, the system prompt and the first user message, else ``None`` (no memory). ``X-Rdmem-Session``'s bytes
+    are read as UTF-8 (a name beyond ASCII is the same session as over REST, MCP or mem0).
 
     Names are taken exactly as sent (two end users whose ids differ by a space are two sessions); an empty
     or all-whitespace one is no name. ``X-Rdmem-Session`` is rdmem's own: a value that is not a session name
@@ -67,8 +68,10 @@ def session_of(headers: Mapping[str, str], body: Mapping[str, Any], tenant: str,
     (the route says why in ``X-Rdmem-Warning``)."""
     header = headers.get(SESSION_HEADER)
     if header is not None and header.strip():
-        try:
-            return check_session_name(header, SESSION_HEADER), False
+        try:  # the header's bytes (which HTTP hands over as Latin-1) are the name in UTF-8, as in every other door
+            return check_session_name(header.encode("latin-1").decode("utf-8"), SESSION_HEADER), False
+        except UnicodeError:
+            raise ApiError(400, f"{SESSION_HEADER} must be UTF-8 text") from None
         except RdmemError as exc:
             raise ApiError(400, str(exc)) from None
     user = body.get("user")
