@@ -27,6 +27,7 @@ class Reply:
     events: list[str] | None = None  # server-sent events (each a JSON string, or "[DONE]"), streamed one by one
     event_delay: float = 0.0
     headers: dict[str, str] = field(default_factory=dict)
+    cut: bool = False  # the stream breaks off after its events: the connection closes without the last chunk
 
 
 def completion(text: str, model: str = "fake-model") -> dict[str, Any]:
@@ -135,6 +136,9 @@ class _Handler(BaseHTTPRequestHandler):
                     self.wfile.flush()
                     if reply.event_delay:
                         time.sleep(reply.event_delay)
+                if reply.cut:
+                    self.close_connection = True
+                    return
                 self.wfile.write(b"0\r\n\r\n")
                 return
             payload = reply.body if isinstance(reply.body, bytes) else json.dumps(reply.body).encode()

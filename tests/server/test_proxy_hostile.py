@@ -176,6 +176,22 @@ def test_a_compressed_stream_is_relayed_decoded_and_its_reply_stored(open_proxy,
     assert [m["content"] for m in mem.history()] == ["hi", "Hello there."]
 
 
+def test_a_stream_the_model_breaks_off_ends_with_an_error_the_client_reads(open_proxy, fake_openai, caplog):
+    """An upstream that closed mid-stream made the relay raise: the client saw a cut connection and the server
+    logged a traceback ("ASGI callable returned without completing response"). Now the stream ends with an
+    error event, which the openai client raises as an error naming the break; one log line, no partial reply."""
+    fake_openai.respond = lambda req: Reply(events=chunks("Half of an answer", pieces=3)[:2], cut=True)
+    got = client(open_proxy).chat.completions.create(model="fake-model", stream=True, user="broken",
+                                                     messages=[{"role": "user", "content": "hi"}])
+    with caplog.at_level("WARNING"), pytest.raises(openai.APIError, match="stream broke off"):
+        for _ in got:
+            pass
+    assert "the model's stream broke off" in caplog.text and "Traceback" not in caplog.text
+    mem = open_proxy.app.state.rdmem.pool.manager("default", "broken", budget=100)
+    settled(lambda: len(mem.history()) >= 1)
+    assert [m["content"] for m in mem.history()] == ["hi"]  # the request, never the partial reply
+
+
 # Item 6: one message never poisons a session.
 
 @pytest.mark.parametrize(("bad", "skipped"), [

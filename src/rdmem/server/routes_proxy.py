@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import json
 import logging
 import re
 from collections.abc import AsyncIterator
@@ -338,6 +339,8 @@ async def _stream(state: Any, resp: Any, headers: dict[str, str], where: _Where 
                         headers={"content-type": resp.headers.get("content-type", "application/json"), **headers})
 
     async def relay() -> AsyncIterator[bytes]:
+        import httpx
+
         collector = ReplyCollector() if where is not None else None
         stored = False
         try:
@@ -349,6 +352,11 @@ async def _stream(state: Any, resp: Any, headers: dict[str, str], where: _Where 
                         _store_later(state, where, collector.message(), after)
                         collector, stored = None, True
                 yield chunk
+        except httpx.HTTPError as exc:  # the model's stream broke off: the client is told in the stream, as OpenAI does
+            log.warning("rdmem proxy: the model's stream broke off (%s: %s); the partial reply is not stored",
+                        type(exc).__name__, exc)
+            message = f"the model's stream broke off ({type(exc).__name__}); the partial reply was not stored"
+            yield b"data: " + json.dumps(error_body("bad_upstream", message)).encode() + b"\n\n"
         finally:  # also when the client went away: the upstream is closed with it
             if not stored:
                 _record_only(state, where, after)
