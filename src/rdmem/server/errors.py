@@ -60,6 +60,13 @@ def _json(status: int, code: str, message: str, headers: dict[str, str] | None =
     return JSONResponse(error_body(code, message, error_id), status_code=status, headers=headers)
 
 
+def store_unavailable(request: Request, exc: StoreError) -> tuple[str, str]:
+    """Log a store failure under a new error id; the id and what the client is told (a 503, retry soon)."""
+    error_id = _new_error_id()
+    log.error("store error %s on %s %s: %s", error_id, request.method, request.url.path, exc)
+    return error_id, f"the store is unavailable (error {error_id}; see the server's log)"
+
+
 def _new_error_id() -> str:
     return uuid.uuid4().hex[:16]
 
@@ -184,10 +191,8 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(StoreError)
     async def store_error(request: Request, exc: StoreError) -> JSONResponse:
-        error_id = _new_error_id()
-        log.error("store error %s on %s %s: %s", error_id, request.method, request.url.path, exc)
-        return _json(503, "store_unavailable", f"the store is unavailable (error {error_id}; see the server's log)",
-                     headers={"Retry-After": "1"}, error_id=error_id)
+        error_id, message = store_unavailable(request, exc)
+        return _json(503, "store_unavailable", message, headers={"Retry-After": "1"}, error_id=error_id)
 
     @app.exception_handler(MissingDependency)
     async def missing_dependency(request: Request, exc: MissingDependency) -> JSONResponse:

@@ -173,6 +173,20 @@ def test_a_keyless_server_shows_the_default_tenant_and_no_ui_means_no_ui(serve, 
         ServerSettings(ui="no")
 
 
+def test_a_store_that_fails_is_a_page_saying_so_not_the_apis_json(keyed, monkeypatch):
+    """While the database is down, the inspector answered the API's JSON 503 to the browser."""
+    from rdmem.errors import StoreError
+
+    def down(*args, **kwargs):
+        raise StoreError("PostgreSQL store at db:5432/rdmem: connection refused")
+
+    monkeypatch.setattr(type(keyed.store), "sessions", down)
+    page = httpx.get(keyed.url + "/ui/", headers={"Authorization": f"Bearer {keyed.keys['acme']}"})
+    assert page.status_code == 503 and page.headers["content-type"].startswith("text/html")
+    assert "the store is unavailable (error " in page.text and page.headers["retry-after"] == "1"
+    assert page.headers["x-rdmem-error-id"] in page.text  # the id the server's log line carries
+
+
 def test_the_wheel_ships_the_templates_and_assets(tmp_path):
     root = UI.parents[3]
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(tmp_path),

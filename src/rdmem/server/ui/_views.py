@@ -22,7 +22,8 @@ from ... import __version__
 from ...messages import chat_fields
 from ...policies import POLICIES
 from ...tokens import content_text
-from ..errors import ApiError
+from ...errors import StoreError
+from ..errors import ERROR_ID_HEADER, ApiError, store_unavailable
 from ..routes_memory import message_page, session_context, session_detail, session_list, session_search
 from ..savings import session_savings, tenant_savings
 from ..sessions import MAX_SESSION_CHARS, store_session
@@ -69,20 +70,29 @@ def _number(raw: str | None, name: str, default: int | None, low: int, high: int
 def _render(request: Request, template: str, build: Callable[[str], dict[str, Any]]) -> Response:
     """The page ``template`` with what ``build(tenant)`` returns; the sign-in page (401) without a valid key,
     an error page with the API's status and message when the API refuses."""
+    common: dict[str, Any] = {"base": _base(request), "tenant": None, "keyed": _state(request).keyed(),
+                              "version": __version__}
     try:
-        tenant = ui_tenant(request)
+        try:
+            common["tenant"] = ui_tenant(request)
+        except ApiError as exc:
+            if exc.status != 401:
+                raise
+            return login_page(request, exc.message, status=401)
+        data = build(common["tenant"])
     except ApiError as exc:
-        if exc.status != 401:
-            raise
-        return login_page(request, exc.message, status=401)
-    common = {"base": _base(request), "tenant": tenant, "keyed": _state(request).keyed(),
-              "version": __version__}
-    try:
-        data = build(tenant)
-    except ApiError as exc:
-        return TEMPLATES.TemplateResponse(request, "error.html", {**common, "title": f"Error {exc.status}", "status": exc.status,
-                                                                  "message": exc.message}, status_code=exc.status)
+        return _error_page(request, common, exc.status, exc.message)
+    except StoreError as exc:  # a page, not the API's JSON: the browser's reader is told to try again
+        error_id, message = store_unavailable(request, exc)
+        response = _error_page(request, common, 503, message)
+        response.headers.update({"Retry-After": "1", ERROR_ID_HEADER: error_id})
+        return response
     return TEMPLATES.TemplateResponse(request, template, {**common, **data})
+
+
+def _error_page(request: Request, common: dict[str, Any], status: int, message: str) -> Response:
+    return TEMPLATES.TemplateResponse(request, "error.html", {**common, "title": f"Error {status}", "status": status,
+                                                              "message": message}, status_code=status)
 
 
 def login_page(request: Request, message: str = "", *, status: int = 200) -> Response:
