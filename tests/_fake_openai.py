@@ -27,7 +27,7 @@ class Reply:
     events: list[str] | None = None  # server-sent events (each a JSON string, or "[DONE]"), streamed one by one
     event_delay: float = 0.0
     headers: dict[str, str] = field(default_factory=dict)
-    cut: bool = False  # the stream breaks off after its events: the connection closes without the last chunk
+    cut: bytes | None = None  # the stream breaks off after its events and these bytes (half an event, say)
 
 
 def completion(text: str, model: str = "fake-model") -> dict[str, Any]:
@@ -136,7 +136,10 @@ class _Handler(BaseHTTPRequestHandler):
                     self.wfile.flush()
                     if reply.event_delay:
                         time.sleep(reply.event_delay)
-                if reply.cut:
+                if reply.cut is not None:  # no last chunk: the connection closes mid-stream
+                    if reply.cut:
+                        self.wfile.write(f"{len(reply.cut):x}\r\n".encode() + reply.cut + b"\r\n")
+                        self.wfile.flush()
                     self.close_connection = True
                     return
                 self.wfile.write(b"0\r\n\r\n")

@@ -179,8 +179,10 @@ def test_a_compressed_stream_is_relayed_decoded_and_its_reply_stored(open_proxy,
 def test_a_stream_the_model_breaks_off_ends_with_an_error_the_client_reads(open_proxy, fake_openai, caplog):
     """An upstream that closed mid-stream made the relay raise: the client saw a cut connection and the server
     logged a traceback ("ASGI callable returned without completing response"). Now the stream ends with an
-    error event, which the openai client raises as an error naming the break; one log line, no partial reply."""
-    fake_openai.respond = lambda req: Reply(events=chunks("Half of an answer", pieces=3)[:2], cut=True)
+    error event, which the openai client raises as an error naming the break (only whole events are relayed,
+    so it never lands inside half of one); one log line, no partial reply."""
+    half = chunks("Half of an answer", pieces=3)[2][:40].encode()  # the break comes in the middle of an event
+    fake_openai.respond = lambda req: Reply(events=chunks("Half of an answer", pieces=3)[:2], cut=b"data: " + half)
     got = client(open_proxy).chat.completions.create(model="fake-model", stream=True, user="broken",
                                                      messages=[{"role": "user", "content": "hi"}])
     with caplog.at_level("WARNING"), pytest.raises(openai.APIError, match="stream broke off"):

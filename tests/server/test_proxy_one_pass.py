@@ -95,6 +95,20 @@ def test_a_request_that_surely_fits_by_its_size_fits_when_counted():
     assert not surely_fits(raw, messages, 10**9)
 
 
+@pytest.mark.parametrize("odd", [5, True, 1.5, "x", [5], [{"function": {"name": 5, "arguments": {1j}}}]])
+def test_a_message_with_odd_tool_calls_is_skipped_and_the_rest_compacted(hashing_embedder, odd):
+    """Counting a request before it is parsed met ``"tool_calls": 5`` with a TypeError: the whole turn failed
+    open (not stored, not compacted). Such a message is skipped, as the parse always did."""
+    state = _state(MemoryStore(), hashing_embedder)
+    history = _history(60)
+    history.insert(5, {"role": "user", "content": "odd", "tool_calls": odd})
+    calls: list[str] = []
+    done = prepare(state, "default", "odd", False, {"messages": history}, WINDOW - RESERVE,
+                   go=lambda: calls.append("go"), fits=lambda sent: calls.append("fits"))
+    assert done.compacted and done.skipped == 1 and done.after <= WINDOW - RESERVE and not calls
+    assert len(state.pool.manager("default", "odd", budget=WINDOW - RESERVE)) == len(history) - 2  # no system
+
+
 def test_a_compacting_request_reads_once_writes_once_and_the_reply_is_one_more_write(hashing_embedder):
     store = CountingStore()
     state = _state(store, hashing_embedder)

@@ -113,7 +113,7 @@ def _tokens_as_sent(tok: Any, messages: list[Any]) -> int | None:
         return None
     try:
         return int(tok.messages_tokens(messages))
-    except RdmemError:
+    except (RdmemError, TypeError, ValueError, AttributeError):  # e.g. "tool_calls": 5; the parse names it
         return None
 
 

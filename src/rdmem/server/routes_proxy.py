@@ -342,7 +342,7 @@ async def _stream(state: Any, resp: Any, headers: dict[str, str], where: _Where 
         import httpx
 
         collector = ReplyCollector() if where is not None else None
-        stored = False
+        stored, tail = False, b""
         try:
             async for chunk in resp.aiter_bytes():
                 if collector is not None:
@@ -351,12 +351,16 @@ async def _stream(state: Any, resp: Any, headers: dict[str, str], where: _Where 
                         assert where is not None
                         _store_later(state, where, collector.message(), after)
                         collector, stored = None, True
-                yield chunk
+                whole, tail = _whole_events(tail + chunk)
+                if whole:
+                    yield whole
+            if tail:  # the stream ended without a blank line after its last event: as sent
+                yield tail
         except httpx.HTTPError as exc:  # the model's stream broke off: the client is told in the stream, as OpenAI does
             log.warning("rdmem proxy: the model's stream broke off (%s: %s); the partial reply is not stored",
                         type(exc).__name__, exc)
             message = f"the model's stream broke off ({type(exc).__name__}); the partial reply was not stored"
-            yield b"data: " + json.dumps(error_body("bad_upstream", message)).encode() + b"\n\n"
+            yield b"data: " + json.dumps(error_body("bad_upstream", message)).encode() + b"\n\n"  # not after half an event
         finally:  # also when the client went away: the upstream is closed with it
             if not stored:
                 _record_only(state, where, after)
@@ -364,6 +368,19 @@ async def _stream(state: Any, resp: Any, headers: dict[str, str], where: _Where 
 
     return StreamingResponse(relay(), status_code=resp.status_code,
                              media_type=resp.headers.get("content-type", "text/event-stream"), headers=headers)
+
+
+def _whole_events(data: bytes) -> tuple[bytes, bytes]:
+    r"""``data`` cut after its last complete server-sent event (a blank line ends one), and the rest.
+
+    >>> _whole_events(b"data: 1\n\ndata: 2\r\n\r\ndata: 3")
+    (b'data: 1\n\ndata: 2\r\n\r\n', b'data: 3')
+    >>> _whole_events(b"data: half")
+    (b'', b'data: half')
+    """
+    ends = [i + len(sep) for sep in (b"\n\n", b"\r\n\r\n") if (i := data.rfind(sep)) >= 0]
+    end = max(ends, default=0)
+    return data[:end], data[end:]
 
 
 def _collect(collector: ReplyCollector, chunk: bytes, where: Any) -> ReplyCollector | None:

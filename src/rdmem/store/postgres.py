@@ -436,7 +436,7 @@ class PostgresStore(PgKeys, PgSearchMixin, BaseStore):
         """Bytes of rdmem's tables and their indexes (all sessions)."""
         return int(self._run(lambda conn: conn.execute(
             "SELECT sum(pg_total_relation_size(c)) FROM unnest(ARRAY['rdmem_units', 'rdmem_sessions', "
-            "'rdmem_compactions', 'rdmem_meta']::regclass[]) c").fetchone()[0], read=True))
+            "'rdmem_compactions', 'rdmem_words', 'rdmem_keys', 'rdmem_meta']::regclass[]) c").fetchone()[0], read=True))
 
     def __repr__(self) -> str:
         return f"PostgresStore({self.location!r})"
