@@ -146,7 +146,7 @@ def test_conversion_round_trip_keeps_tool_calls_paired(messages):
 @given(lc_conversations(), _text, st.integers(0, 3), st.integers(40, 400))
 def test_every_call_of_a_turn_is_fitted_valid_and_verbatim_ones_are_the_agents_own(before, question, steps, budget):
     """As an agent calls it: once with the new question, then after each round of tool results."""
-    context, turn = RdmemContext(budget, policy="window"), [HumanMessage(question, id="q")]
+    context, turn = RdmemContext(budget, policy="window", session="default"), [HumanMessage(question, id="q")]
     for step in range(steps + 1):
         if step:
             call = {"id": f"q{step}", "name": "lookup", "args": {"step": step}}
@@ -225,6 +225,22 @@ def test_ainvoke_goes_through_awrap_model_call(tmp_path, hashing_embedder):
     check_run(model, given, final)
     assert len(spy.rdmem.manager("trip")) == len(final)  # the run's thread, seen from a worker thread
     assert len(spy.rdmem.manager("default")) == 0
+
+
+def test_a_run_without_a_thread_has_no_memory(tmp_path, hashing_embedder):
+    """No checkpointer, no thread_id (a stateless agent serving many users): each run is fitted on its own
+    messages; nothing of one run reaches another, nothing is stored (it was all one session, "default")."""
+    model = RecordingModel(messages=iter(["ok", "ok"]))
+    middleware = RdmemMiddleware(budget=BUDGET, store=f"sqlite:///{tmp_path}/m.db", embedder=hashing_embedder)
+    agent = create_agent(model, tools=[lookup], system_prompt=SYSTEM, middleware=[middleware])
+    agent.invoke({"messages": [HumanMessage("alice here: my card PIN is 4711")]})
+    agent.invoke({"messages": [HumanMessage("bob here: what is the weather?")]})
+    assert [m.content for m in model.seen[1]] == [SYSTEM, "bob here: what is the weather?"]
+    assert middleware.rdmem.manager("default").store.sessions() == []
+    hook = rdmem_pre_model_hook(BUDGET, embedder=hashing_embedder)
+    assert [m.content for m in hook({"messages": [HumanMessage("carol")]})["llm_input_messages"]] == ["carol"]
+    assert hook.post_model_hook({"messages": [HumanMessage("carol"), AIMessage("hi")]}) == {}
+    assert hook.rdmem.manager("default").store.sessions() == []
 
 
 def test_threads_are_sessions_and_a_resent_state_is_stored_once():

@@ -18,9 +18,12 @@ the model is given rdmem's context for the newest human message: the agent's
 own messages where they are sent verbatim, tool calls with their results, and
 the system prompt, all within ``budget`` tokens. The model's reply is stored
 as soon as it is in the state (``after_model``, ``post_model_hook``). The
-graph's state is left whole. The session is the run's ``thread_id`` (``"default"`` without one)
-unless ``session=`` names one; with a persistent ``store`` a new process
-continues a thread's memory even when its checkpointer forgot it. Needs
+graph's state is left whole. The session is the run's ``thread_id`` unless
+``session=`` names one; with a persistent ``store`` a new process continues a
+thread's memory even when its checkpointer forgot it. A run with neither (an
+agent without a checkpointer, called without a ``thread_id``) has no memory:
+its own messages are fitted, nothing is read or stored, as at every other
+door (two users of one agent never see each other's messages). Needs
 ``pip install 'rdmem[langchain]'``.
 """
 
@@ -150,8 +153,8 @@ class RdmemContext:
                 self._managers.popitem(last=False)
             return mem
 
-    def current_session(self) -> str:
-        """``session=``, else the running graph's ``thread_id``, else ``"default"``."""
+    def current_session(self) -> str | None:
+        """``session=``, else the running graph's ``thread_id``, else ``None``: no identity, no memory."""
         if self.session:
             return self.session
         try:
@@ -160,12 +163,16 @@ class RdmemContext:
             thread = (get_config().get("configurable") or {}).get("thread_id")
         except (ImportError, RuntimeError):  # outside a graph run
             thread = None
-        return session_name(str(thread), "the run's thread_id") if thread else "default"
+        return session_name(str(thread), "the run's thread_id") if thread else None
 
-    def remember(self, messages: Sequence[BaseMessage]) -> MemoryManager:
+    def remember(self, messages: Sequence[BaseMessage]) -> MemoryManager | None:
         """Store those of the agent's ``messages`` the current session does not have yet (the agent resends
-        its whole state each time: :meth:`~rdmem.MemoryManager.unseen`); its manager."""
-        mem = self.manager(self.current_session())
+        its whole state each time: :meth:`~rdmem.MemoryManager.unseen`); its manager. ``None``, nothing
+        stored, without a session (:meth:`current_session`)."""
+        session = self.current_session()
+        if session is None:
+            return None
+        mem = self.manager(session)
         chats = to_openai(messages)
         fresh = mem.unseen(chats)
         if fresh:
@@ -176,6 +183,9 @@ class RdmemContext:
         """The messages the model should see for the agent's ``messages``, such that they and ``system``
         (sent first by the caller) fit the budget. New messages are stored first."""
         mem = self.remember(messages)
+        if mem is None:  # no identity: this call's messages alone, in a store of their own that nothing keeps
+            mem = MemoryManager(**self._settings)
+            mem.extend(to_openai(messages))
         reserve = mem.tokenizer.message_tokens({"role": "system", "content": content_text(system.content)}) \
             if system is not None else 0
         if reserve >= self.budget:
