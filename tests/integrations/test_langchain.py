@@ -12,6 +12,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import warnings
 from pathlib import Path
 from typing import Any
@@ -241,6 +242,28 @@ def test_a_run_without_a_thread_has_no_memory(tmp_path, hashing_embedder):
     assert [m.content for m in hook({"messages": [HumanMessage("carol")]})["llm_input_messages"]] == ["carol"]
     assert hook.post_model_hook({"messages": [HumanMessage("carol"), AIMessage("hi")]}) == {}
     assert hook.rdmem.manager("default").store.sessions() == []
+
+
+def test_one_thread_mirrored_at_once_stores_each_message_once(tmp_path, hashing_embedder):
+    """Calls of one thread at once (threads of one middleware, and a second one on the same store, as another
+    process): each message stored once. Unseen-then-extend stored all 20 twice in 4 trials of 10."""
+    store = f"sqlite:///{tmp_path}/m.db"
+    contexts = [RdmemContext(BUDGET, session="s", store=store, embedder=hashing_embedder) for _ in range(2)]
+    messages = [HumanMessage(f"message {i}") for i in range(20)]
+    for _ in range(5):
+        contexts[0].manager("s").clear()
+        barrier = threading.Barrier(4)
+
+        def mirror(context: RdmemContext) -> None:
+            barrier.wait(timeout=30)
+            context.remember(messages)
+
+        threads = [threading.Thread(target=mirror, args=(contexts[i % 2],)) for i in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=60)
+        assert [m["content"] for m in contexts[1].manager("s").history()] == [m.content for m in messages]
 
 
 def test_threads_are_sessions_and_a_resent_state_is_stored_once():

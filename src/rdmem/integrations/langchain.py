@@ -37,8 +37,9 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 from ..errors import InvalidInput, InvalidType, MissingDependency
+from .._turn import take_turn
 from ..manager import MemoryManager
-from ..messages import chat_fields
+from ..messages import chat_fields, parse_messages
 from ..result import Compaction
 from ..sessions import session_name
 from ..store import Store, open_store
@@ -173,10 +174,10 @@ class RdmemContext:
         if session is None:
             return None
         mem = self.manager(session)
-        chats = to_openai(messages)
-        fresh = mem.unseen(chats)
-        if fresh:
-            mem.extend([chats[i] for i in fresh])
+        # Lined up and written in one step under the manager's lock, the write conditional on the version read:
+        # two calls of one thread at once (threads, tasks, processes) store each message once, not twice.
+        if take_turn(mem, parse_messages(to_openai(messages), json_extras=True)).new:
+            mem.maintain()  # the working set's trim, as extend() does it
         return mem
 
     def fit(self, messages: Sequence[BaseMessage], system: SystemMessage | None = None) -> list[BaseMessage]:
