@@ -180,6 +180,18 @@ def test_base_memory_contract(tmp_path):
     assert memory.get_all() == [] and len(memory.manager) == 0
 
 
+def test_memories_made_without_a_session_id_never_share_one(tmp_path, hashing_embedder):
+    """A session_id left out was "default": two users' memories over one persistent store shared it (each saw the
+    other's messages, and one's reset() wiped the other's). A new session each, as LlamaIndex's Memory does."""
+    store = f"sqlite:///{tmp_path}/shared.db"
+    alice = RdmemMemory.from_defaults(store=store, embedder=hashing_embedder)
+    bob = RdmemMemory(store=store, embedder=hashing_embedder)
+    alice.put(ChatMessage(role="user", content="my card PIN is 4711"))
+    assert alice.session_id != bob.session_id and bob.get_all() == []
+    bob.reset()
+    assert [m.content for m in alice.get_all()] == ["my card PIN is 4711"]
+
+
 def test_get_stays_within_the_limit_and_brings_back_what_the_query_needs(hashing_embedder):
     memory = RdmemMemory.from_defaults(session_id="q", token_limit=BUDGET, embedder=hashing_embedder)
     memory.put_messages([li(d) for d in conversation()])

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import uuid
 import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -175,7 +176,8 @@ class RdmemMemory(BaseMemory):
     Other keywords (``store``, ``policy``, ``embedder``...) go to :class:`~rdmem.MemoryManager`.
     """
 
-    session_id: str = Field(default="default", description="the rdmem session")
+    session_id: str = Field(default_factory=lambda: uuid.uuid4().hex,
+                            description="the rdmem session (a new one when not given, as LlamaIndex's Memory does)")
     token_limit: int = Field(default=4000, description="tokens of what the model is given, all included")
     reserve: int = Field(default=0, description="tokens the agent adds that memory cannot see (system prompt)")
     scratchpad_key: str = Field(default="scratchpad", description="the agent's key for the run's tool calls")
@@ -197,11 +199,13 @@ class RdmemMemory(BaseMemory):
         return "RdmemMemory"
 
     @classmethod
-    def from_defaults(cls, session_id: str = "default", token_limit: int = 4000, *, agent: Any = None,
+    def from_defaults(cls, session_id: str | None = None, token_limit: int = 4000, *, agent: Any = None,
                       reserve: int = 0, **settings: Any) -> RdmemMemory:
-        """A memory for ``session_id``; with ``agent``, ``reserve`` grows by what the agent adds
+        """A memory for ``session_id`` (a new session without one, as LlamaIndex's ``Memory.from_defaults``: two
+        memories never share one by default); with ``agent``, ``reserve`` grows by what the agent adds
         (:func:`agent_overhead`). ``settings`` (``store``, ``policy``, ``embedder``...): the manager's."""
-        memory = cls(session_id=session_id, token_limit=token_limit, reserve=reserve, **settings)
+        named = {} if session_id is None else {"session_id": session_id}
+        memory = cls(**named, token_limit=token_limit, reserve=reserve, **settings)
         if agent is not None:
             memory.reserve = reserve + agent_overhead(agent, memory.manager.tokenizer)
             if memory.reserve >= token_limit:
