@@ -129,6 +129,28 @@ def test_a_new_worker_finds_what_an_earlier_process_left_unembedded(tmp_path, ha
         assert all(u.embedding is not None for u in store.load("a"))
 
 
+def test_one_message_the_embedder_refuses_does_not_hold_back_its_batch(tmp_path, hashing_embedder, caplog):
+    """An embedder that refuses one text (an API's limit, say) failed its whole batch, and again on every retry
+    after the lease: the 11 other messages never got vectors. Now each is tried alone once the batch fails."""
+
+    class Refusing:
+        dim = hashing_embedder.dim
+
+        def embed(self, texts):
+            if any("(note 5)" in t for t in texts):
+                raise ValueError("input rejected")
+            return hashing_embedder.embed(texts)
+
+    with open_store(f"sqlite:///{tmp_path / 'mem.db'}") as store:
+        MemoryManager(budget=500, policy="rd", store=store, session="a", embedder=hashing_embedder,
+                      embedding="deferred").extend(chat(12))
+        with caplog.at_level("WARNING"):
+            worker = EmbeddingWorker(store, Refusing(), batch=64)
+            assert worker.drain() == 12 and worker.embedded == 11
+        missing = [u.id for u in store.load("a") if u.embedding is None]
+        assert len(missing) == 1 and f"message {missing[0]!r} of session 'a' could not be embedded" in caplog.text
+
+
 def _race(stores, emb, n_units: int) -> list[EmbeddingWorker]:
     """Workers on separate connections claiming at once, in small batches, until nothing is left."""
     workers = [EmbeddingWorker(s, emb, batch=3, name=f"w{i}") for i, s in enumerate(stores)]

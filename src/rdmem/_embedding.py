@@ -80,17 +80,35 @@ class EmbeddingWorker:
         claimed = self.store.claim_unembedded(self.name, limit=self.batch, lease=self.lease)
         if not claimed:
             return 0
-        vectors = self.embedder.embed([message_embed_text(u.message) for _, u in claimed])
+        texts = [message_embed_text(u.message) for _, u in claimed]
+        try:
+            vectors: list[np.ndarray | None] = list(self.embedder.embed(texts))
+        except Exception:
+            if len(claimed) == 1:
+                raise
+            # One text the embedder refuses (an API's limits, say) must not hold back the rest of its batch on
+            # every retry: each alone; those that fail stay unembedded (ranked by their words) until their lease
+            # lapses and they are tried again.
+            vectors = [self._alone(session, unit.id, text) for (session, unit), text in zip(claimed, texts)]
         by_session: dict[str, dict[str, np.ndarray]] = defaultdict(dict)
         for (session, unit), vec in zip(claimed, vectors, strict=True):
-            by_session[session][unit.id] = vec
+            if vec is not None:
+                by_session[session][unit.id] = vec
         for session, vecs in by_session.items():
             self.store.set_embeddings(session, vecs)
         if self.on_landed is not None:
             for session in by_session:
                 self.on_landed(session)
-        self.embedded += len(claimed)
+        self.embedded += sum(len(v) for v in by_session.values())
         return len(claimed)
+
+    def _alone(self, session: str, uid: str, text: str) -> np.ndarray | None:
+        try:
+            return np.asarray(self.embedder.embed([text]))[0]
+        except Exception as exc:
+            log.warning("embedding worker %s: message %r of session %r could not be embedded (%s: %s); it is "
+                        "ranked by its words until it is tried again", self.name, uid, session, type(exc).__name__, exc)
+            return None
 
     def drain(self) -> int:
         """:meth:`run_once` until nothing is left to claim; how many units were embedded."""
