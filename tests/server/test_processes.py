@@ -163,3 +163,24 @@ def test_a_port_in_use_is_one_line(rdmem_serve, tmp_path):
     assert done.returncode == 2 and f"cannot listen on 127.0.0.1:{first.port}" in done.stderr
     assert "Traceback" not in done.stderr
 
+
+
+_CRASHING = """
+import logging, os, signal, sys, threading
+from rdmem.server._workers import bind, run_workers
+logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="%(message)s")
+threading.Timer(float(sys.argv[1]), lambda: os.kill(os.getpid(), signal.SIGTERM)).start()
+run_workers({"app": "rdmem_no_such_module:app", "log_level": "critical"}, bind("127.0.0.1", 0, 1))
+"""
+
+
+def test_a_worker_that_cannot_start_is_restarted_less_and_less_often():
+    """A worker that exits as it starts (its app cannot load, its database is away) was started again every
+    0.2 s, each start loading Python and the app: now after 0, 1, 2, 4 ... seconds (at most 30), and the log
+    says so. The delays themselves: ``restart_delay``'s doctest."""
+    import re
+
+    out = subprocess.run([sys.executable, "-c", _CRASHING, "12"], capture_output=True, text=True, timeout=120)
+    exits = re.findall(r"worker 0 \(pid \d+\) exited with \d+; starting another(?: in (\d+) s)?", out.stderr)
+    assert len(exits) >= 3, out.stderr[-2000:]
+    assert [int(w or 0) for w in exits[:3]] == [0, 1, 2]  # the second short life waits 1 s, the third 2 s

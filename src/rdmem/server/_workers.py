@@ -99,6 +99,21 @@ def bind(host: str, port: int, workers: int = 1) -> list[socket.socket]:
     return sockets
 
 
+#: A worker that lived at least this many seconds ended a steady life: the next starts at once.
+STEADY = 10.0
+
+
+def restart_delay(short_lives: int) -> float:
+    """Seconds before a worker that ended ``short_lives`` short lives in a row is started again: none after
+    the first, then 1, 2, 4, ... up to 30 (a worker that cannot start, its database away, is not restarted
+    five times a second, each start loading Python and the app).
+
+    >>> [restart_delay(n) for n in (0, 1, 2, 3, 7, 8)]
+    [0.0, 0.0, 1.0, 2.0, 30.0, 30.0]
+    """
+    return 0.0 if short_lives <= 1 else float(min(2 ** (short_lives - 2), 30))
+
+
 def run_workers(config: dict[str, Any], sockets: list[socket.socket]) -> None:
     """Serve ``uvicorn.Config(**config)`` from one process per socket (:func:`bind`) until SIGINT or SIGTERM."""
     workers = len(sockets)
@@ -116,13 +131,23 @@ def run_workers(config: dict[str, Any], sockets: list[socket.socket]) -> None:
 
     previous = {s: signal.signal(s, stop) for s in (signal.SIGINT, signal.SIGTERM)}
     procs = [start(i) for i in range(workers)]
+    started = [time.monotonic()] * workers
+    failures, due = [0] * workers, [0.0] * workers  # short lives in a row; when the next may start
+    noticed = [False] * workers  # the worker's end was logged and its restart set
     try:
         while not stopping:
+            now = time.monotonic()
             for i, proc in enumerate(procs):
-                if not proc.is_alive() and not stopping:
-                    log.warning("rdmem serve: worker %d (pid %s) exited with %s; starting another",
-                                i, proc.pid, proc.exitcode)
-                    procs[i] = start(i)
+                if proc.is_alive() or stopping:
+                    continue
+                if not noticed[i]:
+                    failures[i] = failures[i] + 1 if now - started[i] < STEADY else 0
+                    wait = restart_delay(failures[i])
+                    log.warning("rdmem serve: worker %d (pid %s) exited with %s; starting another%s", i, proc.pid,
+                                proc.exitcode, f" in {wait:.0f} s ({failures[i]} short lives in a row)" if wait else "")
+                    due[i], noticed[i] = now + wait, True
+                if now >= due[i]:
+                    procs[i], started[i], noticed[i] = start(i), time.monotonic(), False
             time.sleep(0.2)
     finally:
         for proc in procs:  # a terminal's Ctrl-C reached them already; a SIGTERM to this process did not
