@@ -47,6 +47,7 @@ def take_turn(
     context: tuple[str | None, int] | None = None,
     charge: Callable[[list[Message]], AbstractContextManager[object]] | None = None,
     log: dict[str, Any] | None = None,
+    follows: int = 0,
 ) -> Turn:
     """Store what ``messages`` (a resent history, parsed once by the caller) adds to ``mem``'s session, and
     build the context ``(query, budget)`` if asked, from one read of the session.
@@ -57,11 +58,19 @@ def take_turn(
     for the session's compaction log, in the same write. The write is conditional on the version read (a
     session written by another process meanwhile is read and lined up again, :data:`~rdmem.manager._RETRIES`
     times at most, the last write unconditional).
+
+    ``follows``: the first this many of ``messages`` are the history the rest (a reply) follows. When the
+    session holds only part of that history and went on after it (the client edited or dropped its last
+    messages, on another server process, before this reply was stored), nothing is stored: the reply answers
+    a history the client abandoned (storing it put the abandoned messages back after the edit).
     """
     with mem._lock:
         for attempt in range(_RETRIES):
             view = mem._sync()  # the one read: a version check, and what others wrote since, if anything
             new, dropped = view.resent([m.chat for m in messages])
+            if dropped and new and new[0] < follows:  # the history it follows was replaced meanwhile
+                store_untrimmed(mem, [], log=log)  # the request's record alone
+                return Turn([], [], dropped)
             deleted = bool(dropped) and len(dropped) <= replace
             if deleted:  # the client went on from an earlier point: its history is the one kept (rare)
                 view.store.delete(mem.session, dropped)
@@ -89,7 +98,7 @@ def store_following(
     """Store ``messages`` (a reply) after the resent ``history`` it follows, unless the session holds them
     there already (another server process stored them as resent messages first), lined up and written as
     :func:`take_turn` does, with ``log`` in the same write. Returns the ids stored."""
-    return take_turn(mem, [*history, *messages], charge=charge, log=log).ids
+    return take_turn(mem, [*history, *messages], charge=charge, log=log, follows=len(history)).ids
 
 
 def store_untrimmed(
