@@ -62,13 +62,16 @@ def take_turn(
     ``follows``: the first this many of ``messages`` are the history the rest (a reply) follows. When the
     session holds only part of that history and went on after it (the client edited or dropped its last
     messages, on another server process, before this reply was stored), nothing is stored: the reply answers
-    a history the client abandoned (storing it put the abandoned messages back after the edit).
+    a history the client abandoned (storing it put the abandoned messages back after the edit). When the
+    session holds the whole history followed by another reply (the client retried the request, and the
+    retry's reply was stored first), nothing is stored either: one question, one reply (the later one, which
+    the client went on with).
     """
     with mem._lock:
         for attempt in range(_RETRIES):
             view = mem._sync()  # the one read: a version check, and what others wrote since, if anything
             new, dropped = view.resent([m.chat for m in messages])
-            if dropped and new and new[0] < follows:  # the history it follows was replaced meanwhile
+            if follows and dropped and new and (new[0] < follows or _answered(view, dropped[0])):  # superseded
                 store_untrimmed(mem, [], log=log)  # the request's record alone
                 return Turn([], [], dropped)
             deleted = bool(dropped) and len(dropped) <= replace
@@ -88,6 +91,12 @@ def take_turn(
             query, budget = context
             ctx = mem._context(view, query, budget, warn=False)
         return Turn(new, ids, dropped, deleted, ctx)
+
+
+def _answered(view: Any, first: str) -> bool:
+    """Whether the stored message ``first``, the first after the history a reply follows, is a reply itself."""
+    unit = view.by_id.get(first)
+    return unit is not None and unit.role == "assistant"
 
 
 def store_following(
