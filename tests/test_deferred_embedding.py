@@ -194,3 +194,30 @@ def test_two_workers_on_one_postgresql_never_embed_a_message_twice(pg_fresh_url,
         assert sorted(emb.texts) == sorted(m["content"] for m in msgs)  # each message once, none twice
         assert sum(w.embedded for w in workers) == 45
         assert all(u.embedding is not None for u in a.load(session))
+
+
+def test_vectors_whose_write_failed_are_written_at_the_next_round_not_after_their_lease(tmp_path, hashing_embedder):
+    """The database went away between a batch's claim and its write (a PostgreSQL restart under
+    ``rdmem serve --workers 2``: 128 messages left without vectors): the worker held their claims, so no one
+    claimed them again until the lease (120 s) lapsed, and then they were embedded again."""
+    from rdmem.errors import StoreError
+
+    with open_store(f"sqlite:///{tmp_path / 'mem.db'}") as store:
+        MemoryManager(budget=500, policy="rd", store=store, session="a", embedder=hashing_embedder,
+                      embedding="deferred").extend(chat(12))
+        real, failed = store.set_embeddings, []
+
+        def away_once(session, vectors):
+            if not failed:
+                failed.append(session)
+                raise StoreError("the database is unreachable")
+            return real(session, vectors)
+
+        store.set_embeddings = away_once
+        emb = Counting(hashing_embedder)
+        worker = EmbeddingWorker(store, emb, batch=64)
+        with pytest.raises(StoreError):
+            worker.run_once()
+        worker.run_once()  # the database is back
+        assert all(u.embedding is not None for u in store.load("a"))
+        assert len(emb.texts) == 12 and worker.embedded == 12  # each embedded once

@@ -74,9 +74,18 @@ class EmbeddingWorker:
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._unwritten: dict[str, dict[str, np.ndarray]] = {}  # vectors whose write failed, by session
 
     def run_once(self) -> int:
-        """Claim one batch, embed it and write the vectors back; how many units it claimed (0: none left)."""
+        """Claim one batch, embed it and write the vectors back; how many units it claimed (0: none left).
+
+        Vectors whose write failed (the database went away between the claim and the write) are written first
+        at the next call, not left to wait for their lease (120 s by default: the worker that holds their
+        claim would not claim them again) and be embedded again."""
+        if self._unwritten:
+            left = self._unwritten
+            self._unwritten = {}
+            self._write(left)
         claimed = self.store.claim_unembedded(self.name, limit=self.batch, lease=self.lease)
         if not claimed:
             return 0
@@ -94,13 +103,20 @@ class EmbeddingWorker:
         for (session, unit), vec in zip(claimed, vectors, strict=True):
             if vec is not None:
                 by_session[session][unit.id] = vec
-        for session, vecs in by_session.items():
-            self.store.set_embeddings(session, vecs)
-        if self.on_landed is not None:
-            for session in by_session:
-                self.on_landed(session)
-        self.embedded += sum(len(v) for v in by_session.values())
+        self._write(dict(by_session))
         return len(claimed)
+
+    def _write(self, by_session: dict[str, dict[str, np.ndarray]]) -> None:
+        """Write the vectors, session by session; on a failure, those not written are kept for the next round."""
+        for k, (session, vecs) in enumerate(list(by_session.items())):
+            try:
+                self.store.set_embeddings(session, vecs)
+            except StoreError:
+                self._unwritten = dict(list(by_session.items())[k:])
+                raise
+            self.embedded += len(vecs)
+            if self.on_landed is not None:
+                self.on_landed(session)
 
     def _alone(self, session: str, uid: str, text: str) -> np.ndarray | None:
         try:
