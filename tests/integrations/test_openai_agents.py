@@ -372,6 +372,26 @@ def test_concurrent_writers_lose_nothing(tmp_path):
         assert mine == [f"{w} {i} {k}" for i in range(12) for k in ("question", "answer")]
 
 
+def test_two_model_calls_of_one_session_at_once_store_a_new_question_once(tmp_path, hashing_embedder):
+    """The filter found the input's new items, then wrote them, in two steps: two model calls of one session with
+    one input at once (a double submit) stored the new question twice, 10 times in 10."""
+    from agents.run_config import CallModelData, ModelInputData
+
+    session = RdmemSession("t", store=f"sqlite:///{tmp_path / 'a.db'}", policy="rd", budget=2000,
+                           embedder=hashing_embedder)
+    history = [{"role": "user", "content": "hello"}, {"role": "assistant", "content": "hi there"}]
+    question = {"role": "user", "content": "What about Lisbon?"}
+
+    async def both() -> list[str]:
+        await session.add_items(history)
+        data = [CallModelData(model_data=ModelInputData(input=[*history, question], instructions=None),
+                              agent=Agent(name="a"), context=None) for _ in range(2)]
+        await asyncio.gather(*(session.call_model_input_filter(d) for d in data))
+        return [m["content"] for m in await session.memory.history()]
+
+    assert asyncio.run(both()) == ["hello", "hi there", "What about Lisbon?"]
+
+
 # -- the shared scenario ----------------------------------------------------------------------------
 @function_tool
 def find_restaurants(area: str) -> str:

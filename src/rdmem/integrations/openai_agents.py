@@ -324,18 +324,19 @@ class RdmemSession:
         """Store the messages at the end of a model call's input that the session does not have: none when
         the runner stored them first, the new question when it stores it after the call (a streamed run),
         what follows the resent history in a run without this session."""
-        if not messages:
-            return
-        tail = await self._tail(1)
-        start = await asyncio.to_thread(first_unseen, messages, tail[-1] if tail else None, self.memory.sync.unseen,
-                                        self._rendered)
-        if start < len(messages):
-            await asyncio.to_thread(self._locked, self._mirror, messages[start:],
-                                    [resend_key(m) for m in messages[start:]])
+        if messages:
+            await asyncio.to_thread(self._locked, self._mirror_unseen, messages)
 
-    def _mirror(self, messages: list[dict[str, Any]], keys: list[str]) -> None:
-        self.memory.sync.extend(messages)
-        self._mirrored += keys
+    def _mirror_unseen(self, messages: list[dict[str, Any]]) -> None:
+        """What :meth:`_store_unseen` stores, found and written in one step (under ``_writes``): two model calls
+        of the session at once with one input stored its new question twice."""
+        mem = self.memory.sync
+        total = len(mem)
+        newest = mem.history(offset=total - 1)[-1] if total else None
+        start = first_unseen(messages, newest, mem.unseen, self._rendered)
+        if start < len(messages):
+            mem.extend(messages[start:])
+            self._mirrored += [resend_key(m) for m in messages[start:]]
 
     def _add(self, messages: list[dict[str, Any]]) -> None:
         """Store messages, less those the filter already stored for the runner (it adds them after the
