@@ -472,60 +472,67 @@ def test_a_reply_another_server_stored_first_is_not_stored_again(serve, fake_ope
         assert stored(store) == [m["content"] for m in history]
 
 
+class _TwoServers:
+    """Two proxies on one SQLite file, the client's session ``user``; the store of the reply whose text is
+    ``hold`` waits (:attr:`held` set) until :attr:`release` is set (:attr:`done` once stored)."""
+
+    def __init__(self, serve, fake_openai, embedder, monkeypatch, path, user: str, hold: str) -> None:
+        import threading
+
+        from rdmem.server import routes_proxy
+
+        self.release, self.held, self.done = threading.Event(), threading.Event(), threading.Event()
+        original = routes_proxy.store_reply
+
+        def late(*args):
+            if not (args[5] and args[5].get("content") == hold):
+                return original(*args)
+            self.held.set()
+            self.release.wait(60)
+            try:
+                return original(*args)
+            finally:
+                self.done.set()
+
+        monkeypatch.setattr(routes_proxy, "store_reply", late)
+        self.url, self.user = f"sqlite:///{path}", user
+        self.a, self.b = (serve(create_app(ServerSettings(upstream=fake_openai.url, memory_timeout=60, store=self.url),
+                                           embedder=embedder)) for _ in range(2))
+        self._oai = {s: openai.OpenAI(base_url=f"{s.url}/v1", api_key="sk-x", max_retries=0) for s in (self.a, self.b)}
+
+    def ask(self, server, history) -> list[dict]:
+        answer = self._oai[server].chat.completions.create(model="m", messages=history, user=self.user)
+        return [*history, {"role": "assistant", "content": answer.choices[0].message.content}]
+
+    def stored(self, store, n) -> list[str]:
+        deadline = time.monotonic() + 30
+        while len(store.load(f"t/default/{self.user}")) < n and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return [u.message["content"] for u in store.load(f"t/default/{self.user}")]
+
+
 @pytest.mark.slow  # starts servers
 def test_a_late_reply_to_a_question_the_client_edited_on_another_server_is_not_stored(
         serve, fake_openai, hashing_embedder, monkeypatch, tmp_path):
     """Server A answers q2 and stores its reply after; the client edits q2 and its request reaches server B
     first, which replaces q2 with the edit. A's late store must then store nothing: it stored the abandoned q2
     and its reply again after the edit (q1 a1 q2' q2 a2 a2')."""
-    import threading
-
-    from rdmem.server import routes_proxy
-
     from .._fake_openai import Reply, completion
 
     fake_openai.respond = lambda req: Reply(body=completion("answer to " + req["body"]["messages"][-1]["content"]))
-    release, held, done = threading.Event(), threading.Event(), threading.Event()
-    original = routes_proxy.store_reply
-
-    def late(*args):  # the reply to q2 (server A's) is stored once server B has taken the edit
-        if not (args[5] and args[5].get("content") == "answer to q2"):
-            return original(*args)
-        held.set()
-        release.wait(60)
-        try:
-            return original(*args)
-        finally:
-            done.set()
-
-    monkeypatch.setattr(routes_proxy, "store_reply", late)
-    url = f"sqlite:///{tmp_path / 'shared.db'}"
-    a, b = (serve(create_app(ServerSettings(upstream=fake_openai.url, memory_timeout=60, store=url),
-                             embedder=hashing_embedder)) for _ in range(2))
-    oai = {s: openai.OpenAI(base_url=f"{s.url}/v1", api_key="sk-x", max_retries=0) for s in (a, b)}
-
-    def ask(server, history) -> list[dict]:
-        answer = oai[server].chat.completions.create(model="m", messages=history, user="edit")
-        return [*history, {"role": "assistant", "content": answer.choices[0].message.content}]
-
-    def stored(store, n) -> list[str]:
-        deadline = time.monotonic() + 30
-        while len(store.load("t/default/edit")) < n and time.monotonic() < deadline:
-            time.sleep(0.05)
-        return [u.message["content"] for u in store.load("t/default/edit")]
-
-    history = ask(a, [{"role": "user", "content": "q1"}])
-    with open_store(url) as store:
-        assert stored(store, 2) == ["q1", "answer to q1"]
-    ask(a, [*history, {"role": "user", "content": "q2"}])  # A's store of its reply is held
-    assert held.wait(30)
-    history = ask(b, [*history, {"role": "user", "content": "q2 edited"}])
+    two = _TwoServers(serve, fake_openai, hashing_embedder, monkeypatch, tmp_path / "shared.db", "edit", "answer to q2")
+    history = two.ask(two.a, [{"role": "user", "content": "q1"}])
+    with open_store(two.url) as store:
+        assert two.stored(store, 2) == ["q1", "answer to q1"]
+    two.ask(two.a, [*history, {"role": "user", "content": "q2"}])  # A's store of its reply is held
+    assert two.held.wait(30)
+    history = two.ask(two.b, [*history, {"role": "user", "content": "q2 edited"}])
     want = [m["content"] for m in history]
-    with open_store(url) as store:
-        assert stored(store, 4) == want
-        release.set()
-        assert done.wait(30)
-        assert stored(store, 4) == want
+    with open_store(two.url) as store:
+        assert two.stored(store, 4) == want
+        two.release.set()
+        assert two.done.wait(30)
+        assert two.stored(store, 4) == want
 
 
 @pytest.mark.slow  # starts servers
@@ -535,53 +542,22 @@ def test_a_late_reply_to_a_request_retried_on_another_server_is_not_stored_after
     server B first, which stores its own reply. A's late store must then store nothing: the question had two
     replies, the one the client dropped last (q1 a1 q2 a2' a2)."""
     import itertools
-    import threading
-
-    from rdmem.server import routes_proxy
 
     from .._fake_openai import Reply, completion
 
     count = itertools.count(1)
     fake_openai.respond = lambda req: Reply(body=completion(f"answer {next(count)}"))
-    release, held, done = threading.Event(), threading.Event(), threading.Event()
-    original = routes_proxy.store_reply
-
-    def late(*args):  # the first reply to q2 (server A's) is stored once server B has stored the retry's
-        if not (args[5] and args[5].get("content") == "answer 2"):
-            return original(*args)
-        held.set()
-        release.wait(60)
-        try:
-            return original(*args)
-        finally:
-            done.set()
-
-    monkeypatch.setattr(routes_proxy, "store_reply", late)
-    url = f"sqlite:///{tmp_path / 'shared.db'}"
-    a, b = (serve(create_app(ServerSettings(upstream=fake_openai.url, memory_timeout=60, store=url),
-                             embedder=hashing_embedder)) for _ in range(2))
-    oai = {s: openai.OpenAI(base_url=f"{s.url}/v1", api_key="sk-x", max_retries=0) for s in (a, b)}
-
-    def ask(server, history) -> list[dict]:
-        answer = oai[server].chat.completions.create(model="m", messages=history, user="retry")
-        return [*history, {"role": "assistant", "content": answer.choices[0].message.content}]
-
-    def stored(store, n) -> list[str]:
-        deadline = time.monotonic() + 30
-        while len(store.load("t/default/retry")) < n and time.monotonic() < deadline:
-            time.sleep(0.05)
-        return [u.message["content"] for u in store.load("t/default/retry")]
-
-    history = ask(a, [{"role": "user", "content": "q1"}])
-    with open_store(url) as store:
-        assert stored(store, 2) == ["q1", "answer 1"]
+    two = _TwoServers(serve, fake_openai, hashing_embedder, monkeypatch, tmp_path / "shared.db", "retry", "answer 2")
+    history = two.ask(two.a, [{"role": "user", "content": "q1"}])
+    with open_store(two.url) as store:
+        assert two.stored(store, 2) == ["q1", "answer 1"]
     request = [*history, {"role": "user", "content": "q2"}]
-    ask(a, request)  # A's store of its reply is held
-    assert held.wait(30)
-    want = [m["content"] for m in ask(b, request)]  # the retry
+    two.ask(two.a, request)  # A's store of its reply is held
+    assert two.held.wait(30)
+    want = [m["content"] for m in two.ask(two.b, request)]  # the retry
     assert want[-1] == "answer 3"
-    with open_store(url) as store:
-        assert stored(store, 4) == want
-        release.set()
-        assert done.wait(30)
-        assert stored(store, 4) == want
+    with open_store(two.url) as store:
+        assert two.stored(store, 4) == want
+        two.release.set()
+        assert two.done.wait(30)
+        assert two.stored(store, 4) == want
