@@ -63,7 +63,7 @@ def test_no_page_may_be_framed_by_another_site(keyed):
     with httpx.Client(base_url=keyed.url, headers={"Authorization": f"Bearer {keyed.keys['acme']}"}) as http:
         for path in (*PAGES, "/ui/login", "/docs", "/v1/sessions"):
             page = http.get(path)
-            assert page.status_code == 200, path
+            assert page.status_code in ((200, 202) if path.startswith("/ui/curve") else (200,)), path  # 202: computing
             assert page.headers["x-frame-options"] == "DENY", path
             assert page.headers["content-security-policy"] == "frame-ancestors 'none'", path
     refused = httpx.get(f"{keyed.url}/ui/", headers={"Host": "evil.example"})
