@@ -167,9 +167,11 @@ def _settle(
     """Bring a plan to the exact budget: keep the newest user message (and the turn in progress), make the
     summary, repair overflows, fill, and never send nothing."""
     tok, avail = problem.tokenizer, head.avail
-    out = _Settled(chosen=set(plan.chosen), contents=dict(plan.contents))
+    out = _Settled(chosen=set(plan.chosen), contents={})
+    _content_costs(out, problem, cost, plan.contents)  # the shorter forms a policy chose, counted as sent
     keep: set[int] = set()
     if newest is not None:
+        _content_costs(out, problem, cost, {i: None for i in problem.blocks[newest]})
         if newest not in out.chosen and cost.total({newest}) > avail:
             _cut_newest(out, problem, layout, cost, newest, avail, budget)
             if out.chosen:
@@ -179,6 +181,8 @@ def _settle(
             # with the turn in progress (the tool calls and results since) as far as it fits beside it.
             keep = {newest}
             for b in layout.turn_in_progress(newest):
+                if cost.total(keep | {b}) > avail:  # cut from the whole messages, not from a policy's shorter form
+                    _content_costs(out, problem, cost, {i: None for i in problem.blocks[b]})
                 if cost.total(keep | {b}) <= avail or _cut_turn_block(out, problem, layout, cost, keep, b, avail):
                     keep.add(b)
             out.chosen |= keep
@@ -188,11 +192,6 @@ def _settle(
     if out.summary:
         out.summarized = list(plan.summarize)
     cost.summarized(layout.cand_pos[i] for i in out.summarized)
-    if plan.contents:
-        block_of = problem.block_of
-        for i, text in plan.contents.items():
-            u = problem.units[i]
-            cost.costs[block_of[i]] += tok.message_tokens({**u.message, "content": text}) - u.tokens
     values = problem.block_values(plan.scores) if len(plan.scores) else np.zeros(len(problem.blocks))
     ratio = values / np.maximum(cost.costs, 1)
     partners = {b: tuple(group) for group in plan.together if len(group) > 1 for b in group}
@@ -208,6 +207,24 @@ def _settle(
     if not out.chosen and not out.summary and problem.blocks and avail > 0:
         _fallback(out, problem, layout, cost, values, avail, budget)
     return out
+
+
+def _content_costs(out: _Settled, problem: Problem, cost: RenderCost, contents: Mapping[int, str | None]) -> None:
+    """Send each unit ``i`` of ``contents`` as ``contents[i]`` (``None``: verbatim), its block's cost counted
+    as sent: a shorter form a policy chose, or the policy's form taken back (the message the model is about to
+    answer goes out verbatim or cut; a block of the turn in progress too large is cut from its whole messages)."""
+    tok = problem.tokenizer
+    for i, text in contents.items():
+        i = int(i)
+        u = problem.units[i]
+        before = out.contents.get(i)
+        was = u.tokens if before is None else tok.message_tokens({**u.message, "content": before})
+        now = u.tokens if text is None else tok.message_tokens({**u.message, "content": text})
+        if text is None:
+            out.contents.pop(i, None)
+        else:
+            out.contents[i] = text
+        cost.costs[problem.block_of[i]] += now - was
 
 
 def _cut_newest(out: _Settled, problem: Problem, layout: Layout, cost: RenderCost, newest: int, avail: int,

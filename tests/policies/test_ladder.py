@@ -41,3 +41,23 @@ def test_unit_values_are_the_report_scores_when_everything_fits(cl100k, hashing_
         values = unit_values(units, policy=pol, tokenizer=cl100k, embedder=emb)
         assert values.tolist() == [d.score for d in report], name
         assert values[[u.pinned for u in units]].tolist() == [0.0] * sum(u.pinned for u in units)
+
+
+def test_a_cut_in_the_turn_in_progress_is_counted_once_beside_the_ladders_shorter_forms(hashing_embedder):
+    """Found by the property test (CI): the ladder chose a shorter form of a message of the turn in progress,
+    the turn's cut then replaced it, and its block was charged for both: 66 tokens rendered for a budget of 63
+    (the engine's internal error). The cut is made from the whole messages and counted as sent."""
+    from rdmem import MemoryManager
+
+    the = " ".join(["the"] * 17)
+    history = [{"role": "system", "content": "the the the"}, {"role": "user", "content": ""},
+               {"role": "user", "content": ""}, {"role": "user", "content": ""},
+               {"role": "assistant", "content": f"{the} ? plan"}, {"role": "assistant", "content": ""},
+               {"role": "assistant", "content": None, "tool_calls": [
+                   {"id": "call_0", "type": "function", "function": {"name": "search", "arguments": '{"q": ""}'}}]},
+               {"role": "tool", "tool_call_id": "call_0", "content": "the the the"}]
+    mem = MemoryManager(budget=63, policy="rd-ladder", embedder=hashing_embedder)
+    mem.extend(history)
+    ctx = mem.context()
+    assert ctx.tokens == mem.tokenizer.messages_tokens(ctx.messages) <= 63
+    assert any(m.get("tool_calls") for m in ctx.messages) and ctx.messages[-1]["role"] == "tool"
