@@ -52,6 +52,8 @@ def test_the_tree_keeps_the_builtin_bases_callers_already_catch():
     (lambda: MemoryStore().append("", []), InvalidInput, "session must be a non-empty string, got ''"),
     (lambda: MemoryStore().set_tier("s", "abc", "working"), InvalidType, "ids must be a list of message ids, got str"),
     (lambda: KeyStore(MemoryStore()).create_key("a/b"), InvalidInput, "tenant must be 1-64 letters"),
+    # "$" matched before a final newline: a key was made for "acme\n" (store names "t/acme\n/x")
+    (lambda: KeyStore(MemoryStore()).create_key("acme\n"), InvalidInput, "tenant must be 1-64 letters"),
 ])
 def test_caller_errors_are_invalid_input_with_the_same_messages(call, kind, message):
     with pytest.raises(kind, match=re.escape(message)):

@@ -15,14 +15,14 @@ from ._types import ApiKey
 __all__ = ["KeyStore", "keeps_keys", "check_name", "check_tenant", "key_hash", "TENANT", "KEYLESS_TENANT"]
 
 #: A tenant's name: what a key belongs to and what the service scopes sessions by.
-TENANT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$")
+TENANT = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}")  # whole names only: fullmatch
 _KEY_PREFIX = "rdmem_"
 #: The tenant of every caller of a server without keys; no key is made for it.
 KEYLESS_TENANT = "default"
 
 
 def check_tenant(tenant: object) -> str:
-    if not isinstance(tenant, str) or not TENANT.match(tenant):
+    if not isinstance(tenant, str) or not TENANT.fullmatch(tenant):
         raise InvalidInput(f"tenant must be 1-64 letters, digits, '_', '.' or '-' (not first), got {tenant!r}")
     return tenant
 
