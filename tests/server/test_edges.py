@@ -317,3 +317,21 @@ def test_mem0_scores_are_cosine_similarities_and_threshold_filters_on_them(keyle
     kept = client.post("/search", json={"query": "allergic to peanuts", "user_id": "bob", "threshold": between})
     assert [k["memory"] for k in kept.json()["results"]] == ["I am allergic to peanuts and cashews."]
     assert client.post("/search", json={"query": "x", "user_id": "bob", "threshold": 2}).status_code == 422
+
+
+def test_a_mem0_id_never_names_a_memory_added_after_its_session_was_deleted(keyless):
+    """Found by the sixth review: a delete-all restarted the session's numbering at m0, so the next memory got
+    the deleted one's id, and a stale (retried) delete of the old id answered 200 and deleted the new one."""
+    _, client, _ = keyless
+    old = client.post("/memories", json={"messages": [USER], "user_id": "ann"}).json()["results"][0]["id"]
+    assert client.delete("/memories", params={"user_id": "ann"}).status_code == 200
+    added = client.post("/memories", json={"messages": [{"role": "user", "content": "My passport is X123."}],
+                                           "user_id": "ann"}).json()["results"][0]
+    assert added["id"] != old
+    assert client.get(f"/memories/{old}").status_code == 404
+    assert client.delete(f"/memories/{old}").status_code == 404
+    listed = client.get("/memories", params={"user_id": "ann"}).json()["results"]
+    assert [(m["id"], m["memory"]) for m in listed] == [(added["id"], "My passport is X123.")]
+    assert client.get(f"/memories/{added['id']}").json()["memory"] == "My passport is X123."
+    assert client.delete(f"/memories/{added['id']}").status_code == 200
+    assert client.get("/memories", params={"user_id": "ann"}).json() == {"results": []}

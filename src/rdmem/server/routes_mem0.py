@@ -86,18 +86,37 @@ def _matching(request: Request, tenant: str, scope: dict[str, str]) -> list[tupl
     return out
 
 
-def _memory_id(session: str, uid: str) -> str:
-    return base64.urlsafe_b64encode(json.dumps([session, uid]).encode()).decode().rstrip("=")
+def _memory_id(session: str, message: dict[str, Any]) -> str:
+    """A memory's id: its session, its message id and when it was added. A session deleted and written again
+    numbers its messages from ``m0`` again; the time keeps an old id from naming the new memory (mem0's ids
+    are unique, and a client retrying a delete must not delete what was added since)."""
+    return base64.urlsafe_b64encode(json.dumps([session, message["id"], message.get("created_at")]).encode()) \
+        .decode().rstrip("=")
 
 
-def _parse_id(memory_id: str) -> tuple[str, str]:
+def _parse_id(memory_id: str) -> tuple[str, str, str | None]:
+    """``(session, message id, added)`` of a memory id; ``added`` is ``None`` for an id made before rdmem put
+    the time in (one of two parts)."""
     try:
-        session, uid = json.loads(base64.urlsafe_b64decode(memory_id + "=" * (-len(memory_id) % 4)))
-        if isinstance(session, str) and isinstance(uid, str) and session.startswith(_PREFIX):
-            return session, uid
+        session, uid, *added = json.loads(base64.urlsafe_b64decode(memory_id + "=" * (-len(memory_id) % 4)))
+        if isinstance(session, str) and isinstance(uid, str) and session.startswith(_PREFIX) and \
+                len(added) <= 1 and all(a is None or isinstance(a, str) for a in added):
+            return session, uid, added[0] if added else None
     except (ValueError, TypeError):
         pass
     raise ApiError(404, f"Memory with id {memory_id} not found")
+
+
+def _the_memory(request: Request, tenant: str, memory_id: str) -> tuple[str, dict[str, Any]]:
+    """The session and the stored message a memory id names, else a 404 (another tenant's, deleted, or a
+    message that took its place after its session was deleted)."""
+    session, uid, added = _parse_id(memory_id)
+    store_session(tenant, session)  # a name of the caller's tenant only
+    pool = request.app.state.rdmem.pool
+    found = pool.manager(tenant, session).originals([uid]).get(uid) if pool.exists(tenant, session) else None
+    if found is None or (added is not None and found.get("created_at") != added):
+        raise ApiError(404, f"Memory with id {memory_id} not found")
+    return session, found
 
 
 def _text(message: dict[str, Any]) -> str:
@@ -109,7 +128,7 @@ def _text(message: dict[str, Any]) -> str:
 
 def _item(session: str, scope: dict[str, str], message: dict[str, Any], score: float | None = None) -> Mem0Item:
     text = _text(message)
-    return Mem0Item(id=_memory_id(session, message["id"]), memory=text, hash=hashlib.md5(text.encode()).hexdigest(),
+    return Mem0Item(id=_memory_id(session, message), memory=text, hash=hashlib.md5(text.encode()).hexdigest(),
                     metadata=message.get("metadata"), score=score, created_at=message.get("created_at"),
                     updated_at=message.get("created_at"), role=message.get("role"), **scope)
 
@@ -149,19 +168,14 @@ def get_memories(tenant: Tenant, request: Request, user_id: _Id = None, agent_id
 
 @router.get("/memories/{memory_id}", response_model=Mem0Item, operation_id="mem0_get", response_model_exclude_none=True)
 def get_memory(memory_id: str, tenant: Tenant, request: Request) -> Mem0Item:
-    session, uid = _parse_id(memory_id)
-    store_session(tenant, session)  # a name of the caller's tenant only
-    for m in _all(request, tenant, session) if request.app.state.rdmem.pool.exists(tenant, session) else ():
-        if m["id"] == uid:
-            return _item(session, dict(parse_qsl(session[len(_PREFIX):])), m)
-    raise ApiError(404, f"Memory with id {memory_id} not found")
+    session, message = _the_memory(request, tenant, memory_id)
+    return _item(session, dict(parse_qsl(session[len(_PREFIX):])), message)
 
 
 @router.delete("/memories/{memory_id}", operation_id="mem0_delete")
 def delete_memory(memory_id: str, tenant: Tenant, request: Request) -> dict[str, str]:
-    session, uid = _parse_id(memory_id)
-    pool = request.app.state.rdmem.pool
-    if not pool.exists(tenant, session) or not pool.manager(tenant, session).delete([uid]):
+    session, message = _the_memory(request, tenant, memory_id)
+    if not request.app.state.rdmem.pool.manager(tenant, session).delete([message["id"]]):
         raise ApiError(404, f"Memory with id {memory_id} not found")
     return {"message": "Memory deleted successfully"}
 
