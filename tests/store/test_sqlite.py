@@ -135,6 +135,34 @@ def test_missing_directory_is_a_store_error(tmp_path):
         SQLiteStore(tmp_path / "no" / "such" / "m.db")
 
 
+@pytest.fixture
+def read_only_dir(tmp_path):
+    """A directory on a file system mounted read-only (a tmpfs; root and mount rights needed), holding a store."""
+    import subprocess
+
+    where = tmp_path / "ro"
+    where.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(where)], capture_output=True).returncode:
+        pytest.skip("cannot mount a file system here (needs root)")
+    try:
+        SQLiteStore(str(where / "m.db")).close()
+        subprocess.run(["mount", "-o", "remount,ro", str(where)], check=True)
+        yield where
+    finally:
+        subprocess.run(["umount", str(where)], check=False)
+
+
+def test_a_store_on_a_read_only_file_system_says_it_cannot_be_written(read_only_dir):
+    """It said "unreadable (unable to open database file)" (the sixth review), which sent users looking for
+    damage; a read-only opening reads it."""
+    with pytest.raises(StoreError, match=r"m\.db: cannot be written \(a read-only file system, or no write "
+                                         r"permission"):
+        SQLiteStore(str(read_only_dir / "m.db"))
+    store = SQLiteStore(str(read_only_dir / "m.db"), readonly=True)
+    assert store.sessions() == []
+    store.close()
+
+
 def test_use_after_close_is_a_store_error(tmp_path):
     store = SQLiteStore(tmp_path / "m.db")
     store.close()

@@ -111,8 +111,23 @@ def open_file(path: str, *, where: str, timeout: float, synchronous: str, readon
         raise
     except sqlite3.DatabaseError as exc:
         conn.close()
+        if not readonly and not _writable(p):  # a read-only file system or file: SQLite says "unable to open"
+            raise StoreError(f"{where}: cannot be written (a read-only file system, or no write permission on "
+                             f"the file or its directory, which holds its journal); to read it only, open it "
+                             f"read-only ({exc})") from None
         raise StoreError(f"{where}: unreadable ({exc}); nothing was changed") from None
     return conn
+
+
+def _writable(p: Path) -> bool:
+    """Whether this process may write the store file ``p`` and create its journal beside it."""
+    probe = p.parent / f".{p.name}.rdmem-write-check-{os.getpid()}"
+    try:
+        probe.touch()
+        probe.unlink()
+    except OSError:
+        return False
+    return not p.exists() or os.access(p, os.W_OK)
 
 
 def _connect(p: Path, *, where: str, timeout: float, readonly: bool) -> sqlite3.Connection:
