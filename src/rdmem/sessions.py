@@ -39,7 +39,8 @@ from .policies import MODE_POLICIES, get_policy
 from .reconstruct import MARKER, MERGED, Markers
 from .tokens import content_text
 
-__all__ = ["MODES", "session_name", "policy_for", "needs_embedder", "embedder_for", "default_low", "first_unseen"]
+__all__ = ["MODES", "session_name", "policy_for", "needs_embedder", "embedder_for", "default_low", "first_unseen",
+           "tenant_store_name", "tenant_session_infos"]
 
 #: The task modes a front door may name instead of a policy (``qa`` is plain ``rd``).
 MODES: tuple[str, ...] = tuple(MODE_POLICIES)
@@ -121,3 +122,26 @@ def first_unseen(messages: Sequence[Mapping[str, Any]], newest: Mapping[str, Any
             start = max((i + 1 for i, is_marker in enumerate(marker) if is_marker), default=0)
         start += (unseen([chat_fields(m) for m in messages[start:]]) or [len(messages) - start])[0]
     return start
+
+
+#: The service's name in the store for a tenant's session: ``t/<tenant>/<session>`` (REST, the proxy, mem0, ``/mcp``
+#: and ``rdmem mcp --tenant`` name the same session alike).
+TENANT_PREFIX = "t/"
+
+
+def tenant_store_name(tenant: str, session: str, field: str = "session") -> str:
+    """The store's name for ``tenant``'s session ``session`` (both checked: :class:`InvalidInput` naming
+    ``field`` if one is not a name)."""
+    from .store import check_tenant  # the store package imports this module's neighbours
+
+    check_tenant(tenant)
+    session_name(session, field)
+    return f"{TENANT_PREFIX}{tenant}/{session}"
+
+
+def tenant_session_infos(store: Any, tenant: str) -> list[tuple[str, Any]]:
+    """``(session name, info)`` of every session of ``tenant`` in ``store``, by name."""
+    from .store import check_tenant
+
+    prefix = f"{TENANT_PREFIX}{check_tenant(tenant)}/"
+    return [(i.session[len(prefix):], i) for i in store.sessions() if i.session.startswith(prefix)]

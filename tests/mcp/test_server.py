@@ -171,10 +171,45 @@ def test_the_scenario_fits_holds_the_directive_and_recall_finds_it(minilm):
     run(go())
 
 
-def test_the_command_line_refuses_a_bad_policy_in_one_line(capsys):
-    assert rdmem_main(["mcp", "--store", "memory://", "--policy", "nope"]) == 2
+@pytest.mark.parametrize("args, named", [(["--policy", "nope"], "nope"), (["--tenant", "a/b"], "--tenant")])
+def test_the_command_line_refuses_a_bad_policy_or_tenant_in_one_line(capsys, args, named):
+    assert rdmem_main(["mcp", "--store", "memory://", *args]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("rdmem: error:") and "nope" in err[0]
+    assert len(err) == 1 and err[0].startswith("rdmem: error:") and named in err[0]
+
+
+def test_with_a_tenant_it_sees_what_the_server_shows_that_tenant_and_nothing_else(keyless_server):
+    """Found by the sixth review: ``rdmem mcp`` on a server's store named sessions as the store does, so a
+    keyless server's ``notes`` (``t/default/notes``) was not its ``notes``, and ``t/alice/x`` reached another
+    tenant's session. With ``tenant`` it names them as the server does, and another tenant's are out of reach."""
+    import httpx
+
+    from rdmem.store import open_store
+
+    live, url = keyless_server
+    httpx.post(f"{live.url}/v1/sessions/notes/messages", json={"role": "user", "content": "The code is 4242."}
+               ).raise_for_status()
+    with open_store(url) as store:
+        from rdmem import MemoryManager
+
+        MemoryManager(budget=500, policy="window", store=store, session="t/alice/x").extend(
+            [{"role": "user", "content": "Alice's pin is 1111."}])
+
+    async def go():
+        async with Client(create_mcp_server(store=url, tenant="default", policy="window", session="notes")) as client:
+            listed = await sessions(client)
+            hits = (await ok(client, "recall", query="code"))["results"]
+            await ok(client, "remember", content="And the door is blue.")
+            foreign = (await ok(client, "recall", query="pin", session="t/alice/x"))["results"]
+            return listed, hits, foreign
+
+    listed, hits, foreign = run(go())
+    assert listed == {"notes": 1} and [h["content"] for h in hits] == ["The code is 4242."]
+    assert foreign == []  # t/default/t/alice/x: a session of this tenant, empty
+    got = httpx.get(f"{live.url}/v1/sessions/notes/messages").json()["messages"]
+    assert [m["content"] for m in got] == ["The code is 4242.", "And the door is blue."]
+    with pytest.raises(ValueError, match="tenant must be 1-64 letters"):
+        create_mcp_server(store=url, tenant="a/b")
 
 
 # -- over stdio, in new processes --------------------------------------------------------------------------

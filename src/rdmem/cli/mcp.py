@@ -22,18 +22,26 @@ def _cmd_mcp(args: argparse.Namespace) -> int:
     from ..sessions import session_name
 
     session_name(args.session, "--session")
+    if args.tenant is not None:
+        from ..store import check_tenant
+
+        try:
+            check_tenant(args.tenant)
+        except ValueError as exc:
+            raise CLIError(f"--tenant: {exc}") from None
     require_embeddings(args.policy, "rdmem mcp")
     url = args.store
     if url is None:
-        from .serve import _default_store  # the same file rdmem serve uses, so both see one memory
+        from .serve import _default_store  # the same file rdmem serve uses (--tenant: the same sessions)
 
         url = _default_store()
     with open_store(url) as store:  # opened before the client talks to us: a bad store is one line on stderr
         server = create_mcp_server(store=store, session=args.session, budget=args.budget, policy=args.policy,
                                    max_budget=args.max_budget, max_messages=args.max_messages,
-                                   max_message_chars=args.max_message_chars)
+                                   max_message_chars=args.max_message_chars, tenant=args.tenant)
         # stdout carries the protocol: everything said to a person goes to stderr.
-        print(f"rdmem mcp: store {redact_url(url)}, session {args.session!r}, budget {args.budget}, "
+        whose = f", tenant {args.tenant!r}" if args.tenant is not None else ""
+        print(f"rdmem mcp: store {redact_url(url)}{whose}, session {args.session!r}, budget {args.budget}, "
               f"policy {args.policy}", file=sys.stderr, flush=True)
         server.run("stdio")
     return 0
@@ -46,6 +54,9 @@ def register(sub: Any) -> None:
     p.add_argument("--store", default=os.environ.get("RDMEM_STORE"),
                    help="store URL (default $RDMEM_STORE, else the file rdmem serve uses)")
     p.add_argument("--session", default="default", help="the session of calls that name none (default 'default')")
+    p.add_argument("--tenant", default=None, help="only this tenant's sessions, named as rdmem serve names them: "
+                   "'default' shares memory with a server without keys on the same store, a key's tenant with "
+                   "that key's callers (default: every session of the store, by its name in the store)")
     p.add_argument("--budget", type=positive_int, default=4000, help="tokens: a session's working set and the "
                    "context tool's default (default 4000)")
     p.add_argument("--policy", default="rd", help="the policy (default rd)")

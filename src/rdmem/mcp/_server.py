@@ -28,8 +28,8 @@ from .._wire import ChatMessage, JsonPositiveInt, SessionSummary, message_dict
 from ..embed import Embedder
 from ..limits import Limits, check_messages, check_text, load_json, read_body
 from ..manager import MemoryManager
-from ..sessions import embedder_for, policy_for, session_name
-from ..store import SessionInfo, Store, StoreError, open_store
+from ..sessions import embedder_for, policy_for, session_name, tenant_session_infos, tenant_store_name
+from ..store import SessionInfo, Store, StoreError, check_tenant, open_store
 from ..tokens import check_budget
 
 __all__ = ["create_mcp_server", "HTTPEndpoint", "CALLER", "SessionAccess", "StoreSessions", "ChatMessage", "Remembered", "Hit", "Recalled",
@@ -119,39 +119,49 @@ class SessionAccess(Protocol):
 
 
 class StoreSessions:
-    """Every session of one store, one pooled manager each (``rdmem mcp``, in-process use)."""
+    """Every session of one store, one pooled manager each (``rdmem mcp``, in-process use); with ``tenant``,
+    only that tenant's sessions, named as ``rdmem serve`` names them (``rdmem mcp --tenant``: the memory a
+    server's callers of that tenant see, and nobody else's)."""
 
-    def __init__(self, store: Store, *, budget: int, policy: str, embedder: Embedder | str | None = None) -> None:
+    def __init__(self, store: Store, *, budget: int, policy: str, embedder: Embedder | str | None = None,
+                 tenant: str | None = None) -> None:
         self.store = store
         self.budget = budget
         self.policy = policy
+        self.tenant = tenant if tenant is None else check_tenant(tenant)
         self._embedder = embedder
         self._managers: dict[str, MemoryManager] = {}
         self._lock = threading.Lock()  # the SDK runs tools in worker threads
 
+    def _name(self, session: str) -> str:
+        """The store's name of the caller's ``session`` (checked)."""
+        return session_name(session) if self.tenant is None else tenant_store_name(self.tenant, session)
+
     def manager(self, session: str) -> MemoryManager:
-        session_name(session)
+        name = self._name(session)
         with self._lock:
-            mem = self._managers.get(session)
+            mem = self._managers.get(name)
             if mem is None:
                 if not isinstance(self._embedder, Embedder):  # resolved once: one model for every session
                     self._embedder = embedder_for(self.policy, self._embedder)
-                mem = MemoryManager(budget=self.budget, policy=self.policy, store=self.store, session=session,
+                mem = MemoryManager(budget=self.budget, policy=self.policy, store=self.store, session=name,
                                     embedder=self._embedder)
-                self._managers[session] = mem
+                self._managers[name] = mem
             return mem
 
     def extend(self, session: str, messages: list[dict[str, Any]]) -> list[str]:
         return self.manager(session).extend(messages)
 
     def sessions(self) -> list[tuple[str, SessionInfo]]:
+        if self.tenant is not None:
+            return tenant_session_infos(self.store, self.tenant)
         return [(i.session, i) for i in self.store.sessions()]
 
     def delete_session(self, session: str) -> bool:
-        session_name(session)
-        if self.store.version(session) == 0:
+        name = self._name(session)
+        if self.store.version(name) == 0:
             return False
-        self.store.delete_session(session)
+        self.store.delete_session(name)
         return True
 
 
@@ -206,6 +216,7 @@ def create_mcp_server(
     max_messages: int = 1000,
     max_message_chars: int = 200_000,
     name: str = "rdmem",
+    tenant: str | None = None,
 ) -> MCPServer:
     """An MCP server (SDK v2 ``MCPServer``) whose tools read and write rdmem sessions.
 
@@ -230,6 +241,10 @@ def create_mcp_server(
         ``remember``'s limits, as ``rdmem serve``'s (:mod:`rdmem.limits`): at
         most this many messages a call, each of at most this many characters
         (every field counted); also the longest query.
+    tenant:
+        Without ``sessions_for``: only this tenant's sessions of ``store``,
+        named as ``rdmem serve`` names them (a keyless server's tenant is
+        ``"default"``); ``None``: every session, by its name in the store.
 
     >>> import asyncio
     >>> server = create_mcp_server(policy="window")
@@ -247,7 +262,7 @@ def create_mcp_server(
     if sessions_for is None:
         if store is not None and not isinstance(store, (str, Store)):
             raise InvalidType(f"store must be a URL or a store object, got {type(store).__name__}")
-        local = StoreSessions(open_store(store), budget=budget, policy=policy, embedder=embedder)
+        local = StoreSessions(open_store(store), budget=budget, policy=policy, embedder=embedder, tenant=tenant)
         sessions_for = lambda request: local  # noqa: E731 - one caller: this process's user
     root = logging.getLogger()
     handlers, level = root.handlers[:], root.level

@@ -37,16 +37,14 @@ from ..manager import MemoryManager
 from ..messages import parse_messages
 from ..names import MAX_SESSION_CHARS, SESSION_NAME_PATTERN
 from ..reconstruct import MARKER_MODES
-from ..sessions import session_name
-from ..store import SessionInfo, Store, check_tenant
+from ..sessions import tenant_session_infos, tenant_store_name
+from ..store import SessionInfo, Store
 from .errors import ApiError
 from .ratelimit import RateLimiter
 from .settings import ServerSettings
 
 __all__ = ["SessionPool", "SessionName", "SessionPathMiddleware", "store_session", "tenant_sessions",
            "MAX_SESSION_CHARS"]
-
-_PREFIX = "t/"
 
 # The pattern is documented, not enforced here: store_session enforces the rule with a message that says why.
 SessionName = Annotated[str, Path(min_length=1, max_length=MAX_SESSION_CHARS,
@@ -108,18 +106,15 @@ class SessionPathMiddleware:
 
 def store_session(tenant: str, session: str, field: str = "session") -> str:
     """The store's name for ``tenant``'s session ``session`` (checked: a clear 400 if it is not a name)."""
-    check_tenant(tenant)
     try:
-        session_name(session, field)
+        return tenant_store_name(tenant, session, field)
     except ValueError as exc:
         raise ApiError(400, str(exc)) from None
-    return f"{_PREFIX}{tenant}/{session}"
 
 
 def tenant_sessions(store: Store, tenant: str) -> list[tuple[str, SessionInfo]]:
     """``(session name, info)`` of every session of ``tenant``, by name."""
-    prefix = f"{_PREFIX}{check_tenant(tenant)}/"
-    return [(i.session[len(prefix):], i) for i in store.sessions() if i.session.startswith(prefix)]
+    return tenant_session_infos(store, tenant)
 
 
 #: Tenants whose query vectors a server keeps cached (least recently used dropped), and vectors per tenant.
