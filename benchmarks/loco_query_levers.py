@@ -241,6 +241,16 @@ def build(path: str) -> tuple[list[dict], list[np.ndarray], list[list[tuple]]]:
     return rows, costs, data
 
 
+def load_rows(path: str, rebuild: bool = False) -> tuple[list[dict], list[np.ndarray], list[list[tuple]]]:
+    """:func:`build`'s rows, from the cache (:data:`CACHE`) when it is there."""
+    if CACHE.is_file() and not rebuild:
+        return pickle.loads(CACHE.read_bytes())
+    built = build(path)
+    CACHE.parent.mkdir(parents=True, exist_ok=True)
+    CACHE.write_bytes(pickle.dumps(built))
+    return built
+
+
 class _Trees:
     """Gradient-boosted trees with the logistic model's ``predict`` (the ``@gbt`` option)."""
 
@@ -262,12 +272,7 @@ def main() -> None:
     ap.add_argument("--rebuild", action="store_true")
     args = ap.parse_args()
     t0 = time.time()
-    if CACHE.is_file() and not args.rebuild:
-        rows, costs, data = pickle.loads(CACHE.read_bytes())
-    else:
-        rows, costs, data = build(args.data)
-        CACHE.parent.mkdir(parents=True, exist_ok=True)
-        CACHE.write_bytes(pickle.dumps((rows, costs, data)))
+    rows, costs, data = load_rows(args.data, rebuild=args.rebuild)
     from rdmem.datasets import load_locomo
     from rdmem.tokens import get_tokenizer
 
