@@ -56,6 +56,26 @@ def test_nul_characters_in_content_round_trip_and_are_searchable_on_every_store(
     assert store.compaction_log(session_name)[-1]["why"] == "\x00"
 
 
+def test_a_message_of_very_many_distinct_words_is_stored_whole_on_every_store(store, session_name):
+    """Found by the seventh review: on PostgreSQL a message of ~1.5 million characters of distinct words was
+    over the 1 MiB a word vector may hold, and every write of its session failed (a proxy session stored
+    nothing more). Every store now indexes the message's first SEARCHABLE_CHARS characters and keeps it whole."""
+    import random
+    import string
+
+    from rdmem.store._base import SEARCHABLE_CHARS
+
+    rng = random.Random(1)
+    words = " ".join("".join(rng.choices(string.ascii_lowercase, k=rng.randint(6, 12))) for _ in range(160_000))
+    assert len(words) > 10 * SEARCHABLE_CHARS
+    message = {"role": "user", "content": [{"type": "text", "text": words}, {"type": "text", "text": "zebra tail"}]}
+    store.append(session_name, [NewUnit(message, 9, {}, id="big"), plain("the zebra crossing", uid="small")])
+    assert store.load(session_name)[0].message == message
+    first = words.split()[0]
+    assert [i for i, _ in store.search(session_name, first, None, k=3)] == ["big"]
+    assert [i for i, _ in store.search(session_name, "zebra", None, k=3)] == ["small"]  # past the indexed part
+
+
 @pytest.mark.parametrize(("call", "match"), [
     (lambda s, n: s.append(n, [plain("x", uid="a\x00b")]), r"unit 0: id must not contain a NUL character, got 'a\\x00b'"),
     (lambda s, n: s.append(n + "\x00", [plain("x")]), r"session must not contain a NUL character, got '.*\\x00'"),
