@@ -276,3 +276,12 @@ def test_the_server_shows_left_out_messages_as_its_markers_setting_says(serve, t
     assert markers(markers="none") == []
     with pytest.raises(InvalidInput, match="markers must be one of merged, runs, none, got 'all'"):
         ServerSettings(markers="all")
+
+
+def test_a_window_above_the_largest_budget_is_refused_at_start_up():
+    """Found by the seventh review: a 1,047,576-token window (GPT-4.1's) over the default max_budget started,
+    and every proxy request then failed open in silence (X-Rdmem-Compacted: failed, nothing ever stored)."""
+    with pytest.raises(InvalidInput, match=r"context_window \(1047576\) is above max_budget \(1000000\), the "
+                                           r"largest budget memory takes: raise max_budget \(--max-budget\) to at least 1047576"):
+        ServerSettings(context_window=1_047_576)
+    assert ServerSettings(context_window=1_047_576, max_budget=1_047_576).context_window == 1_047_576

@@ -119,6 +119,10 @@ class ServerSettings:
         get_policy(self.policy)
         if self.markers not in MARKER_MODES:
             raise InvalidInput(f"markers must be one of {', '.join(MARKER_MODES)}, got {self.markers!r}")
+        if self.context_window > self.max_budget:  # the proxy keeps memory at the window's budget
+            raise InvalidInput(f"context_window ({self.context_window}) is above max_budget ({self.max_budget}), the "
+                               f"largest budget memory takes: raise max_budget (--max-budget) to at least "
+                               f"{self.context_window}")
         if self.reply_reserve >= self.context_window:
             raise InvalidInput(f"reply_reserve ({self.reply_reserve}) must be smaller than context_window "
                              f"({self.context_window})")
