@@ -283,5 +283,6 @@ def test_a_window_above_the_largest_budget_is_refused_at_start_up():
     and every proxy request then failed open in silence (X-Rdmem-Compacted: failed, nothing ever stored)."""
     with pytest.raises(InvalidInput, match=r"context_window \(1047576\) is above max_budget \(1000000\), the "
                                            r"largest budget memory takes: raise max_budget \(--max-budget\) to at least 1047576"):
-        ServerSettings(context_window=1_047_576)
-    assert ServerSettings(context_window=1_047_576, max_budget=1_047_576).context_window == 1_047_576
+        ServerSettings(context_window=1_047_576, upstream="http://127.0.0.1:9/v1")
+    assert ServerSettings(context_window=1_047_576, max_budget=1_047_576, upstream="http://127.0.0.1:9/v1")
+    assert ServerSettings(max_budget=5000).context_window == 8192  # no proxy: the window is not used

@@ -119,7 +119,7 @@ class ServerSettings:
         get_policy(self.policy)
         if self.markers not in MARKER_MODES:
             raise InvalidInput(f"markers must be one of {', '.join(MARKER_MODES)}, got {self.markers!r}")
-        if self.context_window > self.max_budget:  # the proxy keeps memory at the window's budget
+        if self.upstream is not None and self.context_window > self.max_budget:  # the proxy's memory budget
             raise InvalidInput(f"context_window ({self.context_window}) is above max_budget ({self.max_budget}), the "
                                f"largest budget memory takes: raise max_budget (--max-budget) to at least "
                                f"{self.context_window}")
