@@ -21,6 +21,7 @@ rdmem.limits.LimitExceeded: messages: more than 1 messages in one request; the l
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -108,7 +109,22 @@ def check_text(text: str | None, field: str, limits: HasLimits) -> None:
 
 # -- a bounded parse -----------------------------------------------------------------------------------------
 _WS = re.compile(r"[ \t\n\r]*")
-_DECODER = json.JSONDecoder()
+
+
+def _no_constant(name: str) -> float:
+    raise InvalidInput(f"the body holds {name}, which JSON does not have (a number must be finite)")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if math.isinf(value):
+        raise InvalidInput(f"the body holds the number {text[:40]}, beyond what a float holds (about 1.8e308)")
+    return value
+
+
+#: Strict JSON: ``NaN``, ``Infinity`` and a number beyond a float's range are refused (Python reads them, but no
+#: other JSON parser does, and the request would fail later, where it is sent on or stored).
+_DECODER = json.JSONDecoder(parse_constant=_no_constant, parse_float=_finite)
 
 
 def load_json(raw: bytes | str, limits: HasLimits, *, at: tuple[tuple[str, ...], ...] = ((), ("messages",))) -> Any:
@@ -121,7 +137,7 @@ def load_json(raw: bytes | str, limits: HasLimits, *, at: tuple[tuple[str, ...],
     text = raw.decode("utf-8-sig") if isinstance(raw, (bytes, bytearray)) else raw
     try:
         if len(text) <= limits.max_message_chars:  # no string in it can be over the limit: parsed in one go
-            return _counted(json.loads(text), at, limits)
+            return _counted(_DECODER.decode(text), at, limits)
         value, end = _value(text, _skip(text, 0), (), at, limits)
     except RecursionError:
         raise InvalidInput("the body is nested too deeply to parse") from None

@@ -282,6 +282,24 @@ def test_deeply_nested_json_is_a_400(open_proxy):
     assert got.status_code == 400 and "nested too deeply" in got.json()["error"]["message"]
 
 
+@pytest.mark.parametrize(("field", "said"), [(b'"temperature": NaN', "NaN"), (b'"top_p": 1e400', "1e400"),
+                                             (b'"logit_bias": {"50256": -Infinity}', "-Infinity")])
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_number_json_does_not_have_is_a_400_naming_it(open_proxy, field, said, stream):
+    """Found by the seventh review: Python's parser read NaN, Infinity and 1e400; a request that had to be
+    compacted was then sent on re-serialised, which failed: a 500 with a traceback (streamed), or a 502 that
+    blamed the model (which was never called)."""
+    long = ", ".join('{"role": "user", "content": "%s"}' % ("word " * 400) for _ in range(6)).encode()
+    raw = b'{"model": "m", "stream": %s, %s, "messages": [%s]}' % (b"true" if stream else b"false", field, long)
+    got = httpx.post(f"{open_proxy.url}/v1/chat/completions", content=raw,
+                     headers={"content-type": "application/json"}, timeout=30)
+    assert got.status_code == 400, got.text
+    assert said in got.json()["error"]["message"]
+    rest = httpx.post(f"{open_proxy.url}/v1/sessions/nan/messages", content=b'{"role": "user", "content": "x", '
+                      + field + b"}", headers={"content-type": "application/json"}, timeout=30)
+    assert rest.status_code == 400 and said in rest.json()["error"]["message"]
+
+
 @pytest.mark.parametrize("text", [b"a \\ud800 b", b"\\udc00", b"\\ud83d\\ude42\\ude42", b"\\uD83D \\uDE42",
                                   b"\\\\uD800\\uDC00"])  # the last: an escaped backslash, "uD800", a lone low half
 def test_a_lone_surrogate_is_a_400_naming_the_field(open_proxy, text):
