@@ -20,7 +20,7 @@ import json
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..errors import InvalidInput, RdmemError
 from ..messages import Message, chat_fields, parse_message
@@ -54,6 +54,7 @@ class Prepared:
     skipped: int = 0
     saving: dict[str, Any] | None = None
     conv: tuple[Message, ...] = ()  # the request's messages as the session stores them (no system head), parsed
+    note: str = ""  # why the request went on as sent though it does not fit (X-Rdmem-Warning)
 
 
 def session_of(headers: Mapping[str, str], body: Mapping[str, Any], tenant: str, derive: bool) -> tuple[str | None, bool]:
@@ -117,20 +118,27 @@ def _tokens_as_sent(tok: Any, messages: list[Any]) -> int | None:
         return None
 
 
-def readable_messages(messages: list[Any]) -> tuple[list[Message], list[str]]:
-    """The messages rdmem can keep, and why each other one was skipped (``message i: ...``).
+class Skipped(NamedTuple):
+    """A message of the request rdmem cannot keep: its place in the request, and why."""
+
+    index: int
+    reason: str
+
+
+def readable_messages(messages: list[Any]) -> tuple[list[Message], list[Skipped]]:
+    """The messages rdmem can keep, and where and why each other one was skipped (``message i: ...``).
 
     What the chat API accepts and rdmem has no use for is not a reason: a non-string ``id`` is ignored (the
     proxy stores no client ids)."""
     kept: list[Message] = []
-    skipped: list[str] = []
+    skipped: list[Skipped] = []
     for i, msg in enumerate(messages):
         if isinstance(msg, dict) and "id" in msg and not isinstance(msg["id"], str):
             msg = {k: v for k, v in msg.items() if k != "id"}
         try:
             m = parse_message(msg, i, json_extras=True)
         except InvalidInput as exc:
-            skipped.append(str(exc))
+            skipped.append(Skipped(i, str(exc)))
             continue
         kept.append(Message(None, m.chat, m.extra))
     return kept, skipped
@@ -162,7 +170,7 @@ def prepare(state: Any, tenant: str | None, session: str | None, derived: bool, 
     parsed, skipped = readable_messages(body["messages"])  # the one parse of the messages
     if skipped:
         log.warning("rdmem proxy: %d message(s) of session %r not stored: %s", len(skipped), session,
-                    "; ".join(skipped)[:500])
+                    "; ".join(r for _, r in skipped)[:500])
     lead = next((i for i, m in enumerate(parsed) if m.chat["role"] not in ("system", "developer")), len(parsed))
     head, conv = [m.chat for m in parsed[:lead]], parsed[lead:]
     before = early if early is not None and not skipped else tok.messages_tokens([m.chat for m in parsed])
@@ -172,11 +180,16 @@ def prepare(state: Any, tenant: str | None, session: str | None, derived: bool, 
     if sent is not None and fits is not None:
         fits(sent)
     room = budget - tok.messages_tokens(head)
+    # A compacted request is made of what was parsed: a skipped message of the latest exchange (a legacy function
+    # result the model is about to read) would vanish from it, so the request goes as sent; an older one is left
+    # out as an archived message would be (X-Rdmem-Skipped says it was not stored).
+    users = [i for i, m in enumerate(body["messages"]) if isinstance(m, dict) and m.get("role") == "user"]
+    recent_skip = [s for s in skipped if s.index > (users[-2] if len(users) > 1 else -1)]
     query = next((content_text(m.chat.get("content")) for m in reversed(conv) if m.chat["role"] == "user"), None)
     if mem is not None:
         assert tenant is not None
         turn = take_turn(mem, conv, replace=0 if derived else _REPLACEABLE,
-                         context=None if as_sent or room <= 0 else (query or None, room),
+                         context=None if as_sent or room <= 0 or recent_skip else (query or None, room),
                          charge=_charge(state, tenant, mem))
         if turn.new:
             state.pool.worker.wake()
@@ -184,6 +197,12 @@ def prepare(state: Any, tenant: str | None, session: str | None, derived: bool, 
         ctx = turn.context
     if sent is not None:
         return sent
+    if recent_skip:
+        return Prepared(body["messages"], before, before, False, len(skipped),
+                        entry(before, before, False) if mem is not None else None, tuple(conv),
+                        note=f"not compacted: message {recent_skip[0].index} of the latest exchange is one rdmem "
+                             "cannot keep (a legacy function message, a tool message without tool_call_id, ...) and "
+                             "would be left out of a compacted request; sent as given")
     if room <= 0:
         raise InvalidInput(f"the system messages alone take {budget - room} of the {budget} tokens of the window")
     if mem is None:  # no identity: this request's own messages, nothing read or stored

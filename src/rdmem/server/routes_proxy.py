@@ -245,6 +245,8 @@ def _applied(done: Prepared, headers: dict[str, str]) -> dict[str, Any] | None:
                     "X-Rdmem-Compacted": "true" if done.compacted else "false"})
     if done.skipped:
         headers["X-Rdmem-Skipped"] = str(done.skipped)
+    if done.note:
+        headers["X-Rdmem-Warning"] = done.note
     return done.saving
 
 
