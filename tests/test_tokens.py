@@ -202,3 +202,27 @@ def test_a_budget_beyond_max_is_a_clear_error_not_an_overflow(agent_history, bud
         compact(agent_history, budget=budget, policy="window")
     everything = compact(agent_history, budget=MAX_BUDGET, policy="window")  # the largest budget works
     assert everything.kept_ids == [m["id"] for m in agent_history] and "budget=1000000000000000" in everything.explain()
+
+
+def test_an_assistants_refusal_and_audio_are_sent_and_its_refusal_counted():
+    """Found by the seventh review: 'refusal' and 'audio' were extra fields, stored but never sent (a compacted
+    history told the model an empty reply), and a null content became ''."""
+    from rdmem.errors import InvalidInput
+    from rdmem.messages import chat_fields, parse_message
+
+    refused = parse_message({"role": "assistant", "content": None, "refusal": "I can't help with that."})
+    assert refused.chat == {"role": "assistant", "content": None, "refusal": "I can't help with that."}
+    heard = parse_message({"role": "assistant", "content": None, "audio": {"id": "audio_abc"}})
+    assert heard.chat == {"role": "assistant", "content": None, "audio": {"id": "audio_abc"}} and not heard.extra
+    # on another role they are not the chat API's: kept, never sent
+    user = parse_message({"role": "user", "content": "hi", "refusal": "x"})
+    assert user.chat == {"role": "user", "content": "hi"} and user.extra == {"refusal": "x"}
+    assert chat_fields({"role": "user", "content": "hi", "refusal": "x"}) == {"role": "user", "content": "hi"}
+    assert chat_fields({"role": "assistant", "content": None, "refusal": "no"}) == refused.chat | {"refusal": "no"}
+    # an assistant message with nothing to say still sends "" (the chat API wants content then)
+    assert parse_message({"role": "assistant", "content": None}).chat["content"] == ""
+    tok = get_tokenizer("cl100k_base")
+    assert tok.message_tokens(refused.chat) == tok.message_tokens({"role": "assistant", "content": refused.chat["refusal"]})
+    for bad, said in (({"refusal": 3}, "'refusal' must be a string"), ({"audio": "abc"}, "'audio' must be an object")):
+        with pytest.raises(InvalidInput, match=said):
+            parse_message({"role": "assistant", "content": None, **bad})

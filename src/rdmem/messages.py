@@ -23,8 +23,14 @@ from .errors import InvalidInput, InvalidType
 __all__ = ["Message", "parse_messages", "parse_message", "chat_fields", "VALID_ROLES", "API_FIELDS"]
 
 VALID_ROLES = ("system", "developer", "user", "assistant", "tool")
-#: The fields of a message the OpenAI chat API accepts (and the only ones rdmem sends).
-API_FIELDS = ("role", "content", "name", "tool_calls", "tool_call_id")
+#: The fields of a message the OpenAI chat API accepts (and the only ones rdmem sends); the last two on an
+#: assistant message only (another role's are kept as extra fields, never sent).
+API_FIELDS = ("role", "content", "name", "tool_calls", "tool_call_id", "refusal", "audio")
+_ASSISTANT_ONLY = ("refusal", "audio")
+
+
+def _sent(role: object, field: str) -> bool:
+    return field in API_FIELDS and (role == "assistant" or field not in _ASSISTANT_ONLY)
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,15 +173,24 @@ def parse_message(msg: object, index: int = 0, *, json_extras: bool = False) -> 
         if role != "assistant":
             raise InvalidInput(f"{where}: only assistant messages may carry 'tool_calls'")
         _check_tool_calls(tool_calls, where)
+    if role == "assistant":
+        refusal, audio = msg.get("refusal"), msg.get("audio")
+        if refusal is not None:
+            if not isinstance(refusal, str):
+                raise InvalidInput(f"{where}: 'refusal' must be a string, got {_kind(refusal)}")
+            _check_text(refusal, f"{where}: refusal")
+        if audio is not None and not (isinstance(audio, Mapping) and isinstance(audio.get("id"), str)):
+            raise InvalidInput(f"{where}: 'audio' must be an object with a string 'id' (a reply's audio), got "
+                               f"{_kind(audio)}")
     # An empty tool_calls list and null fields are dropped: the chat API rejects the first.
     chat = {
         k: _copied(msg[k])
         for k in API_FIELDS
-        if k in msg and msg[k] is not None and not (k == "tool_calls" and not msg[k])
+        if k in msg and msg[k] is not None and not (k == "tool_calls" and not msg[k]) and _sent(role, k)
     }
     if "content" not in chat:
-        chat["content"] = None if chat.get("tool_calls") else ""
-    extra = {k: _copied(v) for k, v in msg.items() if k not in API_FIELDS and k != "id"}
+        chat["content"] = _no_content(chat)
+    extra = {k: _copied(v) for k, v in msg.items() if not _sent(role, k) and k != "id"}
     for k in extra:
         if not isinstance(k, str):
             raise InvalidInput(f"{where}: field names must be strings, got {_kind(k)} {k!r}")
@@ -218,9 +233,16 @@ def parse_messages(messages: Iterable[Mapping[str, Any]], *, json_extras: bool =
 
 def chat_fields(message: Mapping[str, Any]) -> dict[str, Any]:
     """The fields of an already checked message that the model is sent (shallow; no copies)."""
-    out = {k: message[k] for k in API_FIELDS if k in message and message[k] is not None}
+    role = message.get("role")
+    out = {k: message[k] for k in API_FIELDS if k in message and message[k] is not None and _sent(role, k)}
     if out.get("tool_calls") == []:
         del out["tool_calls"]
     if "content" not in out:
-        out["content"] = None if out.get("tool_calls") else ""
+        out["content"] = _no_content(out)
     return out
+
+
+def _no_content(chat: Mapping[str, Any]) -> str | None:
+    """A message's content when it has none: ``None`` where the chat API takes that (an assistant's tool calls,
+    refusal or audio say what it said), else ``""``."""
+    return None if chat.get("tool_calls") or chat.get("refusal") is not None or chat.get("audio") else ""

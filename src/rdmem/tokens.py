@@ -80,7 +80,7 @@ class Tokenizer:
         return n
 
     def message_tokens(self, message: Mapping[str, Any]) -> int:
-        """Tokens a chat message costs when sent: overhead + content + name + tool calls."""
+        """Tokens a chat message costs when sent: overhead + content + name + tool calls (+ an assistant's refusal)."""
         return self.message_overhead + self.count(message_payload(message))
 
     def messages_tokens(self, messages: Sequence[Mapping[str, Any]]) -> int:
@@ -176,6 +176,9 @@ def message_payload(message: Mapping[str, Any]) -> str:
     name = message.get("name")
     if isinstance(name, str) and name:
         pieces.append(name)
+    refusal = message.get("refusal")
+    if isinstance(refusal, str) and refusal and message.get("role") == "assistant":
+        pieces.append(refusal)
     for call in message.get("tool_calls") or ():
         fn = call.get("function") if isinstance(call, Mapping) else None
         if isinstance(fn, Mapping):

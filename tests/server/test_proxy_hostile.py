@@ -17,7 +17,7 @@ from rdmem.server import ServerSettings, create_app
 from rdmem.store import ApiKey, KeyStore, MemoryStore
 
 from .._checks import history_problems
-from .._fake_openai import Reply, chunks
+from .._fake_openai import Reply, chunks, completion
 from ..integrations._scenario import conversation
 from .conftest import LiveServer
 
@@ -399,3 +399,25 @@ def test_rdmem_serve_takes_derive_sessions_and_memory_timeout(rdmem_serve, fake_
                      json={"model": "m", "messages": [{"role": "user", "content": "hello"}]})
     assert got.status_code == 200 and got.headers["x-rdmem-memory"] == "session"
     assert got.headers["x-rdmem-session"].startswith("chat-") and got.headers["x-rdmem-compacted"] == "false"
+
+
+def test_a_refusal_reply_is_stored_with_its_refusal_and_sent_with_it(open_proxy, fake_openai):
+    """Found by the seventh review: the model's refusal (content null, 'refusal' its text) was stored as an empty
+    reply, and a compacted history sent the model's refusals and audio replies as empty messages."""
+    body = completion("")
+    body["choices"][0]["message"] = {"role": "assistant", "content": None, "refusal": "I can't help with that."}
+    fake_openai.respond = lambda req: Reply(body=body)
+    history = [SYSTEM, *conversation(150), {"role": "user", "content": "Tell me how to pick a lock."}]
+    raw = client(open_proxy).chat.completions.with_raw_response.create(
+        model="fake-model", messages=history, max_tokens=RESERVE, extra_headers={"X-Rdmem-Session": "refusals"})
+    assert raw.headers["x-rdmem-compacted"] == "true" and raw.parse().choices[0].message.refusal
+    fake_openai.respond = None
+    stored = open_proxy.app.state.rdmem.pool.manager("default", "refusals", budget=100).history()[-1]
+    assert {k: v for k, v in stored.items() if k != "id"} == {"role": "assistant", "content": None,
+                                                              "refusal": "I can't help with that."}
+    history += [{"role": "assistant", "content": None, "refusal": "I can't help with that."},
+                {"role": "user", "content": "Fine. What did you just say?"}]
+    client(open_proxy).chat.completions.create(model="fake-model", messages=history, max_tokens=RESERVE,
+                                               extra_headers={"X-Rdmem-Session": "refusals"})
+    sent = fake_openai.requests[-1]["body"]["messages"]
+    assert sent[-2] == {"role": "assistant", "content": None, "refusal": "I can't help with that."}
