@@ -335,3 +335,20 @@ def test_a_mem0_id_never_names_a_memory_added_after_its_session_was_deleted(keyl
     assert client.get(f"/memories/{added['id']}").json()["memory"] == "My passport is X123."
     assert client.delete(f"/memories/{added['id']}").status_code == 200
     assert client.get("/memories", params={"user_id": "ann"}).json() == {"results": []}
+
+
+def test_mem0_add_keeps_a_messages_own_metadata_and_time(keyless):
+    """Found by the seventh review: the request's metadata replaced a message's own, and its created_at was
+    overwritten."""
+    _, client, _ = keyless
+    own = {"role": "user", "content": "From the import.", "metadata": {"source": "message", "lang": "en"},
+           "created_at": "2020-01-02T03:04:05+00:00"}
+    added = client.post("/memories", json={"messages": [own, USER], "user_id": "meta",
+                                           "metadata": {"source": "request", "batch": 7}}).json()["results"]
+    first, second = client.get("/memories", params={"user_id": "meta"}).json()["results"]
+    assert first["metadata"] == {"source": "message", "lang": "en", "batch": 7}
+    assert first["created_at"] == "2020-01-02T03:04:05+00:00" and first["id"] == added[0]["id"]
+    assert second["metadata"] == {"source": "request", "batch": 7} and second["created_at"] != first["created_at"]
+    bad = client.post("/memories", json={"messages": [{**USER, "metadata": "x"}], "user_id": "meta",
+                                         "metadata": {"a": 1}})
+    assert bad.status_code == 400 and "a message's own metadata must be an object" in bad.json()["detail"]

@@ -133,6 +133,18 @@ def _item(session: str, scope: dict[str, str], message: dict[str, Any], score: f
                     updated_at=message.get("created_at"), role=message.get("role"), **scope)
 
 
+def _with_scope_fields(message: dict[str, Any], now: str, metadata: dict[str, Any] | None) -> dict[str, Any]:
+    """A memory to store: the message with when it was added (its own ``created_at`` kept, if it has one) and
+    the request's ``metadata`` under its own (a key of both: the message's value)."""
+    own = message.get("metadata")
+    if metadata and own is not None and not isinstance(own, dict):
+        raise ApiError(400, "metadata: a message's own metadata must be an object to join the request's, got "
+                       f"{type(own).__name__}")
+    merged = {**(metadata or {}), **(own or {})} if metadata or own is not None else None
+    return {**message, "created_at": message.get("created_at") or now,
+            **({"metadata": merged} if merged is not None else {})}
+
+
 def _all(request: Request, tenant: str, session: str) -> list[dict[str, Any]]:
     return request.app.state.rdmem.pool.manager(tenant, session).history()
 
@@ -144,8 +156,7 @@ def add_memories(body: Mem0Add, tenant: Tenant, request: Request) -> Mem0Results
     scope = _scope(body.model_dump())
     session = _session_of(scope)
     now = datetime.now(timezone.utc).isoformat()
-    messages = [{**message_dict(m), "created_at": now,
-                 **({"metadata": body.metadata} if body.metadata else {})} for m in body.messages]
+    messages = [_with_scope_fields(message_dict(m), now, body.metadata) for m in body.messages]
     check_messages(messages, state.settings)
     ids = state.pool.extend(tenant, session, messages)
     state.metrics.count("rdmem_messages_stored_total", len(ids))
