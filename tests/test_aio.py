@@ -76,3 +76,36 @@ def test_reset_feedback_is_awaited(hashing_embedder):
 
     shifted, reset = asyncio.run(main())
     assert any(v != 0 for v in shifted) and not any(reset)
+
+
+def test_a_cancelled_add_still_stores_and_a_retry_with_its_id_is_refused():
+    """Found by the seventh review (undocumented): wait_for's timeout cancels the wait, not the add; a retry of a
+    message with an id is a DuplicateIdError, not a second copy."""
+    import threading
+
+    from rdmem.errors import DuplicateIdError
+    from rdmem.store import MemoryStore
+
+    gate, writing = threading.Event(), threading.Event()
+
+    class SlowStore(MemoryStore):
+        def append(self, *args, **kwargs):
+            writing.set()
+            gate.wait(10)
+            return super().append(*args, **kwargs)
+
+    async def main():
+        mem = AsyncMemoryManager(budget=100, policy="window", store=SlowStore())
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(mem.add(role="user", content="pay invoice 7", id="pay-7"), 0.2)
+        assert writing.is_set()
+        gate.set()  # the cancelled add goes on in its thread and stores
+        for _ in range(500):
+            if await mem.working_ids():
+                break
+            await asyncio.sleep(0.01)
+        with pytest.raises(DuplicateIdError):
+            await mem.add(role="user", content="pay invoice 7", id="pay-7")
+        return [m["content"] for m in await mem.history()]
+
+    assert asyncio.run(main()) == ["pay invoice 7"]

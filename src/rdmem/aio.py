@@ -9,6 +9,12 @@ serialises its own calls (each runs under its lock, on the session as the
 store has it at that moment), and several managers of one session, in this
 process or others, meet in the store, which orders their writes.
 
+A cancelled call (``asyncio.wait_for``'s timeout, a task cancelled) stops
+waiting, but its thread cannot be stopped: the call still runs to its end, and
+an ``add`` still stores its message. To retry a write safely, give the
+message an ``id``: the retry of a message already stored is then a
+:class:`~rdmem.errors.DuplicateIdError` instead of a second copy.
+
 >>> import asyncio
 >>> async def main():
 ...     mem = AsyncMemoryManager(budget=100, policy="window")
