@@ -44,6 +44,15 @@ def test_show(store_url, capsys):
     assert "compactions 1\n" in text  # the same count as --json (feedback records are not compactions)
 
 
+def test_the_session_may_come_after_the_options_as_the_usage_line_shows(store_url, capsys):
+    """Found by the seventh review: the usage line's own order ("export --store URL NAME") was an
+    "unrecognized arguments" error."""
+    assert main(["sessions", "export", "--store", store_url, "beta"]) == 0
+    assert [json.loads(line)["id"] for line in capsys.readouterr().out.splitlines()] == ["beta0", "beta1"]
+    assert main(["sessions", "export", "--store", store_url, "beta", "more"]) == 2
+    assert capsys.readouterr().err.strip() == "rdmem: error: unrecognized arguments: more"
+
+
 def test_export_to_file_and_delete(store_url, tmp_path, capsys):
     out = tmp_path / "beta.jsonl"
     assert main(["sessions", "export", "beta", "--store", store_url, "-o", str(out)]) == 0

@@ -63,7 +63,13 @@ def _main(argv: Sequence[str] | None) -> int:
 
     parser = build_parser()
     try:
-        args = parser.parse_args(argv)
+        args, extra = parser.parse_known_args(argv)
+        # argparse reads a command's positionals in one run: "sessions export --store URL NAME" left NAME over
+        # (the usage line's own order). A session named after the options is the session.
+        if extra and getattr(args, "session", "") is None and len(extra) == 1 and not extra[0].startswith("-"):
+            args.session, extra = extra[0], []
+        if extra:
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
         if args.command is None:
             parser.print_help(sys.stderr)
             return 2
