@@ -50,7 +50,7 @@ def test_the_session_may_come_after_the_options_as_the_usage_line_shows(store_ur
     assert main(["sessions", "export", "--store", store_url, "beta"]) == 0
     assert [json.loads(line)["id"] for line in capsys.readouterr().out.splitlines()] == ["beta0", "beta1"]
     assert main(["sessions", "export", "--store", store_url, "beta", "more"]) == 2
-    assert capsys.readouterr().err.strip() == "rdmem: error: unrecognized arguments: more"
+    assert capsys.readouterr().err.strip() == "rdmem: error: unrecognized arguments: beta more"
 
 
 def test_export_to_file_and_delete(store_url, tmp_path, capsys):
