@@ -352,3 +352,34 @@ def test_mem0_add_keeps_a_messages_own_metadata_and_time(keyless):
     bad = client.post("/memories", json={"messages": [{**USER, "metadata": "x"}], "user_id": "meta",
                                          "metadata": {"a": 1}})
     assert bad.status_code == 400 and "a message's own metadata must be an object" in bad.json()["detail"]
+
+
+def test_a_proxy_turn_refused_by_the_token_rate_stores_neither_its_messages_nor_its_reply(serve, tmp_path,
+                                                                                           hashing_embedder, fake_openai):
+    """Found by the eighth review: the request's messages were refused (the stored-tokens limit) but its reply
+    was stored alone; the next turn then stored the question after its answer, and the answer twice."""
+    url = f"sqlite:///{tmp_path / 'rate.db'}"
+    with open_store(url) as store:
+        _, acme = KeyStore(store).create_key("acme")
+    live = serve(create_app(ServerSettings(store=url, upstream=fake_openai.url, policy="window", rate_tokens=60),
+                            embedder=hashing_embedder))
+    now = [1000.0]
+    live.app.state.rdmem.pool.limiter._tokens.clock = lambda: now[0]
+    rest = httpx.Client(base_url=live.url, timeout=30, headers={"Authorization": f"Bearer {acme}"})
+    assert rest.post("/v1/sessions/drain/messages", json={"role": "user", "content": "word " * 50}).status_code == 201
+    proxy = {"X-Rdmem-Key": acme, "Authorization": "Bearer sk-up", "X-Rdmem-Session": "q"}
+    first = {"role": "user", "content": "FIRST question, about the trip to Lisbon."}
+    fake_openai.text = "ok"
+    one = httpx.post(f"{live.url}/v1/chat/completions", headers=proxy, json={"model": "m", "messages": [first]})
+    assert one.status_code == 200  # the model is not refused: memory is
+    assert rest.get("/v1/sessions/q/messages").status_code == 404  # nothing of the turn (its reply was stored)
+    now[0] += 120  # the bucket refills
+    reply = one.json()["choices"][0]["message"]
+    fake_openai.text = "ok again"
+    two = httpx.post(f"{live.url}/v1/chat/completions", headers=proxy, json={"model": "m", "messages": [
+        first, reply, {"role": "user", "content": "SECOND question."}]})
+    assert two.status_code == 200
+    stored = [(m["role"], m["content"]) for m in rest.get("/v1/sessions/q/messages").json()["messages"]]
+    assert stored == [("user", first["content"]), ("assistant", "ok"), ("user", "SECOND question."),
+                      ("assistant", "ok again")]
+    rest.close()
