@@ -24,8 +24,11 @@ class EmbeddingsMixin:
         raise NotImplementedError
     def claim_unembedded(self, worker: str, *, limit: int = 64, lease: float = 60.0) -> list[tuple[str, StoredUnit]]:
         """Claim, for ``lease`` seconds, at most ``limit`` units of any session that have no vector and no
-        live claim by anyone (oldest first); ``(session, unit)`` pairs. Atomic: two workers (threads or
-        processes on one database) never get the same unit while a claim lives, so a unit is embedded once.
+        live claim by anyone; ``(session, unit)`` pairs. Half of a claim is the oldest such units, half the
+        newest (the built-in stores), so a message stored behind another session's long backlog (one tenant's
+        bulk import) is embedded at the next claim, and the backlog still goes on. Atomic: two workers
+        (threads or processes on one database) never get the same unit while a claim lives, so a unit is
+        embedded once.
         """
         if not isinstance(worker, str) or not worker:
             raise InvalidInput(f"worker must be a non-empty string naming the claimant, got {worker!r}")

@@ -36,10 +36,12 @@ class SQLiteEmbeddings:
 
         def write(conn: sqlite3.Connection) -> list[Any]:
             now = time.time()
-            return conn.execute(
-                "UPDATE units SET claimed_by = ?, claimed_until = ? WHERE uid IN (SELECT uid FROM units "
-                "WHERE embedding IS NULL AND (claimed_until IS NULL OR claimed_until < ?) ORDER BY uid LIMIT ?) "
-                f"RETURNING session, {_COLUMNS}", (worker, now + lease, now, limit)).fetchall()
+            free = "SELECT uid FROM units WHERE embedding IS NULL AND (claimed_until IS NULL OR claimed_until < ?)"
+            return conn.execute(  # the oldest half and the newest half (claim_unembedded), both off the index
+                f"UPDATE units SET claimed_by = ?, claimed_until = ? WHERE uid IN (SELECT uid FROM ({free} "
+                f"ORDER BY uid LIMIT ?) UNION SELECT uid FROM ({free} ORDER BY uid DESC LIMIT ?)) "
+                f"RETURNING session, {_COLUMNS}",
+                (worker, now + lease, now, limit - limit // 2, now, limit // 2)).fetchall()
 
         rows = sorted(self._write("", write), key=lambda r: r[1])
         return [(r[0], self._decode(r[0], [r[1:]])[0]) for r in rows]

@@ -144,15 +144,22 @@ class MemoryStore(BaseStore):
             return Written(prev, version, deleted=gone)
 
     def _claim_unembedded(self, worker: str, limit: int, lease: float) -> list[tuple[str, StoredUnit]]:
-        with self._lock:
+        with self._lock:  # one session after another, a unit each: a session behind another's backlog goes on
             now, out = time.time(), []
-            for name, s in self._sessions_.items():
-                for uid, u in s.units.items():
-                    if u.embedding is None and s.claims.get(uid, 0.0) < now:
-                        s.claims[uid] = now + lease
-                        out.append((name, _copy(u)))
-                        if len(out) >= limit:
-                            return out
+            waiting = [(name, s, iter([(uid, u) for uid, u in s.units.items()
+                                       if u.embedding is None and s.claims.get(uid, 0.0) < now]))
+                       for name, s in self._sessions_.items()]
+            while waiting and len(out) < limit:
+                for entry in list(waiting):
+                    name, s, units = entry
+                    uid, u = next(units, (None, None))
+                    if u is None:
+                        waiting.remove(entry)
+                        continue
+                    s.claims[uid] = now + lease
+                    out.append((name, _copy(u)))
+                    if len(out) >= limit:
+                        break
             return out
 
     def _set_embeddings(self, session: str, vectors: dict[str, np.ndarray]) -> Written:

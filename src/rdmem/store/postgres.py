@@ -305,12 +305,14 @@ class PostgresStore(PgKeys, PgSearchMixin, BaseStore):
             now = time.time()
             with conn.transaction(), conn.cursor(binary=True) as cur:
                 # SKIP LOCKED: two workers claiming at once take different units instead of waiting.
-                return cur.execute(
-                    "UPDATE rdmem_units u SET claimed_by = %s, claimed_until = %s FROM (SELECT uid FROM rdmem_units "
-                    "WHERE embedding IS NULL AND (claimed_until IS NULL OR claimed_until < %s) ORDER BY uid "
-                    "LIMIT %s FOR UPDATE SKIP LOCKED) c WHERE u.uid = c.uid "
+                free = "SELECT uid FROM rdmem_units WHERE embedding IS NULL AND (claimed_until IS NULL OR " \
+                       "claimed_until < %s) ORDER BY uid {} LIMIT %s FOR UPDATE SKIP LOCKED"
+                return cur.execute(  # the oldest half and the newest half (claim_unembedded)
+                    f"WITH old AS ({free.format('')}), new AS ({free.format('DESC')}) "
+                    "UPDATE rdmem_units u SET claimed_by = %s, claimed_until = %s FROM (SELECT uid FROM old UNION "
+                    "SELECT uid FROM new) c WHERE u.uid = c.uid "
                     f"RETURNING u.uid, u.session, {', '.join('u.' + c for c in _COLUMNS.split(', '))}",
-                    (worker, now + lease, now, limit)).fetchall()
+                    (now, limit - limit // 2, now, limit // 2, worker, now + lease)).fetchall()
 
         rows = sorted(self._run(write), key=lambda r: r[0])
         return [(r[1], self._decode(r[1], [r[2:]])[0]) for r in rows]
