@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -132,6 +133,37 @@ def test_curves_run_one_at_a_time_keep_results_and_retry_failures():
         "RuntimeError: the store went away"
     again = curves.job("b", broken)
     assert again is not waiting and again.finished.wait(10) and calls == ["slow", "broken", "broken"]
+
+
+def test_one_tenant_cannot_hold_back_anothers_curve():
+    """Found by the eighth review: one global queue of 4 let a tenant fill it (a tiny write makes a new version
+    of a session, so a new job) and others got "try again in a minute" for many minutes."""
+    gate = threading.Event()
+    drawn = []
+
+    def curve(name):
+        def compute(job):
+            drawn.append(name)
+            gate.wait(10)
+            return Curve({"rd": [(500, 0.5, 0.8, 480.0)]}, 1000.0, 0.1)
+        return compute
+
+    curves = Curves(pending=4)
+    first = curves.job(("big", 1), curve("big v1"), owner="alpha", slot="big")
+    for _ in range(100):
+        if first.started:
+            break
+        time.sleep(0.01)
+    v2 = curves.job(("big", 2), curve("big v2"), owner="alpha", slot="big")
+    v3 = curves.job(("big", 3), curve("big v3"), owner="alpha", slot="big")  # the newer version replaces v2
+    assert v2.finished.is_set() and v2.error == "a newer version of the session was asked for"
+    other = curves.job(("big2", 1), curve("big2"), owner="alpha", slot="big2")
+    assert other.finished.is_set() and "another of your sessions is waiting" in other.error
+    beta = curves.job(("small", 1), curve("small"), owner="beta", slot="small")
+    assert not beta.finished.is_set()  # queued: one curve of each other tenant at most before it
+    gate.set()
+    assert v3.finished.wait(10) and beta.finished.wait(10) and beta.curve is not None
+    assert drawn == ["big v1", "big v3", "small"]
 
 
 def test_no_asset_comes_from_elsewhere():

@@ -210,3 +210,19 @@ def test_rdmem_serve_no_ui(flags, ui, tmp_path, monkeypatch, capsys):
     main(["serve", "--store", f"sqlite:///{tmp_path / 'm.db'}", "--port", "1", *flags])
     assert ServerSettings.from_env().ui is ui
     assert ("inspector at http://127.0.0.1:1/ui" in capsys.readouterr().err) is ui
+
+
+def test_a_long_sessions_curve_is_of_its_newest_messages_and_says_so(keyed, monkeypatch):
+    """Found by the eighth review: a curve replays every message (205 s of CPU for 20,000): it reads the newest
+    CURVE_MESSAGES, and its table says of how many."""
+    import time
+
+    from rdmem.server.ui import _views
+
+    monkeypatch.setattr(_views, "CURVE_MESSAGES", 30)
+    deadline = time.monotonic() + 120
+    while (page := keyed.http.get("/ui/curve?name=trip")).status_code == 202 and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert page.status_code == 200, page.text[:300]
+    units = keyed.http.get("/v1/sessions/trip").json()["units"]
+    assert units > 30 and f"of the newest 30 of the session&#39;s {units} messages" in page.text

@@ -22,7 +22,11 @@ from typing import Any
 
 from ...messages import chat_fields
 
-__all__ = ["Curve", "CurveJob", "Curves", "session_curve", "curve_budgets"]
+__all__ = ["Curve", "CurveJob", "Curves", "session_curve", "curve_budgets", "CURVE_MESSAGES"]
+
+#: The newest messages a curve replays (each one into a fresh manager: a 20,000-message session took 205 s of
+#: CPU and 430 MB); a longer session's curve is of these, and says so.
+CURVE_MESSAGES = 2000
 
 log = logging.getLogger("rdmem.server")
 
@@ -48,6 +52,15 @@ class CurveJob:
     curve: Curve | None = None
     error: str | None = None
     finished: threading.Event = field(default_factory=threading.Event)
+    started: bool = False
+    note: str = ""  # what the curve is of, when not of the whole session
+
+
+def _refused(job: CurveJob, why: str) -> CurveJob:
+    """``job``, finished with ``why`` (not kept: the next look asks again)."""
+    job.error = why
+    job.finished.set()
+    return job
 
 
 def curve_budgets(total_tokens: int) -> tuple[int, ...]:
@@ -81,27 +94,44 @@ def session_curve(messages: list[dict[str, Any]], name: str, *, policies: tuple[
 
 class Curves:
     """Curves computed one at a time in a background thread of this process, kept by key (a session's name,
-    version, policies and budgets); at most ``pending`` wait their turn."""
+    version, policies and budgets). Each owner (a tenant) has at most one curve waiting its turn: asking for
+    a newer version of the same session's curve replaces the waiting one (it would be out of date when drawn),
+    another session's waits until the first is drawn; so a tenant's turn comes after at most one curve of
+    each other tenant. At most ``pending`` owners wait at once."""
 
-    def __init__(self, *, keep: int = 32, pending: int = 4) -> None:
+    def __init__(self, *, keep: int = 32, pending: int = 16) -> None:
         self._jobs: OrderedDict[Hashable, CurveJob] = OrderedDict()
         self._queue: queue.Queue[tuple[CurveJob, Callable[[CurveJob], Curve]]] = queue.Queue()
+        self._waiting: dict[Hashable, tuple[Hashable, Hashable, CurveJob]] = {}  # owner -> (slot, key, its job)
         self._lock = threading.Lock()
         self._keep, self._pending = keep, pending
         self._thread: threading.Thread | None = None
 
-    def job(self, key: Hashable, compute: Callable[[CurveJob], Curve]) -> CurveJob:
-        """The job for ``key``: the one started before, else a new one, queued."""
+    def job(self, key: Hashable, compute: Callable[[CurveJob], Curve], *, owner: Hashable = None,
+            slot: Hashable = None) -> CurveJob:
+        """The job for ``key``: the one started before, else a new one, queued for ``owner`` (``slot``: what
+        the curve is of, a session, whose newer key replaces a waiting older one; by default each key is its own
+        owner and slot)."""
+        owner, slot = (key, key) if owner is None else (owner, slot)
         with self._lock:
+            self._waiting = {o: w for o, w in self._waiting.items() if not w[2].started}
             job = self._jobs.get(key)
             if job is not None and not (job.finished.is_set() and job.error):  # a failed one is tried again
                 self._jobs.move_to_end(key)
                 return job
             job = CurveJob()
-            if self._queue.qsize() >= self._pending:
-                job.error = f"{self._pending} curves are waiting to be computed already; try again in a minute"
-                job.finished.set()
-                return job  # not kept: the next look tries again
+            waiting = self._waiting.get(owner)
+            if waiting is not None and not waiting[2].started:
+                if waiting[0] != slot:
+                    return _refused(job, "a curve of another of your sessions is waiting to be computed; this "
+                                         "one can be asked for once it is drawn")
+                waiting[2].error = "a newer version of the session was asked for"  # superseded: never drawn
+                waiting[2].finished.set()
+                self._jobs.pop(waiting[1], None)
+            elif len(self._waiting) >= self._pending:
+                return _refused(job, f"{self._pending} curves are waiting to be computed already; try again in a "
+                                     "minute")
+            self._waiting[owner] = (slot, key, job)
             self._jobs[key] = job
             while len(self._jobs) > self._keep:
                 self._jobs.popitem(last=False)
@@ -115,6 +145,9 @@ class Curves:
     def _work(self) -> None:
         while True:
             job, compute = self._queue.get()
+            if job.finished.is_set():  # superseded while it waited
+                continue
+            job.started = True
             try:
                 job.curve = compute(job)
             except ImportError as exc:

@@ -30,7 +30,7 @@ from ..sessions import MAX_SESSION_CHARS, store_session
 from . import _model
 from ._auth import ui_tenant
 from ._charts import line_chart
-from ._curve import CurveJob, curve_budgets, session_curve
+from ._curve import CURVE_MESSAGES, CurveJob, curve_budgets, session_curve
 
 __all__ = ["router", "TEMPLATES"]
 
@@ -226,7 +226,10 @@ def _curve_data(request: Request, tenant: str, view: View, tokens: int, budget: 
     version = state.store.version(store_session(tenant, view.name))
 
     def compute(job: CurveJob) -> Any:
-        messages, start = [], 0
+        total = session_detail(state, tenant, view.name).units
+        messages, start = [], max(total - CURVE_MESSAGES, 0)  # the newest: a curve replays every message
+        if start:
+            job.note = f"of the newest {CURVE_MESSAGES:,} of the session's {total:,} messages"
         while True:
             page = message_page(state, tenant, view.name, offset=start, limit=state.settings.max_page)
             messages += page.messages
@@ -240,7 +243,8 @@ def _curve_data(request: Request, tenant: str, view: View, tokens: int, budget: 
         return session_curve(messages, view.name, policies=policies, budgets=budgets,
                              embedder=state.pool.embedder_for(tenant), progress=progress)
 
-    job = request.app.state.rdmem_curves.job((store_session(tenant, view.name), version, policies, budgets), compute)
+    name = store_session(tenant, view.name)
+    job = request.app.state.rdmem_curves.job((name, version, policies, budgets), compute, owner=tenant, slot=name)
     job.finished.wait(0.05)  # a curve computed before is there at once
     charts = []
     if job.curve is not None:
