@@ -163,7 +163,7 @@ def test_search_then_delete_behind_the_confirmation(acme, site):
     row.get_by_role("button", name="Delete…").click()
     dialog.get_by_role("button", name="Delete permanently").click()
     expect(row).to_have_count(0)
-    expect(acme.locator("#status")).to_have_text("Deleted message m1.")
+    expect(acme.locator("#status")).to_have_text("Deleted message \u2068m1\u2069.")  # the id isolated (its direction)
     assert "m1" not in all_ids(site)
     with api(site) as http:
         hits = http.post(f"/v1/sessions/{SESSION}/search", json={"query": "peanuts", "k": 50}).json()["results"]
@@ -272,7 +272,7 @@ def test_deleting_a_whole_session_behind_the_confirmation(acme, site):
     acme.goto("/ui/session?name=notes")
     acme.get_by_role("button", name="Delete this session…").click()
     dialog = acme.get_by_role("dialog")
-    expect(dialog).to_contain_text("Delete session “notes” and every message in it?")
+    expect(dialog).to_contain_text("Delete session “\u2068notes\u2069” and every message in it?")
     expect(dialog).to_contain_text("This is permanent.")
     dialog.get_by_role("button", name="Delete permanently").click()
     acme.wait_for_url("**/ui/?deleted=notes")

@@ -32,8 +32,8 @@
       const { session, id } = button.dataset;
       pending = { session, id: id || null, button };
       dialog.querySelector("#confirm-text").textContent = id
-        ? `Delete message ${id} of session “${session}”? It leaves the session, its search index and every future context.`
-        : `Delete session “${session}” and every message in it?`;
+        ? `Delete message \u2068${id}\u2069 of session “\u2068${session}\u2069”? It leaves the session, its search index and every future context.`
+        : `Delete session “\u2068${session}\u2069” and every message in it?`;
       dialog.querySelector("#confirm-error").textContent = "";
       dialog.showModal();
     });
@@ -51,7 +51,7 @@
     if (!what.id) { location.href = base + "/?deleted=" + encodeURIComponent(what.session); return; }
     const row = document.getElementById("msg-" + what.id);
     if (row) row.remove();
-    say(`Deleted message ${what.id}.`);
+    say(`Deleted message \u2068${what.id}\u2069.`);
   });
 
   // Sign in and out.
