@@ -194,11 +194,14 @@ class JsonOnlyMiddleware:
 #: What every answer carries: no frame may show it (the old header and CSP's), nor may a browser guess its type.
 NO_FRAMING = ((b"x-frame-options", b"DENY"), (b"content-security-policy", b"frame-ancestors 'none'"),
               (b"x-content-type-options", b"nosniff"))
+#: The inspector's pages run only the server's own script file (none inline): should a stored message ever get
+#: markup past the templates' escaping, it could still run nothing, load no plugin, and post no form elsewhere.
+UI_POLICY = (b"frame-ancestors 'none'; script-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'")
 
 
 class NoFramingMiddleware:
     """Adds :data:`NO_FRAMING` to every HTTP answer: a page of another site cannot frame the inspector (or the
-    API's docs) to lure a click onto it."""
+    API's docs) to lure a click onto it; the inspector's answers say :data:`UI_POLICY`."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -208,11 +211,14 @@ class NoFramingMiddleware:
             await self.app(scope, receive, send)
             return
 
+        ui = scope["path"].startswith(scope.get("root_path", "") + "/ui")
+        extra = tuple((k, UI_POLICY if ui and k == b"content-security-policy" else v) for k, v in NO_FRAMING)
+
         async def framed(message: Any) -> None:
             if message["type"] == "http.response.start":
                 given = {k.lower() for k, _ in message.get("headers", ())}
                 message = {**message, "headers": [*message.get("headers", ()),
-                                                  *(h for h in NO_FRAMING if h[0] not in given)]}
+                                                  *(h for h in extra if h[0] not in given)]}
             await send(message)
 
         await self.app(scope, receive, framed)
