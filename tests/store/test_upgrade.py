@@ -115,3 +115,33 @@ def test_a_postgres_store_of_schema_1_is_upgraded(pg_fresh_url):
         # schema 5: the session's word counts, made from its units
         words = dict(conn.execute("SELECT word, n FROM rdmem_words WHERE session = 's'").fetchall())
         assert words["harbour"] == len(ROWS) and words["note"] == len(ROWS)
+
+
+def test_a_schema_4_file_gets_its_full_text_indexes_made_again(tmp_path):
+    """Found by a review of the day's own diff: the index is contentless, so a delete gives it the very text it
+    indexed; the indexed text changed in schema 5 (a message's first 100,000 characters, an assistant's refusal
+    with it), and deleting a message an older rdmem indexed was "database disk image is malformed"."""
+    from rdmem.store import NewUnit
+
+    path = tmp_path / "m.db"
+    url = f"sqlite:///{path}"
+    refusal = {"role": "assistant", "content": None, "refusal": "I cannot share the vault code."}
+    long = {"role": "user", "content": "alpha " * 20_000 + "zebraword at the very end"}
+    with open_store(url) as store:
+        store.append("s", [NewUnit(refusal, 9, id="r"), NewUnit(long, 9, id="l"),
+                           NewUnit({"role": "user", "content": "keep me"}, 3, id="k")])
+    conn = sqlite3.connect(path)  # as schema 4 wrote it: the refusal not indexed, the long text whole
+    fts = fts_table("s")
+    conn.execute(f"INSERT INTO {fts} ({fts}) VALUES ('delete-all')")
+    for uid, message in conn.execute("SELECT uid, message FROM units").fetchall():
+        m = json.loads(message)
+        conn.execute(f"INSERT INTO {fts} (rowid, body) VALUES (?, ?)", (uid, m["content"] or ""))
+    conn.execute("UPDATE meta SET value = '4' WHERE key = 'schema_version'")
+    conn.commit()
+    conn.close()
+    with open_store(url) as store:
+        assert store.search("s", "zebraword", None, k=3) == []  # past the indexed part now
+        store.delete("s", ["r", "l"])  # was "database disk image is malformed"
+        assert [u.id for u in store.load("s")] == ["k"] and store.search("s", "keep", None, k=3)[0][0] == "k"
+        assert store.search("s", "alpha", None, k=3) == [] and store.search("s", "vault", None, k=3) == []
+    assert sqlite3.connect(path).execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone() == ("5",)

@@ -24,14 +24,16 @@ could share one); upgrading renumbers them in their order.
 
 from __future__ import annotations
 
+import json
 import sqlite3
+from collections.abc import Callable
 
 from ._types import StoreError
 
 __all__ = ["SCHEMA_VERSION", "read_version", "create_or_upgrade"]
 
 #: The layout this code writes. A file with a higher version was written by a newer rdmem.
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 _TABLES = """
 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -140,9 +142,24 @@ CLOSE_UP = (
     "FROM units WHERE session = :session AND seq < 0) AS r WHERE r.uid = units.uid",
 )
 
+def _to_5(conn: sqlite3.Connection) -> None:
+    """Version 4 -> 5: every session's full-text index made again from its messages. A contentless index
+    deletes a row only when given the very text it indexed, and that text changed (a message's first 100,000
+    characters; an assistant's refusal, now sent, is indexed with it): a delete of an older message was
+    "database disk image is malformed"."""
+    from ._base import searchable
+    from ..tokens import message_payload
+
+    for session, fts in conn.execute("SELECT session, fts FROM sessions").fetchall():
+        conn.execute(f"INSERT INTO {fts} ({fts}) VALUES ('delete-all')")
+        conn.executemany(f"INSERT INTO {fts} (rowid, body) VALUES (?, ?)", (
+            (uid, searchable(message_payload(json.loads(message))))
+            for uid, message in conn.execute("SELECT uid, message FROM units WHERE session = ?", (session,))))
+
+
 #: The upgrade to each version from the one before, applied in order (a new file is created at version 2
-#: and brought up through them too, so one path builds both).
-MIGRATIONS: dict[int, str] = {3: _TO_3, 4: _TO_4}
+#: and brought up through them too, so one path builds both): SQL, or a function of the connection.
+MIGRATIONS: dict[int, str | Callable[[sqlite3.Connection], None]] = {3: _TO_3, 4: _TO_4, 5: _to_5}
 
 
 def _statements(script: str) -> list[str]:
@@ -192,6 +209,10 @@ def create_or_upgrade(conn: sqlite3.Connection, where: str) -> None:
             conn.execute(statement)
         version = 2
     for step in range(version + 1, SCHEMA_VERSION + 1):
-        for statement in _statements(MIGRATIONS[step]):
+        migration = MIGRATIONS[step]
+        if callable(migration):
+            migration(conn)
+            continue
+        for statement in _statements(migration):
             conn.execute(statement)
     conn.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),))
