@@ -226,3 +226,22 @@ def test_an_assistants_refusal_and_audio_are_sent_and_its_refusal_counted():
     for bad, said in (({"refusal": 3}, "'refusal' must be a string"), ({"audio": "abc"}, "'audio' must be an object")):
         with pytest.raises(InvalidInput, match=said):
             parse_message({"role": "assistant", "content": None, **bad})
+
+
+def test_a_refusal_stored_before_it_was_counted_is_counted_again():
+    """Found by a review of the day's own diff: a store keeps each message's count with the tokenizer's
+    fingerprint and reuses it; a refusal stored before refusals were sent had been counted without its text,
+    so a context sent 232 tokens for a budget of 120."""
+    from rdmem import MemoryManager
+    from rdmem.store import MemoryStore, NewUnit
+    from rdmem._session import COUNTED_BY
+
+    tok = get_tokenizer("cl100k_base")
+    refusal = {"role": "assistant", "content": None, "refusal": "I cannot help with that. " * 40}
+    store = MemoryStore()
+    store.append("s", [NewUnit({"role": "user", "content": "hi"}, 5, {COUNTED_BY: tok.fingerprint}),
+                       NewUnit(refusal, 5, {COUNTED_BY: tok.fingerprint}),  # as counted before: without its refusal
+                       NewUnit({"role": "user", "content": "ok"}, 5, {COUNTED_BY: tok.fingerprint})])
+    ctx = MemoryManager(budget=4000, policy="window", store=store, session="s").context(budget=120)
+    assert ctx.tokens == tok.messages_tokens(ctx.messages) <= 120
+    assert not any(m.get("refusal") for m in ctx.messages)  # 200 tokens: it does not fit

@@ -143,8 +143,10 @@ class SessionView:
         fingerprint = self.tokenizer.fingerprint
         feats = Features.from_dict(su.features) if su.features else None
         counted_by = str((su.features or {}).get(COUNTED_BY))
-        # rdmem 0.1 named the offline copy of an encoding in the fingerprint: the same counts.
-        same = fingerprint is not None and counted_by.replace("_offline/", "/") == fingerprint
+        # rdmem 0.1 named the offline copy of an encoding in the fingerprint: the same counts. An assistant's
+        # refusal is sent (and counted) since 2026-12-05: one stored before was counted without it (rare: recounted).
+        same = fingerprint is not None and counted_by.replace("_offline/", "/") == fingerprint and not (
+            su.message.get("role") == "assistant" and isinstance(su.message.get("refusal"), str))
         unit = make_unit(su.id, chat_fields(su.message), su.seq, self.tokenizer, features=feats,
                          tokens=su.tokens if same else None)
         if su.embedding is not None:
