@@ -349,9 +349,14 @@ def test_mem0_add_keeps_a_messages_own_metadata_and_time(keyless):
     assert first["metadata"] == {"source": "message", "lang": "en", "batch": 7}
     assert first["created_at"] == "2020-01-02T03:04:05+00:00" and first["id"] == added[0]["id"]
     assert second["metadata"] == {"source": "request", "batch": 7} and second["created_at"] != first["created_at"]
-    bad = client.post("/memories", json={"messages": [{**USER, "metadata": "x"}], "user_id": "meta",
-                                         "metadata": {"a": 1}})
-    assert bad.status_code == 400 and "a message's own metadata must be an object" in bad.json()["detail"]
+    for extra, said in (({"metadata": {"a": 1}}, "a message's own metadata must be an object"),
+                        ({}, "a message's own metadata must be an object")):
+        bad = client.post("/memories", json={"messages": [{**USER, "metadata": "x"}], "user_id": "meta", **extra})
+        assert bad.status_code == 400 and said in bad.json()["detail"]
+    for when in (1700000000, {"t": 1}, ""):  # a 500 that stored it, then a 500 for the scope's every list
+        bad = client.post("/memories", json={"messages": [{**USER, "created_at": when}], "user_id": "meta"})
+        assert bad.status_code == 400 and "created_at: a message's own time must be a text" in bad.json()["detail"]
+    assert len(client.get("/memories", params={"user_id": "meta"}).json()["results"]) == 2  # nothing of the refused
 
 
 def test_a_proxy_turn_refused_by_the_token_rate_stores_neither_its_messages_nor_its_reply(serve, tmp_path,

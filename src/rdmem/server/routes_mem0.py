@@ -136,13 +136,13 @@ def _item(session: str, scope: dict[str, str], message: dict[str, Any], score: f
 def _with_scope_fields(message: dict[str, Any], now: str, metadata: dict[str, Any] | None) -> dict[str, Any]:
     """A memory to store: the message with when it was added (its own ``created_at`` kept, if it has one) and
     the request's ``metadata`` under its own (a key of both: the message's value)."""
-    own = message.get("metadata")
-    if metadata and own is not None and not isinstance(own, dict):
-        raise ApiError(400, "metadata: a message's own metadata must be an object to join the request's, got "
-                       f"{type(own).__name__}")
+    own, added = message.get("metadata"), message.get("created_at")
+    if own is not None and not isinstance(own, dict):
+        raise ApiError(400, f"metadata: a message's own metadata must be an object, got {type(own).__name__}")
+    if added is not None and not (isinstance(added, str) and added.strip()):
+        raise ApiError(400, f"created_at: a message's own time must be a text (ISO 8601), got {added!r}"[:200])
     merged = {**(metadata or {}), **(own or {})} if metadata or own is not None else None
-    return {**message, "created_at": message.get("created_at") or now,
-            **({"metadata": merged} if merged is not None else {})}
+    return {**message, "created_at": added or now, **({"metadata": merged} if merged is not None else {})}
 
 
 def _all(request: Request, tenant: str, session: str) -> list[dict[str, Any]]:
