@@ -124,6 +124,10 @@ def test_curves_run_one_at_a_time_keep_results_and_retry_failures():
     curves = Curves(pending=1)
     first = curves.job("a", slow)
     assert curves.job("a", slow) is first  # the same key: the same job
+    for _ in range(500):  # drawn, no longer waiting
+        if first.started:
+            break
+        time.sleep(0.01)
     waiting = curves.job("b", broken)
     full = curves.job("c", slow)
     assert full.finished.is_set() and "curves are waiting to be computed already" in full.error

@@ -145,9 +145,10 @@ class Curves:
     def _work(self) -> None:
         while True:
             job, compute = self._queue.get()
-            if job.finished.is_set():  # superseded while it waited
-                continue
-            job.started = True
+            with self._lock:  # superseded while it waited (job() decides that under the same lock)
+                if job.finished.is_set():
+                    continue
+                job.started = True
             try:
                 job.curve = compute(job)
             except ImportError as exc:
