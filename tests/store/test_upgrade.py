@@ -144,4 +144,4 @@ def test_a_schema_4_file_gets_its_full_text_indexes_made_again(tmp_path):
         store.delete("s", ["r", "l"])  # was "database disk image is malformed"
         assert [u.id for u in store.load("s")] == ["k"] and store.search("s", "keep", None, k=3)[0][0] == "k"
         assert store.search("s", "alpha", None, k=3) == [] and store.search("s", "vault", None, k=3) == []
-    assert sqlite3.connect(path).execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone() == ("5",)
+    assert sqlite3.connect(path).execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone() == (str(SCHEMA_VERSION),)

@@ -29,7 +29,7 @@ from ._types import StoreError
 
 __all__ = ["SCHEMA_VERSION", "LOCK_KEY", "TS_CONFIG", "WORDS_IN", "WORDS_OUT", "setup", "register_vector"]
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 LOCK_KEY = 0x7264_6D65_6D00  # "rdmem": serialises schema changes between clients
 TS_CONFIG = "english"
 
@@ -125,6 +125,14 @@ _TO_5 = (
     "DROP FUNCTION IF EXISTS rdmem_estimate_matches(tsquery)",
 )
 
+# Version 5 -> 6: a deleted session's id counter, kept under a digest of its name (RETIRE), so that a session
+# written again under that name never gives a new message an id an old one had.
+_TO_6 = ("CREATE TABLE IF NOT EXISTS rdmem_retired (digest text PRIMARY KEY, next_auto bigint NOT NULL)",)
+
+#: Before a session's row is deleted: its id counter kept. Parameters: digest, session.
+RETIRE = ("INSERT INTO rdmem_retired (digest, next_auto) SELECT %s, next_auto FROM rdmem_sessions WHERE session = %s "
+          "ON CONFLICT (digest) DO UPDATE SET next_auto = greatest(rdmem_retired.next_auto, excluded.next_auto)")
+
 #: After an append, the words of its units (places ``first`` on) are counted in. Parameters: session, first.
 WORDS_IN = (
     "INSERT INTO rdmem_words (session, word, n) SELECT %(session)s, t.lexeme, count(*) FROM rdmem_units u, "
@@ -149,7 +157,7 @@ CLOSE_UP = (
 )
 
 #: The upgrade to each version from the one before, applied in order.
-MIGRATIONS: dict[int, tuple[str, ...]] = {3: _TO_3, 4: _TO_4, 5: _TO_5}
+MIGRATIONS: dict[int, tuple[str, ...]] = {3: _TO_3, 4: _TO_4, 5: _TO_5, 6: _TO_6}
 
 
 

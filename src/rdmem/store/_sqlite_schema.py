@@ -33,7 +33,7 @@ from ._types import StoreError
 __all__ = ["SCHEMA_VERSION", "read_version", "create_or_upgrade"]
 
 #: The layout this code writes. A file with a higher version was written by a newer rdmem.
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 _TABLES = """
 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -157,9 +157,26 @@ def _to_5(conn: sqlite3.Connection) -> None:
             for uid, message in conn.execute("SELECT uid, message FROM units WHERE session = ?", (session,))))
 
 
+# Version 5 -> 6: a deleted session's id counter, kept under a digest of its name (RETIRE), so that a session
+# written again under that name never gives a new message an id an old one had.
+_TO_6 = "CREATE TABLE IF NOT EXISTS retired (digest TEXT PRIMARY KEY, next_auto INTEGER NOT NULL);"
+
+#: Before a session's row is deleted: its id counter kept. Parameters: digest, session.
+RETIRE = ("INSERT INTO retired (digest, next_auto) SELECT ?, next_auto FROM sessions WHERE session = ? "
+          "ON CONFLICT (digest) DO UPDATE SET next_auto = max(retired.next_auto, excluded.next_auto)")
+
+
+def retired_next_auto(conn: sqlite3.Connection, session: str) -> int:
+    """Where a new session's id counter starts: where a deleted session of that name left it, else 0."""
+    from ._types import retired_digest
+
+    row = conn.execute("SELECT next_auto FROM retired WHERE digest = ?", (retired_digest(session),)).fetchone()
+    return int(row[0]) if row else 0
+
+
 #: The upgrade to each version from the one before, applied in order (a new file is created at version 2
 #: and brought up through them too, so one path builds both): SQL, or a function of the connection.
-MIGRATIONS: dict[int, str | Callable[[sqlite3.Connection], None]] = {3: _TO_3, 4: _TO_4, 5: _to_5}
+MIGRATIONS: dict[int, str | Callable[[sqlite3.Connection], None]] = {3: _TO_3, 4: _TO_4, 5: _to_5, 6: _TO_6}
 
 
 def _statements(script: str) -> list[str]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
@@ -12,7 +13,7 @@ from ..errors import DuplicateIdError, StoreError, UnknownIdError, VersionConfli
 
 __all__ = [
     "Tier", "TIERS", "NewUnit", "StoredUnit", "Written", "Changes", "SessionInfo", "ApiKey", "Store",
-    "StoreError", "DuplicateIdError", "UnknownIdError", "VersionConflict",
+    "StoreError", "DuplicateIdError", "UnknownIdError", "VersionConflict", "retired_digest",
 ]
 
 Tier = Literal["working", "archive"]
@@ -164,3 +165,9 @@ class Store(Protocol):
     def delete_session(self, session: str) -> None: ...
 
     def close(self) -> None: ...
+
+
+def retired_digest(session: str) -> str:
+    """What a store keeps of a deleted session's name beside its id counter (so that the name written again
+    never reuses an id): a digest, not the name."""
+    return hashlib.sha256(session.encode("utf-8", "surrogatepass")).hexdigest()

@@ -58,6 +58,7 @@ class MemoryStore(BaseStore):
         self._index = MemoryIndex(lexical_rows)
         self._rowid = 0
         self._sessions_: dict[str, _Session] = {}
+        self._retired: dict[str, int] = {}  # a deleted session's id counter, by its name (this process's own)
         self._clock = 0
         self._api_keys: dict[str, tuple[ApiKey, str]] = {}  # id -> (key, hash)
 
@@ -71,7 +72,8 @@ class MemoryStore(BaseStore):
         version = self._tick()
         if s is None:
             now = time.time()
-            s = self._sessions_[session] = _Session(created=now, updated=now, reset=version)
+            s = self._sessions_[session] = _Session(created=now, updated=now, reset=version,
+                                                    next_auto=self._retired.get(session, 0))
         prev, s.version, s.updated = s.version, version, time.time()
         return s, prev, version
 
@@ -88,7 +90,7 @@ class MemoryStore(BaseStore):
             existing = self._sessions_.get(session)
             have = existing.units if existing is not None else {}
             ids, next_auto = allocate_ids(
-                session, [u.id for u in units], existing.next_auto if existing else 0,
+                session, [u.id for u in units], existing.next_auto if existing else self._retired.get(session, 0),
                 lambda wanted: {i for i in wanted if i in have},
             )
             s, prev, version = self._open(session)
@@ -192,7 +194,9 @@ class MemoryStore(BaseStore):
 
     def _delete_session(self, session: str) -> None:
         with self._lock:
-            self._sessions_.pop(session, None)
+            gone = self._sessions_.pop(session, None)
+            if gone is not None:  # the name written again goes on from its counter: an old id names nothing new
+                self._retired[session] = max(self._retired.get(session, 0), gone.next_auto)
             self._index.drop(session)
 
     # -- reads -------------------------------------------------------------------

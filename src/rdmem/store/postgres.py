@@ -25,10 +25,10 @@ from ..errors import InvalidInput
 from ._base import BaseStore, Encoded, allocate_ids, decode_unit, dumps, state_patch
 from ._fts import LEXICAL_ROWS, check_lexical_rows
 from ._pg_pool import Connections, import_psycopg, one_line
-from ._pg_schema import CLOSE_UP, LOCK_KEY, SCHEMA_VERSION, TS_CONFIG, WORDS_IN, WORDS_OUT, register_vector, setup
+from ._pg_schema import CLOSE_UP, LOCK_KEY, RETIRE, SCHEMA_VERSION, TS_CONFIG, WORDS_IN, WORDS_OUT, register_vector, setup
 from ._pg_keys import PgKeys
 from ._pg_search import PgSearchMixin
-from ._types import Changes, SessionInfo, StoredUnit, StoreError, Tier, VersionConflict, Written
+from ._types import Changes, SessionInfo, StoredUnit, StoreError, Tier, VersionConflict, Written, retired_digest
 
 __all__ = ["PostgresStore", "SCHEMA_VERSION"]
 
@@ -188,11 +188,12 @@ class PostgresStore(PgKeys, PgSearchMixin, BaseStore):
         if create:
             now = time.time()
             # DO UPDATE (not DO NOTHING) locks the row and returns it, whoever created it.
-            return conn.execute(
-                "INSERT INTO rdmem_sessions (session, created, updated, version, reset) VALUES (%s, %s, %s, 0, 0) "
+            return conn.execute(  # a name written again goes on from its deleted session's id counter (RETIRE)
+                "INSERT INTO rdmem_sessions (session, created, updated, version, reset, next_auto) VALUES (%s, %s, "
+                "%s, 0, 0, coalesce((SELECT next_auto FROM rdmem_retired WHERE digest = %s), 0)) "
                 "ON CONFLICT (session) DO UPDATE SET session = excluded.session "
                 "RETURNING version, reset, next_seq, next_auto, state, n_units, n_tokens",
-                (session, now, now),
+                (session, now, now, retired_digest(session)),
             ).fetchone()
         return conn.execute(
             "SELECT version, reset, next_seq, next_auto, state, n_units, n_tokens FROM rdmem_sessions "
@@ -370,6 +371,7 @@ class PostgresStore(PgKeys, PgSearchMixin, BaseStore):
                 self._lock_session(conn, session, create=False)
                 for table in ("rdmem_units", "rdmem_words", "rdmem_compactions"):
                     conn.execute(f"DELETE FROM {table} WHERE session = %s", (session,))
+                conn.execute(RETIRE, (retired_digest(session), session))
                 conn.execute("DELETE FROM rdmem_sessions WHERE session = %s", (session,))
 
         self._run(write, session)

@@ -26,9 +26,9 @@ from ._fts import LEXICAL_ROWS, check_lexical_rows
 from ._sqlite_embeddings import SQLiteEmbeddings
 from ._sqlite_keys import SQLiteKeys
 from ._sqlite_open import in_transaction, open_file, retry
-from ._sqlite_schema import CLOSE_UP, SCHEMA_VERSION
+from ._sqlite_schema import CLOSE_UP, RETIRE, SCHEMA_VERSION, retired_next_auto
 from ._sqlite_search import DENSE_ROWS, FTS_CREATE, FTS_TOKENIZE, SearchMixin, SessionCache, check_dense_rows, fts_table
-from ._types import Changes, SessionInfo, StoredUnit, StoreError, Tier, VersionConflict, Written
+from ._types import Changes, SessionInfo, StoredUnit, StoreError, Tier, VersionConflict, Written, retired_digest
 
 __all__ = ["SQLiteStore", "SCHEMA_VERSION"]
 
@@ -203,10 +203,9 @@ class SQLiteStore(SQLiteKeys, SQLiteEmbeddings, SearchMixin, BaseStore):
             raise VersionConflict(f"session {session!r} is at version {prev}, not {expect}; nothing was written")
         version, now = self._tick(conn), time.time()
         if row is None:
-            conn.execute(
-                "INSERT INTO sessions (session, fts, created, updated, version, reset) VALUES (?, ?, ?, ?, ?, ?)",
-                (session, fts_table(session), now, now, version, version),
-            )
+            conn.execute("INSERT INTO sessions (session, fts, created, updated, version, reset, next_auto) VALUES "
+                         "(?, ?, ?, ?, ?, ?, ?)",  # a name written again: its deleted session's id counter on
+                         (session, fts_table(session), now, now, version, version, retired_next_auto(conn, session)))
             conn.execute(FTS_CREATE.format(fts_table(session), FTS_TOKENIZE))
         sets = "".join(f", {c} = ?" for c in columns)
         conn.execute(f"UPDATE sessions SET version = ?, updated = ?{sets} WHERE session = ?",
@@ -234,7 +233,7 @@ class SQLiteStore(SQLiteKeys, SQLiteEmbeddings, SearchMixin, BaseStore):
 
         def write(conn: sqlite3.Connection) -> _Outcome:
             row = self._session_row(conn, session)
-            next_seq, next_auto = (int(row[2]), int(row[3])) if row is not None else (0, 0)
+            next_seq, next_auto = (int(row[2]), int(row[3])) if row is not None else (0, retired_next_auto(conn, session))
             n_units, n_tokens = (int(row[5]), int(row[6])) if row is not None else (0, 0)
 
             def taken(ids: list[str]) -> set[str]:
@@ -324,6 +323,7 @@ class SQLiteStore(SQLiteKeys, SQLiteEmbeddings, SearchMixin, BaseStore):
             conn.execute(f"DROP TABLE IF EXISTS {fts_table(session)}")
             conn.execute("DELETE FROM units WHERE session = ?", (session,))
             conn.execute("DELETE FROM compactions WHERE session = ?", (session,))
+            conn.execute(RETIRE, (retired_digest(session), session))
             conn.execute("DELETE FROM sessions WHERE session = ?", (session,))
 
         self._write(session, write)

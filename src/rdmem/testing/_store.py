@@ -17,6 +17,10 @@ import numpy as np
 
 from ..store import DuplicateIdError, KeyStore, NewUnit, Store, StoredUnit, Tier, VersionConflict, keeps_keys
 from ._assert import equal, expect, raises
+from ._store_shared import (
+    check_a_message_behind_another_sessions_backlog_is_claimed_at_the_next_claim,
+    check_a_session_written_again_after_its_delete_never_reuses_an_id, plain,
+)
 
 __all__ = ["STORE_CHECKS", "StoreCheck"]
 
@@ -53,10 +57,6 @@ def units_of(rows: list[tuple[str, str, str]], *, tier: Tier = "working") -> lis
         out.append(NewUnit({"role": role, "content": text}, 4 + len(text) // 4, {"n": n}, topic(n // 2, n + 1),
                            tier, id=uid))
     return out
-
-
-def plain(text: str, uid: str | None = None, tier: Tier = "working") -> NewUnit:
-    return NewUnit({"role": "user", "content": text}, 5, tier=tier, id=uid)
 
 
 def ids(units: list[Any]) -> list[str]:
@@ -403,19 +403,6 @@ def check_units_without_vectors_are_claimed_once_and_their_vectors_land(store: S
     raises(ValueError, "finite", lambda: store.set_embeddings(session, {"p1": [float("nan")]}), "a NaN vector")
 
 
-def check_a_message_behind_another_sessions_backlog_is_claimed_at_the_next_claim(store: Store, session: str) -> None:
-    """One tenant's bulk import must not keep another's new messages from their vectors until it is done."""
-    backlog = session + "-backlog"
-    store.append(backlog, [plain(f"bulk note {i}", f"b{i}") for i in range(40)])
-    store.append(session, [plain("a late note", "late")])
-    got = store.claim_unembedded("fair", limit=2, lease=60.0)
-    expect(("late" in [u.id for s, u in got if s == session]) and len(got) == 2,
-           f"a claim of 2 behind a 40-unit backlog of another session took {[(s, u.id) for s, u in got]}, "
-           "not the late note")
-    rest = [u.id for s, u in store.claim_unembedded("fair", limit=10**6, lease=60.0) if s == backlog]
-    equal(len(rest) + sum(s == backlog for s, _ in got), 40, "the backlog's units claimed in all (none lost)")
-
-
 def ids_of(hits: list[tuple[str, float]]) -> list[str]:
     return [i for i, _ in hits]
 
@@ -435,4 +422,5 @@ STORE_CHECKS: tuple[StoreCheck, ...] = (
     check_api_keys_are_stored_hashed_listed_and_revoked_at_once,
     check_units_without_vectors_are_claimed_once_and_their_vectors_land,
     check_a_message_behind_another_sessions_backlog_is_claimed_at_the_next_claim,
+    check_a_session_written_again_after_its_delete_never_reuses_an_id,
 )
