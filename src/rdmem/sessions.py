@@ -37,6 +37,7 @@ from .messages import chat_fields
 from .names import check_session_name
 from .policies import MODE_POLICIES, get_policy
 from .reconstruct import MARKER, MERGED, Markers
+from .store import check_tenant
 from .tokens import content_text
 
 __all__ = ["MODES", "session_name", "policy_for", "needs_embedder", "embedder_for", "default_low", "first_unseen",
@@ -132,8 +133,6 @@ TENANT_PREFIX = "t/"
 def tenant_store_name(tenant: str, session: str, field: str = "session") -> str:
     """The store's name for ``tenant``'s session ``session`` (both checked: :class:`InvalidInput` naming
     ``field`` if one is not a name)."""
-    from .store import check_tenant  # the store package imports this module's neighbours
-
     check_tenant(tenant)
     session_name(session, field)
     return f"{TENANT_PREFIX}{tenant}/{session}"
@@ -141,7 +140,5 @@ def tenant_store_name(tenant: str, session: str, field: str = "session") -> str:
 
 def tenant_session_infos(store: Any, tenant: str) -> list[tuple[str, Any]]:
     """``(session name, info)`` of every session of ``tenant`` in ``store``, by name."""
-    from .store import check_tenant
-
     prefix = f"{TENANT_PREFIX}{check_tenant(tenant)}/"
     return [(i.session[len(prefix):], i) for i in store.sessions() if i.session.startswith(prefix)]

@@ -86,35 +86,29 @@ def _matching(request: Request, tenant: str, scope: dict[str, str]) -> list[tupl
     return out
 
 
-def _memory_id(session: str, message: dict[str, Any]) -> str:
-    """A memory's id: its session, its message id and when it was added. A session deleted and written again
-    numbers its messages from ``m0`` again; the time keeps an old id from naming the new memory (mem0's ids
-    are unique, and a client retrying a delete must not delete what was added since)."""
-    return base64.urlsafe_b64encode(json.dumps([session, message["id"], message.get("created_at")]).encode()) \
-        .decode().rstrip("=")
+def _memory_id(session: str, uid: str) -> str:
+    return base64.urlsafe_b64encode(json.dumps([session, uid]).encode()).decode().rstrip("=")
 
 
-def _parse_id(memory_id: str) -> tuple[str, str, str | None]:
-    """``(session, message id, added)`` of a memory id; ``added`` is ``None`` for an id made before rdmem put
-    the time in (one of two parts)."""
+def _parse_id(memory_id: str) -> tuple[str, str]:
+    """``(session, message id)`` of a memory id. An id is never reused (a scope deleted and written again goes
+    on from its deleted counter, the stores' rule), so it names one memory for good."""
     try:
-        session, uid, *added = json.loads(base64.urlsafe_b64decode(memory_id + "=" * (-len(memory_id) % 4)))
-        if isinstance(session, str) and isinstance(uid, str) and session.startswith(_PREFIX) and \
-                len(added) <= 1 and all(a is None or isinstance(a, str) for a in added):
-            return session, uid, added[0] if added else None
+        session, uid, *made = json.loads(base64.urlsafe_b64decode(memory_id + "=" * (-len(memory_id) % 4)))
+        if isinstance(session, str) and isinstance(uid, str) and session.startswith(_PREFIX) and len(made) <= 1:
+            return session, uid  # a third part: the time an id of 2026-12-05's rdmem carried
     except (ValueError, TypeError):
         pass
     raise ApiError(404, f"Memory with id {memory_id} not found")
 
 
 def _the_memory(request: Request, tenant: str, memory_id: str) -> tuple[str, dict[str, Any]]:
-    """The session and the stored message a memory id names, else a 404 (another tenant's, deleted, or a
-    message that took its place after its session was deleted)."""
-    session, uid, added = _parse_id(memory_id)
+    """The session and the stored message a memory id names, else a 404 (another tenant's, or deleted)."""
+    session, uid = _parse_id(memory_id)
     store_session(tenant, session)  # a name of the caller's tenant only
     pool = request.app.state.rdmem.pool
     found = pool.manager(tenant, session).originals([uid]).get(uid) if pool.exists(tenant, session) else None
-    if found is None or (added is not None and found.get("created_at") != added):
+    if found is None:
         raise ApiError(404, f"Memory with id {memory_id} not found")
     return session, found
 
@@ -128,7 +122,7 @@ def _text(message: dict[str, Any]) -> str:
 
 def _item(session: str, scope: dict[str, str], message: dict[str, Any], score: float | None = None) -> Mem0Item:
     text = _text(message)
-    return Mem0Item(id=_memory_id(session, message), memory=text, hash=hashlib.md5(text.encode()).hexdigest(),
+    return Mem0Item(id=_memory_id(session, message["id"]), memory=text, hash=hashlib.md5(text.encode()).hexdigest(),
                     metadata=message.get("metadata"), score=score, created_at=message.get("created_at"),
                     updated_at=message.get("created_at"), role=message.get("role"), **scope)
 

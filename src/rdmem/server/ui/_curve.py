@@ -120,8 +120,8 @@ class Curves:
                 self._jobs.move_to_end(key)
                 return job
             job = CurveJob()
-            waiting = self._waiting.get(owner)
-            if waiting is not None and not waiting[2].started:
+            waiting = self._waiting.get(owner)  # not started (pruned above; _work starts a job under the lock)
+            if waiting is not None:
                 if waiting[0] != slot:
                     return _refused(job, "a curve of another of your sessions is waiting to be computed; this "
                                          "one can be asked for once it is drawn")

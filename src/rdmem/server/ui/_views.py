@@ -223,7 +223,8 @@ def _curve_data(request: Request, tenant: str, view: View, tokens: int, budget: 
     state = _state(request)
     policies = tuple(dict.fromkeys((state.settings.policy, "window")))
     budgets = curve_budgets(tokens)
-    version = state.store.version(store_session(tenant, view.name))
+    name = store_session(tenant, view.name)
+    version = state.store.version(name)
 
     def compute(job: CurveJob) -> Any:
         total = session_detail(state, tenant, view.name).units
@@ -243,7 +244,6 @@ def _curve_data(request: Request, tenant: str, view: View, tokens: int, budget: 
         return session_curve(messages, view.name, policies=policies, budgets=budgets,
                              embedder=state.pool.embedder_for(tenant), progress=progress)
 
-    name = store_session(tenant, view.name)
     job = request.app.state.rdmem_curves.job((name, version, policies, budgets), compute, owner=tenant, slot=name)
     job.finished.wait(0.05)  # a curve computed before is there at once
     charts = []
