@@ -28,6 +28,7 @@ class Reply:
     event_delay: float = 0.0
     headers: dict[str, str] = field(default_factory=dict)
     cut: bytes | None = None  # the stream breaks off after its events and these bytes (half an event, say)
+    raw: bool = False  # each of ``events`` is sent as it is (whole server-sent events, their lines and blank line)
 
 
 def completion(text: str, model: str = "fake-model") -> dict[str, Any]:
@@ -131,7 +132,7 @@ class _Handler(BaseHTTPRequestHandler):
                     self.send_header(k, v)
                 self.end_headers()
                 for event in reply.events:
-                    data = f"data: {event}\n\n".encode()
+                    data = event.encode() if reply.raw else f"data: {event}\n\n".encode()
                     self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
                     self.wfile.flush()
                     if reply.event_delay:

@@ -98,8 +98,9 @@ def test_mcp_refuses_a_session_name_the_service_would_refuse(tmp_path, capsys):
 
 
 @pytest.mark.slow  # starts rdmem serve
-def test_a_connection_that_never_finishes_its_headers_is_closed(tmp_path):
-    """... and --max-page bounds a search's k, as the other limits their fields."""
+def test_a_connection_that_never_finishes_its_headers_or_its_body_is_closed(tmp_path):
+    """A body announced and then stalled (or trickled) held its connection for ever: the header timeout was
+    disarmed once the headers were in. And --max-page bounds a search's k, as the other limits their fields."""
     from ..server.conftest import ServeProcess
 
     server = ServeProcess("--store", f"sqlite:///{tmp_path / 'm.db'}", "--policy", "window", "--header-timeout", "1",
@@ -107,10 +108,14 @@ def test_a_connection_that_never_finishes_its_headers_is_closed(tmp_path):
                           env={"RDMEM_DATA_DIR": str(tmp_path)}, log_dir=tmp_path)
     try:
         with socket.create_connection(("127.0.0.1", server.port), timeout=20) as silent, \
-                socket.create_connection(("127.0.0.1", server.port), timeout=20) as slow:
+                socket.create_connection(("127.0.0.1", server.port), timeout=20) as slow, \
+                socket.create_connection(("127.0.0.1", server.port), timeout=20) as stalled:
             slow.sendall(b"GET /v1/sessions HTTP/1.1\r\nHost: 127.0.0.1\r\n")  # and never the blank line
+            stalled.sendall(b"POST /v1/sessions/s/messages HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                            b"Content-Type: application/json\r\nContent-Length: 100000\r\n\r\n{")  # and no more
             start = time.monotonic()
             assert silent.recv(1) == b"" and slow.recv(1) == b""  # closed by the server, not by our timeout
+            assert stalled.recv(1) == b""
             assert time.monotonic() - start < 15
         # a complete request on a fresh connection is answered as ever
         assert httpx.get(f"{server.url}/v1/sessions").status_code == 200

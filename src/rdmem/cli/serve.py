@@ -179,7 +179,8 @@ def register(sub: Any) -> None:
                    help="the tenant that may read /metrics (default: anyone on a server without keys, nobody "
                    "on one with keys)")
     p.add_argument("--header-timeout", type=positive_number("seconds"), default=10.0,
-                   help="seconds a connection may take to send a request's headers (default 10)")
+                   help="seconds a connection may take to send a request's headers (default 10); its body then gets "
+                   "as long again, and a second more for each 500 bytes received")
     proxy = p.add_argument_group("the proxy (with --upstream)")
     proxy.add_argument("--derive-sessions", action="store_true",
                        help="give a request without X-Rdmem-Session or 'user' a session derived from its system "

@@ -1,11 +1,17 @@
-"""uvicorn's HTTP/1.1 protocol with a header-read timeout: a connection that does not finish sending a
-request's headers in time is closed.
+"""uvicorn's HTTP/1.1 protocol with read timeouts: a connection that does not finish sending a request's
+headers in time, or then sends its body slower than a minimum rate, is closed.
 
 uvicorn times out idle keep-alive connections, but not a new connection
 that sends nothing, nor one that sends its headers a byte at a time
-(slowloris): each would hold a socket and a file descriptor for ever.
-``rdmem serve`` names this class as uvicorn's ``http`` protocol; the timeout
-is :attr:`~rdmem.server.settings.ServerSettings.header_timeout`.
+(slowloris), nor one that announces a body and then trickles it or stops
+(the same attack on the body): each would hold a socket and a file
+descriptor for ever. ``rdmem serve`` names this class as uvicorn's ``http``
+protocol; the timeout is :attr:`~rdmem.server.settings.ServerSettings.header_timeout`.
+As Apache's ``mod_reqtimeout`` does, a body may take that long again, and
+each :data:`BODY_MIN_RATE` bytes received give it one second more: a slow
+link is served, a body that stalls or crawls is not. While the server has
+stopped reading (its application has not taken the bytes it holds), the
+client is not timed.
 """
 
 from __future__ import annotations
@@ -17,10 +23,12 @@ from typing import Any
 import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-__all__ = ["HeaderTimeoutProtocol", "PROTOCOL"]
+__all__ = ["HeaderTimeoutProtocol", "PROTOCOL", "BODY_MIN_RATE"]
 
 #: What ``uvicorn.Config(http=...)`` takes (an import string, so worker processes can load it too).
 PROTOCOL = "rdmem.server._http:HeaderTimeoutProtocol"
+#: Bytes a second a request's body must keep up after its first ``header_timeout`` seconds.
+BODY_MIN_RATE = 500
 
 
 @functools.cache
@@ -31,25 +39,36 @@ def _from_settings() -> float:
 
 
 class HeaderTimeoutProtocol(H11Protocol):
-    """:class:`H11Protocol` that closes a connection whose request headers take over ``header_timeout`` s."""
+    """:class:`H11Protocol` that closes a connection whose request headers take over ``header_timeout`` s, or
+    whose body then falls behind ``header_timeout`` s plus one second per :data:`BODY_MIN_RATE` bytes."""
 
     header_timeout: float | None = None  # None: the server's settings say (a subclass may fix it)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._timeout = self.header_timeout if self.header_timeout is not None else _from_settings()
-        self._header_timer: asyncio.TimerHandle | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._body_start = 0.0
+        self._body_bytes = 0
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         self._arm()
 
     def data_received(self, data: bytes) -> None:
-        if self._header_timer is None and self.conn.their_state is h11.IDLE:
+        if self._timer is None and self.conn.their_state is h11.IDLE:
             self._arm()  # the first bytes of the next request on a kept-alive connection
+        reading_body = self.conn.their_state is h11.SEND_BODY
         super().data_received(data)
-        if self.conn.their_state is not h11.IDLE:
-            self._disarm()  # the headers are in: the request runs as long as it needs
+        state = self.conn.their_state
+        if state is h11.SEND_BODY:
+            if reading_body:
+                self._body_bytes += len(data)
+            else:  # the headers are in: the body is timed from here
+                self._body_start, self._body_bytes = self.loop.time(), 0
+            self._arm_body()
+        elif state is not h11.IDLE:
+            self._disarm()  # the whole request is in: it runs as long as it needs
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
@@ -57,16 +76,33 @@ class HeaderTimeoutProtocol(H11Protocol):
 
     def _arm(self) -> None:
         self._disarm()
-        self._header_timer = self.loop.call_later(self._timeout, self._header_timed_out)
+        self._timer = self.loop.call_later(self._timeout, self._header_timed_out)
+
+    def _arm_body(self) -> None:
+        self._disarm()
+        deadline = self._body_start + self._timeout + self._body_bytes / BODY_MIN_RATE
+        self._timer = self.loop.call_at(deadline, self._body_timed_out)
 
     def _disarm(self) -> None:
-        if self._header_timer is not None:
-            self._header_timer.cancel()
-            self._header_timer = None
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
 
     def _header_timed_out(self) -> None:
-        self._header_timer = None
+        self._timer = None
         if self.conn.their_state is h11.IDLE and not self.transport.is_closing():
             self.logger.debug("closing a connection that sent no complete request headers in %s s",
                               self._timeout)
             self.transport.close()
+
+    def _body_timed_out(self) -> None:
+        self._timer = None
+        if self.conn.their_state is not h11.SEND_BODY or self.transport.is_closing():
+            return
+        if self.flow.read_paused:  # the application has not read what came: not the client's delay
+            self._body_start = self.loop.time()
+            self._arm_body()
+            return
+        self.logger.debug("closing a connection whose request body fell behind (%d bytes in %.0f s)",
+                          self._body_bytes, self.loop.time() - self._body_start)
+        self.transport.close()

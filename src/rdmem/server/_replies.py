@@ -12,37 +12,79 @@ __all__ = ["ReplyCollector"]
 class ReplyCollector:
     """Reads the server-sent events of a streamed chat completion as they pass, and puts the assistant's
     message back together (its text and its tool calls): the first choice's, as a reply that is not streamed
-    stores ``choices[0]`` (with ``n > 1`` each event carries one choice, by its ``index``)."""
+    stores ``choices[0]`` (with ``n > 1`` each event carries one choice, by its ``index``).
+
+    Events are read as the ``openai`` client reads them: an event ends at a blank line, its ``data:`` lines
+    joined by newlines (an event never ended is never read). A reply is :attr:`complete` once ``[DONE]`` came,
+    or once the stream ended (:meth:`end`) after the first choice's ``finish_reason``; it is :attr:`failed`,
+    and never stored, when the stream carried an error (an ``error`` event, or an event with an ``error`` and
+    no ``choices``, as vLLM and SGLang end a stream that failed midway) or an event the client cannot read
+    (not JSON): the client saw its stream fail there."""
 
     def __init__(self) -> None:
         self._buffer = b""
+        self._data: list[bytes] = []
+        self._event = b""
         self._content: list[str] = []
         self._calls: dict[int, dict[str, Any]] = {}
+        self._finished = False
         self.done = False
+        self.failed = False
+
+    @property
+    def complete(self) -> bool:
+        """Whether the reply came whole: ``[DONE]``, and nothing failed before it."""
+        return self.done and not self.failed
+
+    def end(self) -> bool:
+        """The stream ended (without an error of its own): whether the reply is whole, ``[DONE]`` or not (a
+        stream may end after its last choice's ``finish_reason`` without one)."""
+        if self._finished and not self.failed:
+            self.done = True
+        return self.complete
 
     def feed(self, chunk: bytes) -> None:
         self._buffer += chunk
         while b"\n" in self._buffer:
             line, self._buffer = self._buffer.split(b"\n", 1)
-            line = line.strip()
-            if not line.startswith(b"data:"):
-                continue
-            data = line[5:].strip()
-            if data == b"[DONE]":
-                self.done = True
-                continue
-            try:
-                event = json.loads(data)
-                delta = _first_choice_delta(event["choices"])
-            except (ValueError, KeyError, IndexError, TypeError, AttributeError):
-                continue
-            if delta is None:  # another choice's event (n > 1)
-                continue
-            if isinstance(delta.get("content"), str):
-                self._content.append(delta["content"])
-            for call in delta.get("tool_calls") or ():
-                if isinstance(call, dict):
-                    self._merge_call(call)
+            line = line.rstrip(b"\r")
+            if not line:  # a blank line ends the event
+                self._dispatch()
+            elif line.startswith(b"data:"):
+                self._data.append(line[6:] if line.startswith(b"data: ") else line[5:])
+            elif line.startswith(b"event:"):
+                self._event = line[6:].strip()
+
+    def _dispatch(self) -> None:
+        data, event = b"\n".join(self._data), self._event
+        self._data, self._event = [], b""
+        if not data or self.done or self.failed:
+            return
+        if data.strip() == b"[DONE]":
+            self.done = True
+            return
+        try:
+            parsed = json.loads(data)
+        except ValueError:  # the client's stream fails on it
+            self.failed = True
+            return
+        if event == b"error" or (isinstance(parsed, dict) and "error" in parsed and "choices" not in parsed):
+            self.failed = True
+            return
+        try:
+            choice = _first_choice(parsed["choices"])
+        except (KeyError, IndexError, TypeError, AttributeError):
+            return
+        if choice is None:  # another choice's event (n > 1)
+            return
+        if choice.get("finish_reason"):
+            self._finished = True
+        delta = choice.get("delta") or {}
+        if isinstance(delta.get("content"), str):
+            self._content.append(delta["content"])
+        for call in delta.get("tool_calls") or ():
+            if isinstance(call, dict):
+                self._merge_call(call)
 
     def _merge_call(self, call: dict[str, Any]) -> None:
         slot = self._calls.setdefault(int(call.get("index", len(self._calls))),
@@ -62,10 +104,10 @@ class ReplyCollector:
         return out
 
 
-def _first_choice_delta(choices: Any) -> dict[str, Any] | None:
-    """The delta of the first choice (``index`` 0, or without one) among an event's choices; ``None`` when the
-    event carries only other choices."""
+def _first_choice(choices: Any) -> dict[str, Any] | None:
+    """The first choice (``index`` 0, or without one) among an event's choices; ``None`` when the event
+    carries only other choices."""
     for choice in choices:
         if choice.get("index", 0) == 0:
-            return choice.get("delta") or {}
+            return choice
     return None

@@ -12,6 +12,7 @@ import logging
 from collections.abc import AsyncIterator, Iterator
 from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
 from dataclasses import dataclass
+from http.cookiejar import CookieJar, DefaultCookiePolicy
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -87,7 +88,9 @@ def create_app(settings: ServerSettings | None = None, *, store: Store | None = 
         if settings.upstream:
             import httpx
 
-            state.http = httpx.AsyncClient(base_url=settings.upstream.rstrip("/"), timeout=settings.upstream_timeout)
+            # No cookie jar: a cookie the model's answer to one client sets is never sent with another's request.
+            state.http = httpx.AsyncClient(base_url=settings.upstream.rstrip("/"), timeout=settings.upstream_timeout,
+                                           cookies=CookieJar(DefaultCookiePolicy(allowed_domains=[])))
         app.state.rdmem = state
         state.keyed()  # a server started with keys stays keyed
         state.pool.start()

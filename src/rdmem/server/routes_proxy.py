@@ -47,7 +47,7 @@ from .auth import ProxyTenant
 from .errors import ApiError, error_body
 from .protocol import ErrorResponse
 
-__all__ = ["router", "FORWARDED_HEADERS", "read_request"]
+__all__ = ["router", "FORWARDED_HEADERS", "PASSED_BACK_HEADERS", "read_request"]
 
 log = logging.getLogger("rdmem.server")
 router = APIRouter(prefix="/v1", tags=["proxy"])
@@ -60,8 +60,25 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
     401: {"model": ErrorResponse, "description": "the rdmem key (X-Rdmem-Key) is missing, invalid or revoked"}}
 
 
-def _forward_headers(request: Request) -> dict[str, str]:
-    return {k: v for k, v in request.headers.items() if k.lower() in FORWARDED_HEADERS or k.lower().startswith("x-stainless-")}
+#: The upstream's headers its answer is relayed with (any other stays here): what a client reads to retry
+#: (``Retry-After``, OpenAI's ``retry-after-ms`` and ``x-should-retry``, the rate limits), to follow a redirect,
+#: and to report a request to its provider.
+PASSED_BACK_HEADERS = ("content-type", "x-request-id", "openai-processing-ms", "openai-version", "openai-organization",
+                       "retry-after", "retry-after-ms", "x-should-retry", "location")
+
+
+def _forward_headers(request: Request) -> list[tuple[bytes, bytes]]:
+    """The allowed client headers, as the client sent their bytes (a header is Latin-1 on the wire: a
+    ``User-Agent`` with UTF-8 in it goes on as it came)."""
+    return [(k, v) for k, v in request.headers.raw
+            if (name := k.decode("latin-1").lower()) in FORWARDED_HEADERS or name.startswith("x-stainless-")]
+
+
+def _passed_back(resp: Any, *, content_type: bool = True) -> dict[str, str]:
+    """The upstream answer's headers that reach the client (``PASSED_BACK_HEADERS``, and ``x-ratelimit-*``)."""
+    return {k: v for k, v in resp.headers.items()
+            if (k.lower() in PASSED_BACK_HEADERS and (content_type or k.lower() != "content-type"))
+            or k.lower().startswith("x-ratelimit-")}
 
 
 def _upstream_failure(exc: Exception, headers: dict[str, str] | None = None) -> JSONResponse:
@@ -294,12 +311,13 @@ async def chat_completions(request: Request, tenant: ProxyTenant) -> Response:
     stream = bool(body.get("stream"))
     # unchanged: the client's own bytes go on (nothing to serialise again); else the compacted request
     payload: dict[str, Any] = {"content": raw} if forward is body else {"json": forward}
-    if stream:
-        call = state.http.send(state.http.build_request("POST", "/chat/completions", **payload,
-                                                        headers=_forward_headers(request)), stream=True)
-    else:
-        call = state.http.post("/chat/completions", **payload, headers=_forward_headers(request))
-    upstream = asyncio.ensure_future(call)  # on its way; memory counts and stores meanwhile (it fits as sent)
+    upstream: asyncio.Future[Any]
+    try:  # on its way; memory counts and stores meanwhile (it fits as sent)
+        upstream = asyncio.ensure_future(state.http.send(state.http.build_request(
+            "POST", "/chat/completions", **payload, headers=_forward_headers(request)), stream=stream))
+    except Exception as exc:  # a request httpx cannot make: answered below as one it could not send
+        upstream = asyncio.get_running_loop().create_future()
+        upstream.set_exception(exc)
     if memory is not None:
         try:
             saving = _applied(await memory.counted(), headers)
@@ -321,8 +339,7 @@ async def chat_completions(request: Request, tenant: ProxyTenant) -> Response:
         _store_later(state, where, reply, job)
     elif where is not None:
         _record_only(state, where, job)
-    passed = {k: v for k, v in resp.headers.items() if k.lower() in ("content-type", "x-request-id", "openai-processing-ms")}
-    return Response(resp.content, status_code=resp.status_code, headers={**passed, **headers})
+    return Response(resp.content, status_code=resp.status_code, headers={**_passed_back(resp), **headers})
 
 
 def _record_only(state: Any, where: _Where | None, after: asyncio.Future[Any] | None) -> None:
@@ -341,7 +358,7 @@ async def _stream(state: Any, resp: Any, headers: dict[str, str], where: _Where 
         content = await resp.aread()
         await resp.aclose()
         return Response(content, status_code=resp.status_code,
-                        headers={"content-type": resp.headers.get("content-type", "application/json"), **headers})
+                        headers={"content-type": "application/json", **_passed_back(resp), **headers})
 
     async def relay() -> AsyncIterator[bytes]:
         import httpx
@@ -352,7 +369,7 @@ async def _stream(state: Any, resp: Any, headers: dict[str, str], where: _Where 
             async for chunk in resp.aiter_bytes():
                 if collector is not None:
                     collector = _collect(collector, chunk, where)
-                    if collector is not None and collector.done:
+                    if collector is not None and collector.complete:
                         assert where is not None
                         _store_later(state, where, collector.message(), after)
                         collector, stored = None, True
@@ -361,6 +378,13 @@ async def _stream(state: Any, resp: Any, headers: dict[str, str], where: _Where 
                     yield whole
             if tail:  # the stream ended without a blank line after its last event: as sent
                 yield tail
+            if collector is not None and collector.end():  # ended after its finish_reason, without [DONE]
+                assert where is not None
+                _store_later(state, where, collector.message(), after)
+                collector, stored = None, True
+            elif collector is not None and collector.failed:
+                log.warning("rdmem proxy: the model's stream for session %r carried an error; the partial reply "
+                            "is not stored", where[1] if where else None)
         except httpx.HTTPError as exc:  # the model's stream broke off: the client is told in the stream, as OpenAI does
             log.warning("rdmem proxy: the model's stream broke off (%s: %s); the partial reply is not stored",
                         type(exc).__name__, exc)
@@ -372,7 +396,8 @@ async def _stream(state: Any, resp: Any, headers: dict[str, str], where: _Where 
             await resp.aclose()
 
     return StreamingResponse(relay(), status_code=resp.status_code,
-                             media_type=resp.headers.get("content-type", "text/event-stream"), headers=headers)
+                             media_type=resp.headers.get("content-type", "text/event-stream"),
+                             headers={**_passed_back(resp, content_type=False), **headers})
 
 
 def _whole_events(data: bytes) -> tuple[bytes, bytes]:
@@ -407,5 +432,4 @@ async def models(request: Request, tenant: ProxyTenant) -> Response:
         resp = await state.http.get("/models", headers=_forward_headers(request))
     except Exception as exc:
         return _upstream_failure(exc)
-    return Response(resp.content, status_code=resp.status_code,
-                    headers={"content-type": resp.headers.get("content-type", "application/json")})
+    return Response(resp.content, status_code=resp.status_code, headers=_passed_back(resp))

@@ -73,7 +73,8 @@ class ServerSettings:
         ``None``: anyone on a server without keys, nobody on one with keys.
     header_timeout:
         Seconds a connection may take to send a request's headers before it
-        is closed (half-open and slow clients).
+        is closed (half-open and slow clients); its body then gets as long
+        again, and a second more for each 500 bytes received.
     derive_sessions:
         The proxy: a request without ``X-Rdmem-Session`` or ``user`` gets a
         session derived from the API key's tenant, its system prompt and its
