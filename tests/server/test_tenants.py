@@ -123,3 +123,24 @@ def test_tenants_do_not_share_cached_vectors(keyed):
     assert cached(acme, secret) and not cached(globex, secret)  # acme's query, cached for acme only
     assert cached(globex, "what is the plan?") and not cached(acme, "what is the plan?")
     assert not hasattr(pool.embedder, "_mem")  # the shared model (and the worker) keep no vectors
+
+
+def test_a_server_started_without_keys_stays_keyed_once_a_key_was_used_and_every_key_revoked(
+        serve, tmp_path, hashing_embedder):
+    """Only a keyless request made the server check for keys: one started keyless whose callers all sent the
+    key created later fell back to serving anyone as ``default`` once that key was revoked (the keyless era's
+    data included). A second server process on the store, which never served the key, is asked too."""
+    url = f"sqlite:///{tmp_path / 'm.db'}"
+    one, other = (serve(create_app(ServerSettings(store=url), embedder=hashing_embedder)) for _ in range(2))
+    assert httpx.post(f"{one.url}/v1/sessions/default-era/messages",
+                      json={"role": "user", "content": "the wifi password is hunter2"}).is_success
+    with open_store(url) as store:
+        key, secret = KeyStore(store).create_key("acme")
+    with_key = {"Authorization": f"Bearer {secret}"}
+    assert httpx.get(f"{one.url}/v1/sessions", headers=with_key).status_code == 200
+    with open_store(url) as store:
+        assert KeyStore(store).revoke_key(key.id)
+    for live in (one, other):
+        for path in ("/v1/sessions", "/v1/sessions/default-era/messages"):
+            r = httpx.get(f"{live.url}{path}")
+            assert r.status_code == 401 and "an API key is required" in r.json()["error"]["message"], (live.url, path)

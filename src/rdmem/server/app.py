@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import importlib.util
 import logging
+import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from http.cookiejar import CookieJar, DefaultCookiePolicy
 from typing import Any
 
@@ -54,6 +55,7 @@ class ServerState:
     keys: KeyStore  # the API keys (only the server reads them), in the store's key table
     http: Any = None  # the upstream's httpx.AsyncClient (proxy routes only)
     seen_keys: bool = False
+    started: float = field(default_factory=time.time)
 
     @property
     def limiter(self) -> RateLimiter:
@@ -61,9 +63,10 @@ class ServerState:
 
     def keyed(self) -> bool:
         """Whether callers must give a key: once this server has seen a valid key it asks for one until it
-        restarts (revoking every key must not open it to anyone as tenant ``default``)."""
+        restarts (revoking every key must not open it to anyone as tenant ``default``). A key revoked since this
+        process started counts as seen: another process of the server may have been the one that served it."""
         if not self.seen_keys:
-            self.seen_keys = self.keys.has_keys()
+            self.seen_keys = self.keys.has_keys(revoked_since=self.started)
         return self.seen_keys
 
 

@@ -38,19 +38,22 @@ _header = APIKeyHeader(name=RDMEM_KEY_HEADER, auto_error=False,
                        description="an rdmem API key, where Authorization carries the upstream model's key")
 
 
-def tenant_of(request: Request, secret: str | None) -> str:
-    """The caller's tenant (a 401 without a valid key on a keyed server), counted against its request rate."""
+def tenant_of(request: Request, secret: str | None, *, token: str | None = None) -> str:
+    """The caller's tenant (a 401 without a valid key on a keyed server), counted against its request rate.
+    ``token``: the inspector's sign-in cookie instead of a key (:meth:`~rdmem.store.KeyStore.sign_in_token`)."""
     state = request.app.state.rdmem
-    tenant = _lookup(state, secret)
+    tenant = _lookup(state, secret, token=token)
     state.limiter.request(tenant)
     return tenant
 
 
-def _lookup(state: Any, secret: str | None, how: str = "Authorization: Bearer <key>") -> str:
-    if secret:
-        tenant = state.keys.key_tenant(secret)
+def _lookup(state: Any, secret: str | None, how: str = "Authorization: Bearer <key>", *,
+            token: str | None = None) -> str:
+    if secret or token:
+        tenant = state.keys.key_tenant(secret) if secret else state.keys.token_tenant(token)
         if tenant is None:
             raise ApiError(401, "invalid or revoked API key", headers={"WWW-Authenticate": "Bearer"})
+        state.seen_keys = True  # keyed from now on, even once every key is revoked
         return tenant
     if state.keyed():
         raise ApiError(401, f"an API key is required: {how}", headers={"WWW-Authenticate": "Bearer"})

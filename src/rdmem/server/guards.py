@@ -199,9 +199,15 @@ NO_FRAMING = ((b"x-frame-options", b"DENY"), (b"content-security-policy", b"fram
 UI_POLICY = (b"frame-ancestors 'none'; script-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'")
 
 
+#: No answer of rdmem's is kept by a browser or a shared cache (a page of a tenant's memory must not come back
+#: from the browser's history after its sign-out); the inspector's static files (no tenant's data) may be.
+NO_STORE = (b"cache-control", b"no-store")
+
+
 class NoFramingMiddleware:
-    """Adds :data:`NO_FRAMING` to every HTTP answer: a page of another site cannot frame the inspector (or the
-    API's docs) to lure a click onto it; the inspector's answers say :data:`UI_POLICY`."""
+    """Adds :data:`NO_FRAMING` and :data:`NO_STORE` to every HTTP answer (the inspector's static files but
+    the latter): a page of another site cannot frame the inspector (or the API's docs) to lure a click onto
+    it, and no page is kept; the inspector's answers say :data:`UI_POLICY`."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -211,8 +217,11 @@ class NoFramingMiddleware:
             await self.app(scope, receive, send)
             return
 
-        ui = scope["path"].startswith(scope.get("root_path", "") + "/ui")
+        root = scope.get("root_path", "")
+        ui = scope["path"].startswith(root + "/ui")
         extra = tuple((k, UI_POLICY if ui and k == b"content-security-policy" else v) for k, v in NO_FRAMING)
+        if not scope["path"].startswith(root + "/ui/static/"):
+            extra += (NO_STORE,)
 
         async def framed(message: Any) -> None:
             if message["type"] == "http.response.start":

@@ -286,8 +286,10 @@ async def chat_completions(request: Request, tenant: ProxyTenant) -> Response:
     session, derived = (None, False) if tenant is None else \
         session_of(request.headers, body, tenant, state.settings.derive_sessions)
     headers = {"X-Rdmem-Compacted": "false", "X-Rdmem-Memory": "session" if session else "none"}
-    if session:  # percent-encoded beyond printable ASCII (a header's bytes are Latin-1)
-        headers[SESSION_HEADER] = session if session.isascii() and session.isprintable() else quote(session, safe="")
+    if session:  # a header's value is Latin-1 and cannot begin or end with a space: percent-encoded then, and
+        # whenever it holds a '%' (so that a '%' always means encoded)
+        plain = session.isascii() and session.isprintable() and "%" not in session and session == session.strip()
+        headers[SESSION_HEADER] = session if plain else quote(session, safe="")
     elif tenant is not None and isinstance(body.get("user"), str) and body["user"].strip():
         headers["X-Rdmem-Warning"] = ("'user' is not a session name (1-256 characters, no control characters): "
                                       "no memory for this request; name one with X-Rdmem-Session")

@@ -17,6 +17,7 @@ __all__ = ["KeyStore", "keeps_keys", "check_name", "check_tenant", "key_hash", "
 #: A tenant's name: what a key belongs to and what the service scopes sessions by.
 TENANT = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}")  # whole names only: fullmatch
 _KEY_PREFIX = "rdmem_"
+_TOKEN_PREFIX = "ui_"
 #: The tenant of every caller of a server without keys; no key is made for it.
 KEYLESS_TENANT = "default"
 
@@ -95,9 +96,25 @@ class KeyStore:
         tenant: str | None = self.store._key_tenant(key_hash(secret))
         return tenant
 
-    def has_keys(self) -> bool:
-        """Does any valid key exist (then the service asks every caller for one)?"""
-        return any(k.revoked is None for k in self.store._keys())
+    def sign_in_token(self, secret: str) -> str | None:
+        """What a browser keeps for a valid key (the inspector's cookie): the key's digest, as the store keeps
+        it, never the key. It signs in to the inspector only (:meth:`token_tenant`): no API route takes it, so
+        a cookie read elsewhere (another server on the same host sees it) does not give the API away."""
+        return _TOKEN_PREFIX + key_hash(secret) if self.key_tenant(secret) is not None else None
+
+    def token_tenant(self, token: str) -> str | None:
+        """The tenant of a :meth:`sign_in_token` whose key is still valid, else ``None``."""
+        digest = token[len(_TOKEN_PREFIX):] if isinstance(token, str) and token.startswith(_TOKEN_PREFIX) else ""
+        if len(digest) != 64 or digest.strip("0123456789abcdef"):
+            return None
+        tenant: str | None = self.store._key_tenant(digest)
+        return tenant
+
+    def has_keys(self, *, revoked_since: float | None = None) -> bool:
+        """Does any valid key exist (then the service asks every caller for one)? With ``revoked_since`` (a
+        time), a key revoked since then counts too: a server that started before it has seen keys in use."""
+        return any(k.revoked is None or (revoked_since is not None and k.revoked >= revoked_since)
+                   for k in self.store._keys())
 
 
 _HOOKS = ("_insert_key", "_keys", "_revoke_key", "_key_tenant")

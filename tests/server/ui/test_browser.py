@@ -280,3 +280,20 @@ def test_deleting_a_whole_session_behind_the_confirmation(acme, site):
     assert "notes" not in acme.locator("table.data tbody th").all_inner_texts()
     with api(site) as http:
         assert http.get("/v1/sessions/notes").status_code == 404
+
+
+def test_after_sign_out_the_back_button_shows_no_tenant_page(chromium, site):
+    """No answer said Cache-Control: chromium's Back button brought a tenant's timeline back after Sign out
+    (the ninth review)."""
+    context, page = signed_in(chromium, site, "acme")
+    try:
+        page.goto(f"/ui/session?name={SESSION}")
+        assert DIRECTIVE[:30] in page.content()
+        page.get_by_role("button", name="Sign out").click()
+        page.wait_for_url("**/ui/login")
+        assert context.cookies() == []
+        page.go_back()
+        page.wait_for_load_state()
+        assert DIRECTIVE[:30] not in page.content() and 'id="login"' in page.content()
+    finally:
+        context.close()

@@ -52,8 +52,9 @@ def test_without_a_key_every_page_and_action_is_401(keyed):
             assert 'id="login"' in page.text and "allergic" not in page.text
         refused = anonymous.post("/ui/api/delete", json={"session": "trip", "id": "m0"})
         assert refused.status_code == 401
-    with httpx.Client(base_url=keyed.url, cookies={"rdmem_ui_key": "not-a-key"}) as forged:
-        assert forged.get("/ui/").status_code == 401
+    for forged_value in ("not-a-key", keyed.keys["acme"], "ui_" + "0" * 64):  # the key itself is no sign-in token
+        with httpx.Client(base_url=keyed.url, cookies={f"rdmem_ui_{keyed.port}": forged_value}) as forged:
+            assert forged.get("/ui/").status_code == 401
     assert keyed.http.get("/v1/sessions/trip/messages").json()["messages"][0]["id"] == "m0"
 
 
@@ -73,6 +74,16 @@ def test_no_page_may_be_framed_by_another_site(keyed):
     assert refused.status_code == 421 and refused.headers["x-frame-options"] == "DENY"
 
 
+def test_no_answer_is_kept_by_the_browser_but_the_static_files(keyed):
+    """Nothing said Cache-Control: after Sign out, the browser's Back button showed a tenant's page again."""
+    with httpx.Client(base_url=keyed.url, headers={"Authorization": f"Bearer {keyed.keys['acme']}"}) as http:
+        for path in (*PAGES, "/ui/login", "/v1/sessions", "/v1/sessions/trip/messages"):
+            assert http.get(path).headers["cache-control"] == "no-store", path
+        assert http.get("/ui/").status_code == 200
+        assert "no-store" not in http.get("/ui/static/ui.js").headers.get("cache-control", "")
+    assert httpx.get(f"{keyed.url}/ui/").headers["cache-control"] == "no-store"  # the sign-in page too
+
+
 def test_another_tenants_session_is_a_404_and_absent_from_every_list(keyed):
     with httpx.Client(base_url=keyed.url, headers={"X-Rdmem-Key": keyed.keys["globex"]}) as other:
         assert "trip" not in other.get("/ui/").text
@@ -86,11 +97,18 @@ def test_another_tenants_session_is_a_404_and_absent_from_every_list(keyed):
 
 
 def test_the_sign_in_cookie_is_the_servers_alone_and_a_revoked_key_stops_at_once(keyed):
+    """The cookie held the API key itself, under one name for every server: browsers send a host's cookies to
+    all its ports, so another server on the host got the full key (the ninth review), and two rdmem servers
+    overwrote each other's sign-in. It is named after the port now, and holds a token the API refuses."""
     with httpx.Client(base_url=keyed.url) as browser:
         signed = browser.post("/ui/api/login", json={"key": keyed.keys["acme"]})
         assert signed.json() == {"tenant": "acme"}
         cookie = signed.headers["set-cookie"]
         assert "HttpOnly" in cookie and "SameSite=strict" in cookie and "Path=/ui" in cookie
+        assert cookie.startswith(f"rdmem_ui_{keyed.port}=") and keyed.keys["acme"] not in cookie
+        token = browser.cookies[f"rdmem_ui_{keyed.port}"]
+        for header in ({"Authorization": f"Bearer {token}"}, {"X-Rdmem-Key": token}):  # no API key
+            assert httpx.get(f"{keyed.url}/v1/sessions/trip/messages", headers=header).status_code == 401
         assert browser.get("/ui/").status_code == 200 and "trip" in browser.get("/ui/").text
         assert browser.post("/ui/api/login", json={"key": "wrong"}).status_code == 401
         key_id = next(k.id for k in KeyStore(keyed.store).list_keys("acme"))

@@ -1,12 +1,16 @@
 """Who is looking: the inspector's caller is a tenant by the same keys and rules as the API's.
 
 A browser cannot add ``Authorization`` to a link it follows, so the sign-in
-page hands the key to the server once (a JSON request) and gets it back as a
-cookie that only the server can read (``HttpOnly``), sent only to ``/ui``
-and only by pages of this server (``SameSite=Strict``). Every request looks
-the key up again, so a revoked key stops working at once. Requests that
-change something (sign-in, sign-out, delete) must be JSON from this origin:
-no other site's form or script can make them.
+page hands the key to the server once (a JSON request) and gets back a
+cookie that pages cannot read (``HttpOnly``), sent only to ``/ui`` and only
+by pages of this site (``SameSite=Strict``). Browsers do not keep a host's
+cookies apart by port, so another server on the same host (another rdmem, a
+dev server) sees it: the cookie is therefore named after this server's port
+(two servers never overwrite each other's) and holds the key's digest, which
+signs in to the inspector only and is no API key. Every request looks the
+key up again, so a revoked key stops working at once. Requests that change
+something (sign-in, sign-out, delete) must be JSON from this origin: no
+other site's form or script can make them.
 """
 
 from __future__ import annotations
@@ -18,18 +22,23 @@ from fastapi import Depends, Request, Response
 from ..auth import RDMEM_KEY_HEADER, tenant_of
 from ..errors import ApiError
 
-__all__ = ["COOKIE", "UiTenant", "ui_tenant", "same_origin", "set_key", "clear_key"]
+__all__ = ["COOKIE", "UiTenant", "cookie_name", "ui_tenant", "same_origin", "set_key", "clear_key"]
 
-COOKIE = "rdmem_ui_key"
+COOKIE = "rdmem_ui"
+
+
+def cookie_name(request: Request) -> str:
+    """The sign-in cookie's name on this server: ``rdmem_ui`` and the port the browser reached it on."""
+    port = request.url.port
+    return f"{COOKIE}_{port}" if port else COOKIE
 
 
 def ui_tenant(request: Request) -> str:
     """The caller's tenant from ``X-Rdmem-Key``, ``Authorization: Bearer`` or the sign-in cookie (401 without
     a valid key on a server that has keys)."""
     scheme, _, credentials = request.headers.get("authorization", "").partition(" ")
-    secret = (request.headers.get(RDMEM_KEY_HEADER) or (credentials.strip() if scheme.lower() == "bearer" else None)
-              or request.cookies.get(COOKIE))
-    return tenant_of(request, secret)
+    secret = request.headers.get(RDMEM_KEY_HEADER) or (credentials.strip() if scheme.lower() == "bearer" else None)
+    return tenant_of(request, secret, token=None if secret else request.cookies.get(cookie_name(request)))
 
 
 UiTenant = Annotated[str, Depends(ui_tenant)]
@@ -48,12 +57,16 @@ def same_origin(request: Request) -> None:
 
 
 def set_key(request: Request, response: Response, secret: str) -> None:
-    response.set_cookie(COOKIE, secret, path=_path(request), httponly=True, samesite="strict",
+    """Sign the browser in with a valid key ``secret``: the cookie holds its sign-in token, never the key."""
+    token = request.app.state.rdmem.keys.sign_in_token(secret)
+    if token is None:  # checked by the caller; revoked in between
+        raise ApiError(401, "invalid or revoked API key", headers={"WWW-Authenticate": "Bearer"})
+    response.set_cookie(cookie_name(request), token, path=_path(request), httponly=True, samesite="strict",
                         secure=request.url.scheme == "https")
 
 
 def clear_key(request: Request, response: Response) -> None:
-    response.delete_cookie(COOKIE, path=_path(request), httponly=True, samesite="strict",
+    response.delete_cookie(cookie_name(request), path=_path(request), httponly=True, samesite="strict",
                            secure=request.url.scheme == "https")
 
 
