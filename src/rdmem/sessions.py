@@ -138,7 +138,8 @@ def tenant_store_name(tenant: str, session: str, field: str = "session") -> str:
     return f"{TENANT_PREFIX}{tenant}/{session}"
 
 
-def tenant_session_infos(store: Any, tenant: str) -> list[tuple[str, Any]]:
-    """``(session name, info)`` of every session of ``tenant`` in ``store``, by name."""
+def tenant_session_infos(store: Any, tenant: str, within: str = "") -> list[tuple[str, Any]]:
+    """``(session name, info)`` of every session of ``tenant`` in ``store`` whose name starts with ``within``, by
+    name: the store reads the tenant's sessions only (:meth:`~rdmem.store.Store.sessions`'s prefix)."""
     prefix = f"{TENANT_PREFIX}{check_tenant(tenant)}/"
-    return [(i.session[len(prefix):], i) for i in store.sessions() if i.session.startswith(prefix)]
+    return [(i.session[len(prefix):], i) for i in store.sessions(prefix + within)]

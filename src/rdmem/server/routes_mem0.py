@@ -78,11 +78,12 @@ def _session_of(scope: dict[str, str]) -> str:
 def _matching(request: Request, tenant: str, scope: dict[str, str]) -> list[tuple[str, dict[str, str]]]:
     """The tenant's mem0 sessions whose scope holds every id of ``scope``."""
     out = []
-    for name, _ in tenant_sessions(request.app.state.rdmem.store, tenant):
-        if name.startswith(_PREFIX):
-            have = dict(parse_qsl(name[len(_PREFIX):]))
-            if all(have.get(k) == v for k, v in scope.items()):
-                out.append((name, have))
+    first = _SCOPE[0]  # a scope's name starts with its first id: only those sessions are read
+    within = _PREFIX + (urlencode([(first, scope[first])], quote_via=quote) if first in scope else "")
+    for name, _ in tenant_sessions(request.app.state.rdmem.store, tenant, within):
+        have = dict(parse_qsl(name[len(_PREFIX):]))
+        if all(have.get(k) == v for k, v in scope.items()):
+            out.append((name, have))
     return out
 
 

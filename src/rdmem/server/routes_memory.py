@@ -202,7 +202,7 @@ def session_detail(state: Any, tenant: str, session: str, info: Any = None) -> S
     just read, which saves looking it up)."""
     if info is None:
         name = store_session(tenant, session)
-        info = next((i for n, i in tenant_sessions(state.store, tenant) if n == session), None)
+        info = next((i for n, i in tenant_sessions(state.store, tenant, session) if n == session), None)
         if info is None or state.store.version(name) == 0:
             raise ApiError(404, f"no session {session!r}")
     stats = state.pool.manager(tenant, session).stats()

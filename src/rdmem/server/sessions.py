@@ -112,9 +112,9 @@ def store_session(tenant: str, session: str, field: str = "session") -> str:
         raise ApiError(400, str(exc)) from None
 
 
-def tenant_sessions(store: Store, tenant: str) -> list[tuple[str, SessionInfo]]:
-    """``(session name, info)`` of every session of ``tenant``, by name."""
-    return tenant_session_infos(store, tenant)
+def tenant_sessions(store: Store, tenant: str, within: str = "") -> list[tuple[str, SessionInfo]]:
+    """``(session name, info)`` of every session of ``tenant`` (whose name starts with ``within``), by name."""
+    return tenant_session_infos(store, tenant, within)
 
 
 #: Tenants whose query vectors a server keeps cached (least recently used dropped), and vectors per tenant.

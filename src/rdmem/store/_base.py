@@ -23,9 +23,8 @@ from ..errors import InvalidInput, InvalidType
 from ..tokens import message_payload
 from ._embeddings import EmbeddingsMixin
 from ._keys import check_name, check_tenant
-from ._types import (
-    TIERS, Changes, DuplicateIdError, NewUnit, SessionInfo, StoredUnit, StoreError, Tier, VersionConflict, Written,
-)
+from ._types import (TIERS, Changes, DuplicateIdError, NewUnit, SessionInfo, StoredUnit, StoreError, Tier,
+                     VersionConflict, Written, check_prefix)
 
 __all__ = [
     "BaseStore", "Encoded", "check_name", "check_session", "check_tenant", "searchable", "damaged_unit",
@@ -388,10 +387,10 @@ class BaseStore(EmbeddingsMixin):
                     cached[1].popitem(last=False)
         return list(result)
 
-    def sessions(self) -> list[SessionInfo]:
-        return self._sessions()
+    def sessions(self, prefix: str = "") -> list[SessionInfo]:  # a prefix: the store reads those sessions only
+        found = self._sessions(check_prefix(prefix)) if prefix else self._sessions()
+        return [i for i in found if i.session.startswith(prefix)]
 
-    # -- lifecycle ---------------------------------------------------------------
     def close(self) -> None:
         with self._lock:
             self._close()
@@ -442,7 +441,7 @@ class BaseStore(EmbeddingsMixin):
     ) -> list[tuple[str, float]]:
         raise NotImplementedError
 
-    def _sessions(self) -> list[SessionInfo]:
+    def _sessions(self, prefix: str = "") -> list[SessionInfo]:
         raise NotImplementedError
 
     def _close(self) -> None:

@@ -28,9 +28,9 @@ import json
 import sqlite3
 from collections.abc import Callable
 
-from ._types import StoreError
+from ._types import StoreError, name_after
 
-__all__ = ["SCHEMA_VERSION", "read_version", "create_or_upgrade"]
+__all__ = ["SCHEMA_VERSION", "read_version", "create_or_upgrade", "session_range"]
 
 #: The layout this code writes. A file with a higher version was written by a newer rdmem.
 SCHEMA_VERSION = 6
@@ -233,3 +233,14 @@ def create_or_upgrade(conn: sqlite3.Connection, where: str) -> None:
         for statement in _statements(migration):
             conn.execute(statement)
     conn.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),))
+
+
+def session_range(prefix: str) -> tuple[str, tuple[str, ...]]:
+    """A ``WHERE`` on the sessions table's name (``s.session``) for the names that start with ``prefix``, as a
+    range of its primary key (SQLite compares text by its UTF-8 bytes, which orders it by code point), and its
+    parameters; nothing for ``""``."""
+    if not prefix:
+        return "", ()
+    after = name_after(prefix)
+    return ("WHERE s.session >= ?", (prefix,)) if after is None else \
+        ("WHERE s.session >= ? AND s.session < ?", (prefix, after))

@@ -9,11 +9,12 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 import numpy as np
 
-from ..errors import DuplicateIdError, StoreError, UnknownIdError, VersionConflict
+from ..errors import DuplicateIdError, InvalidInput, StoreError, UnknownIdError, VersionConflict
 
 __all__ = [
     "Tier", "TIERS", "NewUnit", "StoredUnit", "Written", "Changes", "SessionInfo", "ApiKey", "Store",
-    "StoreError", "DuplicateIdError", "UnknownIdError", "VersionConflict", "retired_digest",
+    "StoreError", "DuplicateIdError", "UnknownIdError", "VersionConflict", "retired_digest", "check_prefix",
+    "name_after",
 ]
 
 Tier = Literal["working", "archive"]
@@ -160,7 +161,10 @@ class Store(Protocol):
         self, session: str, query: str, query_embedding: np.ndarray | None, *, k: int, tier: Tier | None = None
     ) -> list[tuple[str, float]]: ...
 
-    def sessions(self) -> list[SessionInfo]: ...
+    def sessions(self, prefix: str = "") -> list[SessionInfo]:
+        """Every session whose name starts with ``prefix`` (all: ``""``), by name, read without the others'
+        messages (a tenant's listing does not grow, nor take longer, with another tenant's)."""
+        ...
 
     def delete_session(self, session: str) -> None: ...
 
@@ -171,3 +175,24 @@ def retired_digest(session: str) -> str:
     """What a store keeps of a deleted session's name beside its id counter (so that the name written again
     never reuses an id): a digest, not the name."""
     return hashlib.sha256(session.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def check_prefix(prefix: object) -> str:
+    """``prefix`` for :meth:`Store.sessions` (a string), or an :class:`~rdmem.errors.InvalidInput` naming it."""
+    if not isinstance(prefix, str):
+        raise InvalidInput(f"prefix must be a string, got {type(prefix).__name__}")
+    return prefix
+
+
+def name_after(prefix: str) -> str | None:
+    """The least string above every string that starts with ``prefix`` (not empty), by code point: those are
+    exactly the strings ``s`` with ``prefix <= s < name_after(prefix)``. ``None``: none is above them all.
+
+    >>> name_after("t/acme/"), name_after("a\U0010ffff"), name_after("\U0010ffff")
+    ('t/acme0', 'b', None)
+    """
+    head = prefix.rstrip("\U0010ffff")
+    if not head:
+        return None
+    code = ord(head[-1]) + 1
+    return head[:-1] + chr(0xE000 if 0xD800 <= code < 0xE000 else code)

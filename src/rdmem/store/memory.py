@@ -261,10 +261,12 @@ class MemoryStore(BaseStore):
                 rankings.append(top_k(matrix @ qvec, k, dims).tolist())
         return [(units[i].id, score) for i, score in rank_fusion(rankings)[:k]]
 
-    def _sessions(self) -> list[SessionInfo]:
+    def _sessions(self, prefix: str = "") -> list[SessionInfo]:
         with self._lock:
             out = []
             for name, s in sorted(self._sessions_.items()):
+                if not name.startswith(prefix):
+                    continue
                 working = sum(u.tier == "working" for u in s.units.values())
                 out.append(SessionInfo(name, len(s.units), working, len(s.units) - working, s.created, s.updated))
             return out

@@ -429,11 +429,11 @@ class PostgresStore(PgKeys, PgSearchMixin, BaseStore):
             "SELECT time, record FROM rdmem_compactions WHERE session = %s ORDER BY n", (session,)).fetchall(), session,
             read=True)
 
-    def _sessions(self) -> list[SessionInfo]:
+    def _sessions(self, prefix: str = "") -> list[SessionInfo]:  # the prefix's names only: not every unit
         rows = self._run(lambda conn: conn.execute(
             "SELECT s.session, count(u.uid), count(u.uid) FILTER (WHERE u.tier = 'working'), s.created, s.updated "
-            "FROM rdmem_sessions s LEFT JOIN rdmem_units u ON u.session = s.session "
-            "WHERE s.version > 0 GROUP BY s.session ORDER BY s.session").fetchall(), read=True)
+            "FROM rdmem_sessions s LEFT JOIN rdmem_units u ON u.session = s.session WHERE s.version > 0 "
+            "AND starts_with(s.session, %s) GROUP BY s.session ORDER BY s.session", (prefix,)).fetchall(), read=True)
         return [SessionInfo(s, int(n), int(w), int(n) - int(w), c, up) for s, n, w, c, up in rows]
 
     def disk_bytes(self) -> int:

@@ -26,7 +26,7 @@ from ._fts import LEXICAL_ROWS, check_lexical_rows
 from ._sqlite_embeddings import SQLiteEmbeddings
 from ._sqlite_keys import SQLiteKeys
 from ._sqlite_open import in_transaction, open_file, retry
-from ._sqlite_schema import CLOSE_UP, RETIRE, SCHEMA_VERSION, retired_next_auto
+from ._sqlite_schema import CLOSE_UP, RETIRE, SCHEMA_VERSION, retired_next_auto, session_range
 from ._sqlite_search import DENSE_ROWS, FTS_CREATE, FTS_TOKENIZE, SearchMixin, SessionCache, check_dense_rows, fts_table
 from ._types import Changes, SessionInfo, StoredUnit, StoreError, Tier, VersionConflict, Written, retired_digest
 
@@ -426,12 +426,12 @@ class SQLiteStore(SQLiteKeys, SQLiteEmbeddings, SearchMixin, BaseStore):
         with self._reading(session) as db:
             return db.execute("SELECT time, record FROM compactions WHERE session = ? ORDER BY n", (session,)).fetchall()
 
-    def _sessions(self) -> list[SessionInfo]:
+    def _sessions(self, prefix: str = "") -> list[SessionInfo]:  # the prefix's names only: not every unit
+        within, args = session_range(prefix)
         with self._reading() as db:
-            rows = db.execute(
-                "SELECT s.session, count(u.uid), coalesce(sum(u.tier = 'working'), 0), s.created, s.updated "
-                "FROM sessions s LEFT JOIN units u ON u.session = s.session GROUP BY s.session ORDER BY s.session"
-            ).fetchall()
+            rows = db.execute("SELECT s.session, count(u.uid), coalesce(sum(u.tier = 'working'), 0), s.created, "
+                              f"s.updated FROM sessions s LEFT JOIN units u ON u.session = s.session {within} "
+                              "GROUP BY s.session ORDER BY s.session", args).fetchall()
         return [SessionInfo(s, n, w, n - w, c, up) for s, n, w, c, up in rows]
 
     # -- maintenance ---------------------------------------------------------------

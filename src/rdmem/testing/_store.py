@@ -19,7 +19,8 @@ from ..store import DuplicateIdError, KeyStore, NewUnit, Store, StoredUnit, Tier
 from ._assert import equal, expect, raises
 from ._store_shared import (
     check_a_message_behind_another_sessions_backlog_is_claimed_at_the_next_claim,
-    check_a_session_written_again_after_its_delete_never_reuses_an_id, plain,
+    check_a_session_written_again_after_its_delete_never_reuses_an_id,
+    check_sessions_under_a_prefix_are_listed_and_no_other, plain,
 )
 
 __all__ = ["STORE_CHECKS", "StoreCheck"]
@@ -423,4 +424,5 @@ STORE_CHECKS: tuple[StoreCheck, ...] = (
     check_units_without_vectors_are_claimed_once_and_their_vectors_land,
     check_a_message_behind_another_sessions_backlog_is_claimed_at_the_next_claim,
     check_a_session_written_again_after_its_delete_never_reuses_an_id,
+    check_sessions_under_a_prefix_are_listed_and_no_other,
 )

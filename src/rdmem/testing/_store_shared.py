@@ -1,13 +1,16 @@
-"""Store checks of what several sessions share: the embedding worker's claims, and the ids of a session name
-written again after its delete (part of :data:`rdmem.testing.STORE_CHECKS`)."""
+"""Store checks of what several sessions share: the embedding worker's claims, the ids of a session name
+written again after its delete, and a listing of the sessions under a prefix (part of
+:data:`rdmem.testing.STORE_CHECKS`)."""
 
 from __future__ import annotations
 
+from ..errors import InvalidInput
 from ..store import NewUnit, Store, Tier
-from ._assert import equal, expect
+from ._assert import equal, expect, raises
 
 __all__ = ["check_a_message_behind_another_sessions_backlog_is_claimed_at_the_next_claim",
-           "check_a_session_written_again_after_its_delete_never_reuses_an_id", "plain"]
+           "check_a_session_written_again_after_its_delete_never_reuses_an_id",
+           "check_sessions_under_a_prefix_are_listed_and_no_other", "plain"]
 
 
 def plain(text: str, uid: str | None = None, tier: Tier = "working") -> NewUnit:
@@ -42,3 +45,19 @@ def check_a_message_behind_another_sessions_backlog_is_claimed_at_the_next_claim
     rest = [u.id for s, u in store.claim_unembedded("fair", limit=10**6, lease=60.0) if s == backlog]
     equal(len(rest) + sum(s == backlog for s, _ in got), 40, "the backlog's units claimed in all (none lost)")
 
+
+
+def check_sessions_under_a_prefix_are_listed_and_no_other(store: Store, session: str) -> None:
+    """``sessions(prefix)``: a tenant's listing (its names share a prefix) holds its sessions, by name, and no
+    other (not one whose name is the prefix's next string, nor the prefix itself), with their counts."""
+    inside = [f"{session}/a", f"{session}/b", f"{session}/b/c", f"{session}/\U0010ffff"]
+    for name in [f"{session}", f"{session}0", f"{session}.", *inside]:
+        store.append(name, [plain("one"), plain("two", tier="archive")])
+    got = store.sessions(f"{session}/")
+    equal([i.session for i in got], sorted(inside), f"sessions({session + '/'!r})")
+    equal([(i.units, i.working, i.archived) for i in got], [(2, 1, 1)] * len(inside), "the counts of the listed")
+    every = [i.session for i in store.sessions()]
+    expect(set(inside) | {session, f"{session}0"} <= set(every), "sessions() without a prefix lists them all")
+    equal([i.session for i in store.sessions(f"{session}/zzz")], [], "an unused prefix")
+    raises(InvalidInput, "prefix must be a string", lambda: store.sessions(7),  # type: ignore[arg-type]
+           "a prefix that is not a string")
