@@ -13,7 +13,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 from pydantic_core import PydanticCustomError
 
 __all__ = ["FunctionCall", "ToolCall", "TextPart", "OtherPart", "ContentPart", "PlainMessage", "AssistantMessage",
-           "ToolMessage", "ChatMessage", "message_dict", "SessionSummary", "JsonPositiveInt"]
+           "ToolMessage", "ChatMessage", "message_dict", "SessionSummary", "JsonPositiveInt", "STRICT_INT"]
 
 
 def _no_coercion(value: Any) -> Any:
@@ -26,6 +26,9 @@ def _no_coercion(value: Any) -> Any:
 #: takes both; its strict mode refuses ``5.0``, which the schema allows). The bound sits inside, where the
 #: OpenAPI document sees it.
 JsonPositiveInt = Annotated[int, Field(ge=1), BeforeValidator(_no_coercion)]
+#: The same refusal of ``true`` and ``"5"`` for an integer with other bounds: ``Annotated[int, Field(ge=1, le=200),
+#: STRICT_INT]`` (a bound added outside ``JsonPositiveInt`` reached the JSON schema as ``le``, not ``maximum``).
+STRICT_INT = BeforeValidator(_no_coercion)
 
 
 class FunctionCall(BaseModel):

@@ -26,6 +26,7 @@ True
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
@@ -41,7 +42,7 @@ from .store import check_tenant
 from .tokens import content_text
 
 __all__ = ["MODES", "session_name", "policy_for", "needs_embedder", "embedder_for", "default_low", "first_unseen",
-           "tenant_store_name", "tenant_session_infos"]
+           "tenant_store_name", "tenant_session_infos", "as_tenant_sees"]
 
 #: The task modes a front door may name instead of a policy (``qa`` is plain ``rd``).
 MODES: tuple[str, ...] = tuple(MODE_POLICIES)
@@ -136,6 +137,16 @@ def tenant_store_name(tenant: str, session: str, field: str = "session") -> str:
     check_tenant(tenant)
     session_name(session, field)
     return f"{TENANT_PREFIX}{tenant}/{session}"
+
+
+_STORE_NAME = re.compile("(['\"])" + re.escape(TENANT_PREFIX) + "[^/'\"]+/")
+
+
+def as_tenant_sees(text: str) -> str:
+    """``text`` (an error of the store's) with each quoted store name of a tenant's session written as the
+    tenant names it: ``session 't/acme/notes' ...`` says ``session 'notes' ...`` (the caller's own name, not the
+    service's layout)."""
+    return _STORE_NAME.sub(r"\1", text)
 
 
 def tenant_session_infos(store: Any, tenant: str, within: str = "") -> list[tuple[str, Any]]:

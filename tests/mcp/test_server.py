@@ -134,6 +134,33 @@ def test_bad_input_is_a_tool_error_that_names_the_problem():
     run(go())
 
 
+def test_an_unknown_argument_or_a_lax_flag_is_refused_and_nothing_is_done():
+    """The ninth review: the SDK dropped unknown arguments, so remember(session_id="alice") and ("bob") stored both
+    PINs in the shared default session, and recall(session_id="alice") found Bob's; forget took "yes" or 1 for
+    whole_session (and deleted the session); an error listed every unknown id (3 MB for 300,000); recall's
+    schema said "le" where JSON Schema says "maximum"."""
+    from mcp import MCPError
+
+    async def go():
+        async with Client(create_mcp_server(policy="window")) as client:
+            await ok(client, "remember", content="hello")
+            for tool, args in (("remember", {"content": "alice's PIN is 1234", "session_id": "alice"}),
+                               ("recall", {"query": "PIN", "session_id": "alice"}),
+                               ("context", {"max_tokens": 5})):
+                with pytest.raises(MCPError, match=f"{tool}: no argument '[a-z_]+' \\(it takes .*session"):
+                    await client.call_tool(tool, args)
+            for lax in ("yes", "1", 1, 1.0):
+                assert "whole_session" in await error(client, "forget", whole_session=lax)
+            text = await error(client, "forget", ids=[f"x{i}" for i in range(1000)])
+            assert "and 995 more; nothing was deleted" in text and len(text) < 300
+            assert [m["content"] for m in (await ok(client, "context"))["messages"]] == ["hello"]  # nothing done
+            assert await sessions(client) == {"default": 1}
+            tools = {t.name: t for t in (await client.list_tools()).tools}
+            assert tools["recall"].input_schema["properties"]["k"]["maximum"] == 200
+
+    run(go())
+
+
 class _NoModel:
     """An embedder as a user without the embeddings extra has it: loading the model fails (as rdmem.embed
     says it)."""
@@ -390,6 +417,18 @@ def test_mounted_a_bad_session_name_or_number_says_why_and_logs_no_traceback(key
     assert "budget" in texts[3] and "valid integer" in texts[3]
     assert "k" in texts[4] and "valid integer" in texts[4]
     assert not [r for r in caplog.records if r.exc_info], [r.getMessage() for r in caplog.records]
+
+
+@pytest.mark.slow  # starts a server
+def test_mounted_a_body_within_the_servers_limit_is_taken(keyless_server):
+    """The SDK's own bound (4 MiB) answered a bare-text 413 to a body within the server's (8 MiB)."""
+    live, _ = keyless_server
+    batch = [{"role": "user", "content": f"{i} " + "word " * 10_000} for i in range(100)]  # 5 MB of JSON
+
+    async def steps(client):
+        return await ok(client, "remember", messages=batch, session="big")
+
+    assert len(run(over_http(live, None, steps))["ids"]) == 100
 
 
 # -- the example -------------------------------------------------------------------------------------------

@@ -289,6 +289,47 @@ def test_docs_load_nothing_from_another_host(keyless):
 
 
 # -- mem0: fields rdmem does not implement are refused; threshold is on a similarity scale ------------------------
+def test_a_query_parameter_a_route_does_not_take_is_a_422_and_nothing_is_deleted(keyless):
+    """The ninth review: FastAPI drops unknown query parameters, so DELETE /memories?agent_id=planner&userId=alice
+    (a typo of user_id) deleted every user's memories of the agent, and GET with it listed Bob's too."""
+    _, client, _ = keyless
+    for who in ("alice", "bob"):
+        client.post("/memories", json={"messages": [{"role": "user", "content": f"{who}'s PIN is 42"}],
+                                       "user_id": who, "agent_id": "planner"}).raise_for_status()
+    for method, extra in (("DELETE", {"userId": "alice"}), ("DELETE", {"app_id": "other"}), ("GET", {"userId": "alice"})):
+        r = client.request(method, "/memories", params={"agent_id": "planner", **extra})
+        assert r.status_code == 422, (method, extra)
+        takes = {"DELETE": "agent_id, run_id, user_id", "GET": "agent_id, limit, run_id, top_k, user_id"}[method]
+        assert r.json()["detail"] == f"query.{next(iter(extra))}: not a query parameter of {method} /memories " \
+                                     f"(it takes {takes})"
+    assert len(client.get("/memories", params={"agent_id": "planner"}).json()["results"]) == 2  # nothing deleted
+    r = client.get("/v1/sessions", params={"foo": "1"})
+    assert r.status_code == 422 and r.json()["detail"].startswith("query.foo: not a query parameter of GET /v1/sessions")
+    assert client.get("/v1/sessions", params={"limit": 1}).status_code == 200
+
+
+def test_mem0_lists_a_scope_oldest_first_across_its_sessions_and_cuts_the_newest(keyless):
+    """Across scopes the list came in session-name order and top_k kept the newest and the oldest."""
+    _, client, _ = keyless
+    for run, text in (("zeta", "first"), ("zeta", "second"), ("alpha", "third")):
+        client.post("/memories", json={"messages": [{"role": "user", "content": text}], "user_id": "u",
+                                       "run_id": run}).raise_for_status()
+    listed = client.get("/memories", params={"user_id": "u"}).json()["results"]
+    assert [m["memory"] for m in listed] == ["first", "second", "third"]
+    cut = client.get("/memories", params={"user_id": "u", "top_k": 2}).json()["results"]
+    assert [m["memory"] for m in cut] == ["first", "second"]
+
+
+def test_an_error_names_the_callers_session_not_the_stores(keyless):
+    """A 409 said "session 't/default/dup' already has a message with id 'k1'": the service's layout."""
+    _, client, _ = keyless
+    msg = {"role": "user", "content": "x", "id": "k1"}
+    client.post("/v1/sessions/dup/messages", json={"messages": [msg]}).raise_for_status()
+    r = client.post("/v1/sessions/dup/messages", json={"messages": [msg]})
+    assert r.status_code == 409 and r.json()["detail"] == ("session 'dup' already has a message with id 'k1'; "
+                                                          "nothing was written")
+
+
 def test_mem0_refuses_fields_it_does_not_implement(keyless):
     _, client, _ = keyless
     add = {"messages": [USER], "user_id": "alice"}

@@ -20,15 +20,18 @@ try:
     from mcp.server.mcpserver.exceptions import ToolError
     from mcp.server.transport_security import TransportSecuritySettings
     from mcp.types import ToolAnnotations
+
+    from ._arguments import known_arguments
     from starlette.requests import Request
 except ImportError as exc:  # pragma: no cover - the extra is missing
     raise MissingDependency(f"rdmem.mcp needs the MCP SDK: pip install 'rdmem[mcp]' ({exc})") from None
 
-from .._wire import ChatMessage, JsonPositiveInt, SessionSummary, message_dict
+from .._wire import STRICT_INT, ChatMessage, JsonPositiveInt, SessionSummary, message_dict
 from ..embed import Embedder
 from ..limits import Limits, check_messages, check_text, load_json, read_body
 from ..manager import MemoryManager
-from ..sessions import embedder_for, policy_for, session_name, tenant_session_infos, tenant_store_name
+from ..sessions import (as_tenant_sees, embedder_for, policy_for, session_name, tenant_session_infos,
+                        tenant_store_name)
 from ..store import SessionInfo, Store, StoreError, check_tenant, open_store
 from ..tokens import check_budget
 
@@ -174,7 +177,7 @@ def _user_errors() -> Iterator[None]:
     try:
         yield
     except (InvalidInput, MissingDependency) as exc:
-        raise ToolError(str(exc)) from exc
+        raise ToolError(as_tenant_sees(str(exc))) from exc
     except StoreError as exc:
         error_id = uuid.uuid4().hex[:16]
         log.error("rdmem mcp: store error %s: %s", error_id, exc)
@@ -269,6 +272,7 @@ def create_mcp_server(
     server = MCPServer(name, instructions=_INSTRUCTIONS, log_level="WARNING", middleware=[_bind_request])
     root.handlers[:], root.level = handlers, level  # the SDK configures the root logger: the host's to decide
     _add_tools(server, sessions_for, session, budget, max_budget, limits)
+    server.middleware.append(known_arguments(server))
     return server
 
 
@@ -308,7 +312,7 @@ def _add_tools(server: MCPServer, sessions_for: Callable[[Any], SessionAccess], 
             return Remembered(session=name, ids=sessions_for(_REQUEST.get()).extend(name, batch))
 
     @server.tool(annotations=_READ, structured_output=True)
-    def recall(query: Annotated[str, Field(min_length=1)], k: Annotated[JsonPositiveInt, Field(le=200)] = 10,
+    def recall(query: Annotated[str, Field(min_length=1)], k: Annotated[int, Field(ge=1, le=200), STRICT_INT] = 10,
                session: _Session = None) -> Recalled:
         """Search everything the session ever stored (archived messages too) for `query`; best first."""
         with _user_errors():
@@ -331,7 +335,8 @@ def _add_tools(server: MCPServer, sessions_for: Callable[[Any], SessionAccess], 
                            policy=ctx.policy, kept_ids=ctx.kept_ids, sources=ctx.sources, warnings=ctx.warnings)
 
     @server.tool(annotations=_DELETE, structured_output=True)
-    def forget(ids: list[str] | None = None, whole_session: bool = False, session: _Session = None) -> Forgotten:
+    def forget(ids: list[str] | None = None, whole_session: Annotated[bool, Field(strict=True)] = False,
+               session: _Session = None) -> Forgotten:
         """Delete messages for good: those with these `ids`, or with `whole_session` the whole session."""
         with _user_errors():
             if bool(ids) == whole_session:
@@ -345,8 +350,9 @@ def _add_tools(server: MCPServer, sessions_for: Callable[[Any], SessionAccess], 
             mem = access.manager(name)
             missing = sorted(set(ids or ()) - set(mem.originals(ids or ())))
             if missing:
-                raise UnknownIdError(f"session {name!r} has no message {', '.join(map(repr, missing))}; nothing "
-                                  "was deleted")
+                more = f" and {len(missing) - 5} more" if len(missing) > 5 else ""
+                raise UnknownIdError(f"session {name!r} has no message {', '.join(map(repr, missing[:5]))}{more}; "
+                                     "nothing was deleted")
             return Forgotten(session=name, deleted=mem.delete(list(ids or ())), session_deleted=False)
 
     @server.tool(annotations=_READ, structured_output=True)
@@ -393,18 +399,22 @@ class HTTPEndpoint:
     """
 
     def __init__(self, server: MCPServer, authenticate: Callable[[Request], Awaitable[Any]], *,
-                 security: TransportSecuritySettings | None = None, limits: Limits | None = None) -> None:
+                 security: TransportSecuritySettings | None = None, limits: Limits | None = None,
+                 max_body_bytes: int | None = None) -> None:
         self.server = server
         self.authenticate = authenticate
         self.security = security
         self.limits = limits
+        self.max_body_bytes = max_body_bytes  # the SDK's own bound on a body (4 MiB), as the server's
         self._manager: Any = None
 
     @asynccontextmanager
     async def run(self) -> AsyncIterator[None]:
         # The SDK's DNS-rebinding protection stays on: ``security`` says which Host and Origin values to
         # answer (None: the SDK's own, loopback names only).
-        self.server.streamable_http_app(stateless_http=True, json_response=True, transport_security=self.security)
+        size = {"max_request_body_size": self.max_body_bytes} if self.max_body_bytes else {}
+        self.server.streamable_http_app(stateless_http=True, json_response=True, transport_security=self.security,
+                                        **size)
         manager = self.server.session_manager  # a fresh one for each lifespan: the SDK runs one once
         async with manager.run():
             self._manager = manager

@@ -263,7 +263,8 @@ def _mcp_endpoint(settings: ServerSettings, hosts: HostRule) -> Any:
     security = TransportSecuritySettings(enable_dns_rebinding_protection=not hosts.any_host,
                                          allowed_hosts=allowed_hosts, allowed_origins=allowed_origins)
     return HTTPEndpoint(server, _mcp_tenant, security=security, limits=Limits(
-        max_messages=settings.max_messages, max_message_chars=settings.max_message_chars))
+        max_messages=settings.max_messages, max_message_chars=settings.max_message_chars),
+        max_body_bytes=settings.max_body_bytes)
 
 
 def app_from_env() -> FastAPI:

@@ -23,6 +23,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..errors import DuplicateIdError, InvalidInput, MissingDependency, StoreError, UnknownIdError, VersionConflict
+from ..sessions import as_tenant_sees
 
 __all__ = ["ApiError", "error_body", "install_error_handlers", "ERROR_ID_HEADER"]
 
@@ -57,7 +58,7 @@ def _json(status: int, code: str, message: str, headers: dict[str, str] | None =
           error_id: str | None = None) -> JSONResponse:
     if error_id is not None:
         headers = {**(headers or {}), ERROR_ID_HEADER: error_id}
-    return JSONResponse(error_body(code, message, error_id), status_code=status, headers=headers)
+    return JSONResponse(error_body(code, as_tenant_sees(message), error_id), status_code=status, headers=headers)
 
 
 def store_unavailable(request: Request, exc: StoreError) -> tuple[str, str]:

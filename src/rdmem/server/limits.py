@@ -19,6 +19,7 @@ from fastapi.routing import APIRoute
 
 from ..errors import InvalidInput
 from ..limits import load_json
+from .errors import ApiError
 
 __all__ = ["LimitedRoute"]
 
@@ -37,12 +38,28 @@ class _LimitedRequest(Request):
 
 
 class LimitedRoute(APIRoute):
-    """A route whose JSON body is parsed within the server's limits."""
+    """A route whose JSON body is parsed within the server's limits, and whose query string holds only the
+    parameters it takes: an unknown one (``userId`` for ``user_id``) is a 422 naming it, never ignored (a
+    ``DELETE /memories?agent_id=a&userId=alice`` deleted every user's memories of the agent)."""
 
     def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
         handler = super().get_route_handler()
+        known = sorted(_query_names(self.dependant))
 
         async def limited(request: Request) -> Response:
+            unknown = [k for k in request.query_params if k not in known]
+            if unknown:
+                takes = f"it takes {', '.join(known)}" if known else "it takes none"
+                raise ApiError(422, f"query.{unknown[0]}: not a query parameter of {request.method} "
+                                    f"{self.path_format} ({takes})")
             return await handler(_LimitedRequest(request.scope, request.receive))
 
         return limited
+
+
+def _query_names(dependant: Any) -> set[str]:
+    """The query parameters a route takes, its dependencies' included (FastAPI's ``Dependant`` tree)."""
+    names = {p.alias for p in dependant.query_params}
+    for inner in dependant.dependencies:
+        names |= _query_names(inner)
+    return names

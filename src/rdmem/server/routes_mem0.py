@@ -169,7 +169,17 @@ def get_memories(tenant: Tenant, request: Request, user_id: _Id = None, agent_id
     """Every memory of the scope (and of the scopes that hold it), oldest first."""
     scope = _scope({"user_id": user_id, "agent_id": agent_id, "run_id": run_id})
     items = [_item(s, have, m) for s, have in _matching(request, tenant, scope) for m in _all(request, tenant, s)]
-    return Mem0Results(results=items[: top_k or limit or 100])
+    order = sorted(range(len(items)), key=lambda i: (_when(items[i].created_at), i))  # over every scope held
+    return Mem0Results(results=[items[i] for i in order[: top_k or limit or 100]])
+
+
+def _when(created_at: str | None) -> float:
+    """A memory's time for ordering (a time without a zone is UTC; one that is not ISO 8601 comes last)."""
+    try:
+        moment = datetime.fromisoformat(created_at or "")
+    except ValueError:
+        return float("inf")
+    return (moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)).timestamp()
 
 
 @router.get("/memories/{memory_id}", response_model=Mem0Item, operation_id="mem0_get", response_model_exclude_none=True)
