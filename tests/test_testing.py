@@ -20,6 +20,19 @@ def test_rdmems_own_parts_pass():
     check_scorer(Recency())
 
 
+class OldHookStore(MemoryStore):
+    """A store written to the ``_sessions(self)`` hook of before ``sessions(prefix)``: it lists every session."""
+
+    def _sessions(self):
+        return super()._sessions()
+
+
+def test_a_store_whose_sessions_hook_takes_no_prefix_still_passes():
+    """``sessions(prefix)`` called the hook with the prefix: such a store raised TypeError (a 500 for every
+    tenant's listing); the base filters what it lists instead."""
+    check_store(OldHookStore)
+
+
 class ForgetfulStore(MemoryStore):
     """Drops the fields the chat API does not know (the metadata users store with their messages)."""
 

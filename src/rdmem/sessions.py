@@ -139,14 +139,13 @@ def tenant_store_name(tenant: str, session: str, field: str = "session") -> str:
     return f"{TENANT_PREFIX}{tenant}/{session}"
 
 
-_STORE_NAME = re.compile("(['\"])" + re.escape(TENANT_PREFIX) + "[^/'\"]+/")
-
-
-def as_tenant_sees(text: str) -> str:
-    """``text`` (an error of the store's) with each quoted store name of a tenant's session written as the
-    tenant names it: ``session 't/acme/notes' ...`` says ``session 'notes' ...`` (the caller's own name, not the
-    service's layout)."""
-    return _STORE_NAME.sub(r"\1", text)
+def as_tenant_sees(text: str, tenant: str | None) -> str:
+    """``text`` (an error of the store's) with the store's name of ``tenant``'s session written as the tenant
+    names it: ``session 't/acme/notes' ...`` says ``session 'notes' ...`` to tenant ``acme`` (the caller's own
+    name, not the service's layout). ``None``: ``text`` as it is."""
+    if tenant is None:
+        return text
+    return re.sub("(session )(['\"])" + re.escape(f"{TENANT_PREFIX}{tenant}/"), r"\1\2", text)
 
 
 def tenant_session_infos(store: Any, tenant: str, within: str = "") -> list[tuple[str, Any]]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -117,6 +118,20 @@ def test_a_connection_that_never_finishes_its_headers_or_its_body_is_closed(tmp_
             assert silent.recv(1) == b"" and slow.recv(1) == b""  # closed by the server, not by our timeout
             assert stalled.recv(1) == b""
             assert time.monotonic() - start < 15
+        # A pipelined request (its headers read when the one before is answered) whose body comes in pieces at a
+        # normal pace is served: its body was timed from a stale start and the connection closed at once.
+        body = json.dumps({"role": "user", "content": "x" * 300}).encode()
+        with socket.create_connection(("127.0.0.1", server.port), timeout=20) as piped:
+            piped.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\nPOST /v1/sessions/p/messages HTTP/1.1\r\n"
+                          b"Host: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n"
+                          % len(body) + body[:100])
+            for piece in (body[100:200], body[200:]):
+                time.sleep(0.3)
+                piped.sendall(piece)
+            got = b""
+            while got.count(b"HTTP/1.1 ") < 2 and (chunk := piped.recv(65536)):
+                got += chunk
+            assert re.findall(rb"HTTP/1.1 (\d+)", got) == [b"200", b"201"], got[:300]
         # a complete request on a fresh connection is answered as ever
         assert httpx.get(f"{server.url}/v1/sessions").status_code == 200
         assert httpx.post(f"{server.url}/v1/sessions/s/messages", json={"role": "user", "content": "hi"}).is_success

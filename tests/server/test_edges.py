@@ -328,6 +328,10 @@ def test_an_error_names_the_callers_session_not_the_stores(keyless):
     r = client.post("/v1/sessions/dup/messages", json={"messages": [msg]})
     assert r.status_code == 409 and r.json()["detail"] == ("session 'dup' already has a message with id 'k1'; "
                                                           "nothing was written")
+    # a name of the caller's own that looks like a store name stays as it is
+    client.post("/v1/sessions/t%2F2025%2Fq3/messages", json={"messages": [msg]}).raise_for_status()
+    r = client.delete("/v1/sessions/t%2F2025%2Fq3/messages/t%2F2025%2Fm7")
+    assert r.status_code == 404 and "session 't/2025/q3' has no message 't/2025/m7'" in r.json()["detail"]
 
 
 def test_mem0_refuses_fields_it_does_not_implement(keyless):

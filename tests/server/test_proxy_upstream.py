@@ -70,17 +70,35 @@ def test_a_cookie_the_upstream_sets_for_one_client_never_goes_with_anothers_requ
                  id="error-event"),
     pytest.param([f"data: {chunk('A')}\n\n", "data: {not json\n\n", f"data: {chunk('B', 'stop')}\n\n",
                   "data: [DONE]\n\n"], id="not-json"),
+    pytest.param([f"data: {chunk('Hello')}\n\n", 'data: {"error": {"message": "provider down"}, "choices": '
+                  '[{"index": 0, "delta": {"content": ""}, "finish_reason": "error"}]}\n\n'],
+                 id="openrouter-error-with-choices"),
+    pytest.param([f"data: {chunk('Hello')}\n\n", 'data: {"error": {"message": "provider down"}, "choices": '
+                  '[{"index": 0, "delta": {"content": ""}, "finish_reason": "error"}]}\n\n', "data: [DONE]\n\n"],
+                 id="openrouter-error-with-choices-then-done"),
 ])
 def test_a_stream_that_carried_an_error_is_not_stored_as_a_reply(proxy, fake_openai, events):
     """vLLM and SGLang end a stream that failed midway with an error event and then [DONE]: the client raised
     the error, and memory stored the half reply ("The answer is") as the assistant's answer."""
     fake_openai.respond = lambda req: Reply(events=events, raw=True)
-    got = client(proxy).chat.completions.create(model="fake-model", stream=True, user="failed-" + events[1][:5],
+    user = f"failed-{len(events)}-{events[1][:12]}"
+    got = client(proxy).chat.completions.create(model="fake-model", stream=True, user=user,
                                                 messages=[{"role": "user", "content": "hi"}])
     with pytest.raises(Exception):  # the client sees its stream fail (APIError, or the JSON decoder's error)
         for _ in got:
             pass
-    assert [m["content"] for m in stored(proxy, "failed-" + events[1][:5])] == ["hi"]
+    assert [m["content"] for m in stored(proxy, user)] == ["hi"]
+
+
+def test_an_error_field_that_is_null_is_no_error(proxy, fake_openai):
+    """The openai client fails on a truthy ``error`` only: a chunk saying ``"error": null`` is read as any other."""
+    fake_openai.respond = lambda req: Reply(events=[chunk("Hello", None), '{"error": null}', chunk(" world", "stop"),
+                                                    "[DONE]"])
+    got = client(proxy).chat.completions.create(model="fake-model", stream=True, user="null-error",
+                                                messages=[{"role": "user", "content": "hi"}])
+    assert "".join(c.choices[0].delta.content or "" for c in got if c.choices) == "Hello world"
+    settled(lambda: len(stored(proxy, "null-error")) == 2)
+    assert [m["content"] for m in stored(proxy, "null-error")] == ["hi", "Hello world"]
 
 
 def test_an_event_whose_data_spans_two_lines_is_stored_as_the_client_reads_it(proxy, fake_openai):

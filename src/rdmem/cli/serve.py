@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import secrets
 import sys
 from datetime import datetime, timezone
 from typing import Any
@@ -24,6 +25,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         import uvicorn
 
         from ..server._http import PROTOCOL
+        from ..server.auth import UI_SECRET_ENV
         from ..server._workers import bind
         from ..server.guards import is_loopback
         from ..server.settings import SETTINGS_ENV, ServerSettings
@@ -68,6 +70,8 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     print(f"rdmem serve: listening on {where} (docs at {where}/docs"
           + ("" if args.no_ui else f", inspector at {where}/ui") + ")", file=sys.stderr, flush=True)
     os.environ[SETTINGS_ENV] = settings.to_env()
+    # One secret for the inspector's sign-ins across this server's processes (a restart makes a new one).
+    os.environ.setdefault(UI_SECRET_ENV, secrets.token_hex(32))
     config = {"app": "rdmem.server.app:app_from_env", "factory": True, "host": args.host, "port": port,
               "log_level": args.log_level, "access_log": args.log_level == "debug", "http": PROTOCOL}
     try:  # Ctrl-C stops the server gracefully (uvicorn then raises the signal again): a normal end

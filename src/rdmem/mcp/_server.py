@@ -11,14 +11,14 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from typing import Annotated, Any, Literal, Protocol
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from ..errors import InvalidInput, InvalidType, MissingDependency, UnknownIdError
 
 try:
     from mcp.server.mcpserver import MCPServer
     from mcp.server.mcpserver.exceptions import ToolError
-    from mcp.server.transport_security import TransportSecuritySettings
+    from mcp.server.transport_security import DEFAULT_MAX_REQUEST_BODY_SIZE, TransportSecuritySettings
     from mcp.types import ToolAnnotations
 
     from ._arguments import known_arguments
@@ -27,6 +27,7 @@ except ImportError as exc:  # pragma: no cover - the extra is missing
     raise MissingDependency(f"rdmem.mcp needs the MCP SDK: pip install 'rdmem[mcp]' ({exc})") from None
 
 from .._wire import STRICT_INT, ChatMessage, JsonPositiveInt, SessionSummary, message_dict
+from ._models import Decision, Explanation, Forgotten, Hit, ModelContext, Recalled, Remembered, SessionList
 from ..embed import Embedder
 from ..limits import Limits, check_messages, check_text, load_json, read_body
 from ..manager import MemoryManager
@@ -44,68 +45,6 @@ SESSIONS_URI = "rdmem://sessions"
 CALLER = "rdmem.caller"
 #: The HTTP request of the call in progress (``None`` over stdio and in-process), for ``sessions_for``.
 _REQUEST: contextvars.ContextVar[Any] = contextvars.ContextVar("rdmem_mcp_request", default=None)
-
-
-# -- wire types ---------------------------------------------------------------------------------------
-class Remembered(BaseModel):
-    session: str
-    ids: list[str] = Field(description="the stored messages' ids, in order (for forget)")
-
-
-class Hit(BaseModel):
-    id: str
-    score: float
-    tier: str = Field(description="working (in the context now) or archive")
-    role: str
-    content: str | None
-    message: dict[str, Any] = Field(description="the message as it was stored")
-
-
-class Recalled(BaseModel):
-    session: str
-    query: str
-    results: list[Hit]
-
-
-class ModelContext(BaseModel):
-    session: str
-    messages: list[dict[str, Any]] = Field(description="OpenAI chat messages for the next model call")
-    tokens: int = Field(description="their size in tokens (cl100k, per-message overhead included)")
-    budget: int
-    policy: str
-    kept_ids: list[str] = Field(description="ids of the stored messages sent verbatim")
-    sources: list[str | None] = Field(description="for each output message, the id it renders (None: a marker "
-                                      "or summary)")
-    warnings: list[str]
-
-
-class Forgotten(BaseModel):
-    session: str
-    deleted: list[str] = Field(description="ids deleted for good")
-    session_deleted: bool = Field(description="the whole session was deleted")
-
-
-class Decision(BaseModel):
-    id: str
-    role: str
-    decision: str = Field(description="kept, truncated, compressed, summarized or archived")
-    tokens: int
-    sent_tokens: int
-    score: float
-    reason: str
-
-
-class Explanation(BaseModel):
-    session: str
-    text: str = Field(description="one line per message: decision, tokens, score and its terms")
-    decisions: list[Decision]
-    tokens: int
-    budget: int
-    policy: str
-
-
-class SessionList(BaseModel):
-    sessions: list[SessionSummary]
 
 
 # -- where sessions live --------------------------------------------------------------------------------
@@ -177,7 +116,7 @@ def _user_errors() -> Iterator[None]:
     try:
         yield
     except (InvalidInput, MissingDependency) as exc:
-        raise ToolError(as_tenant_sees(str(exc))) from exc
+        raise ToolError(as_tenant_sees(str(exc), _caller())) from exc
     except StoreError as exc:
         error_id = uuid.uuid4().hex[:16]
         log.error("rdmem mcp: store error %s: %s", error_id, exc)
@@ -186,6 +125,12 @@ def _user_errors() -> Iterator[None]:
         error_id = uuid.uuid4().hex[:16]
         log.exception("rdmem mcp: internal error %s", error_id)
         raise ToolError(f"internal error {error_id}; see the server's log") from exc
+
+
+def _caller() -> str | None:
+    """The tenant :class:`HTTPEndpoint` found calling (``None`` over stdio and in-process)."""
+    scope = getattr(_REQUEST.get(), "scope", None)
+    return scope.get(CALLER) if isinstance(scope, dict) else None
 
 
 async def _bind_request(ctx: Any, call_next: Any) -> Any:
@@ -412,9 +357,8 @@ class HTTPEndpoint:
     async def run(self) -> AsyncIterator[None]:
         # The SDK's DNS-rebinding protection stays on: ``security`` says which Host and Origin values to
         # answer (None: the SDK's own, loopback names only).
-        size = {"max_request_body_size": self.max_body_bytes} if self.max_body_bytes else {}
         self.server.streamable_http_app(stateless_http=True, json_response=True, transport_security=self.security,
-                                        **size)
+                                        max_request_body_size=self.max_body_bytes or DEFAULT_MAX_REQUEST_BODY_SIZE)
         manager = self.server.session_manager  # a fresh one for each lifespan: the SDK runs one once
         async with manager.run():
             self._manager = manager

@@ -48,6 +48,7 @@ class HeaderTimeoutProtocol(H11Protocol):
         super().__init__(*args, **kwargs)
         self._timeout = self.header_timeout if self.header_timeout is not None else _from_settings()
         self._timer: asyncio.TimerHandle | None = None
+        self._body_of: object = None  # the request (uvicorn's cycle) whose body is being timed
         self._body_start = 0.0
         self._body_bytes = 0
 
@@ -58,14 +59,21 @@ class HeaderTimeoutProtocol(H11Protocol):
     def data_received(self, data: bytes) -> None:
         if self._timer is None and self.conn.their_state is h11.IDLE:
             self._arm()  # the first bytes of the next request on a kept-alive connection
-        reading_body = self.conn.their_state is h11.SEND_BODY
         super().data_received(data)
+        self._follow(len(data))
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()  # a pipelined request's headers may be read here, not in data_received
+        if self.conn.their_state is h11.SEND_BODY:
+            self._follow(0)
+
+    def _follow(self, received: int) -> None:
         state = self.conn.their_state
         if state is h11.SEND_BODY:
-            if reading_body:
-                self._body_bytes += len(data)
-            else:  # the headers are in: the body is timed from here
-                self._body_start, self._body_bytes = self.loop.time(), 0
+            if self.cycle is not self._body_of:  # a new request's headers are in: its body is timed from here
+                self._body_of, self._body_start, self._body_bytes = self.cycle, self.loop.time(), 0
+            else:
+                self._body_bytes += received
             self._arm_body()
         elif state is not h11.IDLE:
             self._disarm()  # the whole request is in: it runs as long as it needs

@@ -17,9 +17,10 @@ class ReplyCollector:
     Events are read as the ``openai`` client reads them: an event ends at a blank line, its ``data:`` lines
     joined by newlines (an event never ended is never read). A reply is :attr:`complete` once ``[DONE]`` came,
     or once the stream ended (:meth:`end`) after the first choice's ``finish_reason``; it is :attr:`failed`,
-    and never stored, when the stream carried an error (an ``error`` event, or an event with an ``error`` and
-    no ``choices``, as vLLM and SGLang end a stream that failed midway) or an event the client cannot read
-    (not JSON): the client saw its stream fail there."""
+    and never stored, when the stream carried an error (an ``error`` event, or an event with an ``error``, as
+    vLLM and SGLang end a stream that failed midway and OpenRouter says one) or an event the client cannot read
+    (not JSON), or a choice that finished with ``finish_reason: "error"``: the client saw its stream fail
+    there."""
 
     def __init__(self) -> None:
         self._buffer = b""
@@ -68,7 +69,7 @@ class ReplyCollector:
         except ValueError:  # the client's stream fails on it
             self.failed = True
             return
-        if event == b"error" or (isinstance(parsed, dict) and "error" in parsed and "choices" not in parsed):
+        if event == b"error" or (isinstance(parsed, dict) and parsed.get("error")):  # as the openai client fails
             self.failed = True
             return
         try:
@@ -76,6 +77,9 @@ class ReplyCollector:
         except (KeyError, IndexError, TypeError, AttributeError):
             return
         if choice is None:  # another choice's event (n > 1)
+            return
+        if choice.get("finish_reason") == "error":  # OpenRouter's mid-stream error
+            self.failed = True
             return
         if choice.get("finish_reason"):
             self._finished = True

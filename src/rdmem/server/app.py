@@ -26,7 +26,7 @@ from ..errors import InvalidInput
 from ..limits import Limits
 from ..store import KeyStore, Store, open_store
 from ._openapi import install_openapi
-from .auth import RDMEM_KEY_HEADER, Tenant, tenant_of
+from .auth import RDMEM_KEY_HEADER, SignIns, Tenant, tenant_of
 from .errors import ApiError, install_error_handlers
 from .guards import HostGuardMiddleware, HostRule, JsonOnlyMiddleware, NoFramingMiddleware
 from .metrics import BodyLimitMiddleware, Metrics, MetricsMiddleware
@@ -53,6 +53,7 @@ class ServerState:
     pool: SessionPool
     metrics: Metrics
     keys: KeyStore  # the API keys (only the server reads them), in the store's key table
+    sign_ins: SignIns  # the inspector's sign-ins (signed with this server's secret)
     http: Any = None  # the upstream's httpx.AsyncClient (proxy routes only)
     seen_keys: bool = False
     started: float = field(default_factory=time.time)
@@ -86,8 +87,9 @@ def create_app(settings: ServerSettings | None = None, *, store: Store | None = 
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         opened = store if store is not None else open_store(settings.store_url())
         limiter = RateLimiter(settings.rate_requests, settings.rate_tokens)
-        state = ServerState(settings, opened, SessionPool(opened, settings, embedder, limiter), metrics,
-                            KeyStore(opened))
+        keys = KeyStore(opened)
+        state = ServerState(settings, opened, SessionPool(opened, settings, embedder, limiter), metrics, keys,
+                            SignIns(keys))
         if settings.upstream:
             import httpx
 

@@ -17,7 +17,12 @@ upstream still checks the client's own ``Authorization``).
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import hmac
 import logging
+import os
+import secrets
+import time
 from typing import Annotated, Any
 
 from fastapi import Depends, Request, Security
@@ -26,7 +31,8 @@ from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBea
 from ..store._keys import KEYLESS_TENANT
 from .errors import ApiError
 
-__all__ = ["Tenant", "ProxyTenant", "DEFAULT_TENANT", "RDMEM_KEY_HEADER", "tenant_of"]
+__all__ = ["Tenant", "ProxyTenant", "DEFAULT_TENANT", "RDMEM_KEY_HEADER", "tenant_of", "SignIns", "UI_SECRET_ENV",
+           "SIGN_IN_S"]
 
 log = logging.getLogger("rdmem.server")
 
@@ -40,9 +46,10 @@ _header = APIKeyHeader(name=RDMEM_KEY_HEADER, auto_error=False,
 
 def tenant_of(request: Request, secret: str | None, *, token: str | None = None) -> str:
     """The caller's tenant (a 401 without a valid key on a keyed server), counted against its request rate.
-    ``token``: the inspector's sign-in cookie instead of a key (:meth:`~rdmem.store.KeyStore.sign_in_token`)."""
+    ``token``: the inspector's sign-in cookie instead of a key (:class:`SignIns`)."""
     state = request.app.state.rdmem
     tenant = _lookup(state, secret, token=token)
+    request.state.rdmem_tenant = tenant  # an error's message names the caller's sessions as it names them
     state.limiter.request(tenant)
     return tenant
 
@@ -50,7 +57,7 @@ def tenant_of(request: Request, secret: str | None, *, token: str | None = None)
 def _lookup(state: Any, secret: str | None, how: str = "Authorization: Bearer <key>", *,
             token: str | None = None) -> str:
     if secret or token:
-        tenant = state.keys.key_tenant(secret) if secret else state.keys.token_tenant(token)
+        tenant = state.keys.key_tenant(secret) if secret else state.sign_ins.tenant(token)
         if tenant is None:
             raise ApiError(401, "invalid or revoked API key", headers={"WWW-Authenticate": "Bearer"})
         state.seen_keys = True  # keyed from now on, even once every key is revoked
@@ -88,3 +95,44 @@ async def _proxy_tenant(request: Request, header: Annotated[str | None, Security
 
 Tenant = Annotated[str, Depends(_tenant)]
 ProxyTenant = Annotated[str | None, Depends(_proxy_tenant)]
+
+
+#: The variable that holds the secret the inspector's sign-ins are signed with (``rdmem serve`` sets one for its
+#: processes if it is not set; set it alike on every host behind one name).
+UI_SECRET_ENV = "RDMEM_UI_SECRET"
+#: How long a sign-in to the inspector lasts, seconds.
+SIGN_IN_S = 12 * 3600
+
+
+class SignIns:
+    """The inspector's sign-in tokens: ``ui_<the key's digest>.<expiry>.<MAC>``, the MAC (HMAC-SHA256) under this
+    server's secret (``$RDMEM_UI_SECRET``; without it, one made for this process). A token is no API key and
+    names no key: the digest is what the store keeps, which alone (a backup, a read-only database user) signs in
+    nowhere; a token expires after :data:`SIGN_IN_S` and with its key."""
+
+    def __init__(self, keys: Any, secret: str | None = None) -> None:
+        self.keys = keys
+        given = secret if secret is not None else os.environ.get(UI_SECRET_ENV)
+        self._secret = given.encode() if given else secrets.token_bytes(32)
+
+    def token(self, key: str, *, now: float | None = None) -> str | None:
+        """A sign-in token for the valid key ``key``, else ``None``."""
+        digest = self.keys.valid_digest(key)
+        if digest is None:
+            return None
+        body = f"{digest}.{int((time.time() if now is None else now) + SIGN_IN_S)}"
+        return f"ui_{body}.{self._mac(body)}"
+
+    def tenant(self, token: str | None) -> str | None:
+        """The tenant of a token this server signed, not expired, whose key is still valid; else ``None``."""
+        if not isinstance(token, str) or not token.startswith("ui_") or len(token) > 200:
+            return None
+        body, _, mac = token[3:].rpartition(".")
+        digest, _, expiry = body.partition(".")
+        if not (expiry.isdigit() and int(expiry) > time.time() and hmac.compare_digest(mac, self._mac(body))):
+            return None
+        tenant: str | None = self.keys.digest_tenant(digest)
+        return tenant
+
+    def _mac(self, body: str) -> str:
+        return hmac.new(self._secret, body.encode(), hashlib.sha256).hexdigest()

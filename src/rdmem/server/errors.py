@@ -58,7 +58,7 @@ def _json(status: int, code: str, message: str, headers: dict[str, str] | None =
           error_id: str | None = None) -> JSONResponse:
     if error_id is not None:
         headers = {**(headers or {}), ERROR_ID_HEADER: error_id}
-    return JSONResponse(error_body(code, as_tenant_sees(message), error_id), status_code=status, headers=headers)
+    return JSONResponse(error_body(code, message, error_id), status_code=status, headers=headers)
 
 
 def store_unavailable(request: Request, exc: StoreError) -> tuple[str, str]:
@@ -149,6 +149,11 @@ def _allowed(request: Request) -> list[str]:
     return sorted(methods)
 
 
+def _said(request: Request, exc: Exception) -> str:
+    """``exc``'s message with the caller's session named as the caller names it (its tenant: ``tenant_of``)."""
+    return as_tenant_sees(str(exc), getattr(request.state, "rdmem_tenant", None))
+
+
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(ApiError)
     async def api_error(request: Request, exc: ApiError) -> JSONResponse:
@@ -173,22 +178,23 @@ def install_error_handlers(app: FastAPI) -> None:
 
     # Starlette picks the handler of the most specific class in the error's MRO: DuplicateIdError is a
     # StoreError and an InvalidInput, and its own handler wins over both.
+    # The store names a tenant's session by its store name (t/<tenant>/<name>): said as the caller names it.
     @app.exception_handler(InvalidInput)
     async def invalid_input(request: Request, exc: InvalidInput) -> JSONResponse:
-        return _json(400, "invalid_request", str(exc))
+        return _json(400, "invalid_request", _said(request, exc))
 
     @app.exception_handler(DuplicateIdError)
     async def duplicate(request: Request, exc: DuplicateIdError) -> JSONResponse:
-        return _json(409, "conflict", str(exc))
+        return _json(409, "conflict", _said(request, exc))
 
     @app.exception_handler(UnknownIdError)
     async def unknown_id(request: Request, exc: UnknownIdError) -> JSONResponse:
-        return _json(404, "not_found", str(exc))
+        return _json(404, "not_found", _said(request, exc))
 
     @app.exception_handler(VersionConflict)
     async def conflict(request: Request, exc: VersionConflict) -> JSONResponse:
         # The manager retries conflicts itself; one that escapes means the session kept changing: retry later.
-        return _json(409, "conflict", str(exc))
+        return _json(409, "conflict", _said(request, exc))
 
     @app.exception_handler(StoreError)
     async def store_error(request: Request, exc: StoreError) -> JSONResponse:

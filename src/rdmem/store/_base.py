@@ -24,7 +24,7 @@ from ..tokens import message_payload
 from ._embeddings import EmbeddingsMixin
 from ._keys import check_name, check_tenant
 from ._types import (TIERS, Changes, DuplicateIdError, NewUnit, SessionInfo, StoredUnit, StoreError, Tier,
-                     VersionConflict, Written, check_prefix)
+                     VersionConflict, Written, check_prefix, takes_prefix)
 
 __all__ = [
     "BaseStore", "Encoded", "check_name", "check_session", "check_tenant", "searchable", "damaged_unit",
@@ -388,7 +388,8 @@ class BaseStore(EmbeddingsMixin):
         return list(result)
 
     def sessions(self, prefix: str = "") -> list[SessionInfo]:  # a prefix: the store reads those sessions only
-        found = self._sessions(check_prefix(prefix)) if prefix else self._sessions()
+        prefix = check_prefix(prefix)
+        found = self._sessions(prefix) if prefix and takes_prefix(type(self)) else self._sessions()
         return [i for i in found if i.session.startswith(prefix)]
 
     def close(self) -> None:

@@ -17,7 +17,6 @@ __all__ = ["KeyStore", "keeps_keys", "check_name", "check_tenant", "key_hash", "
 #: A tenant's name: what a key belongs to and what the service scopes sessions by.
 TENANT = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}")  # whole names only: fullmatch
 _KEY_PREFIX = "rdmem_"
-_TOKEN_PREFIX = "ui_"
 #: The tenant of every caller of a server without keys; no key is made for it.
 KEYLESS_TENANT = "default"
 
@@ -96,16 +95,14 @@ class KeyStore:
         tenant: str | None = self.store._key_tenant(key_hash(secret))
         return tenant
 
-    def sign_in_token(self, secret: str) -> str | None:
-        """What a browser keeps for a valid key (the inspector's cookie): the key's digest, as the store keeps
-        it, never the key. It signs in to the inspector only (:meth:`token_tenant`): no API route takes it, so
-        a cookie read elsewhere (another server on the same host sees it) does not give the API away."""
-        return _TOKEN_PREFIX + key_hash(secret) if self.key_tenant(secret) is not None else None
+    def valid_digest(self, secret: str) -> str | None:
+        """The digest the store keeps of a valid key ``secret``, else ``None`` (the inspector signs a browser in
+        with it: :class:`rdmem.server.auth.SignIns`)."""
+        return key_hash(secret) if self.key_tenant(secret) is not None else None
 
-    def token_tenant(self, token: str) -> str | None:
-        """The tenant of a :meth:`sign_in_token` whose key is still valid, else ``None``."""
-        digest = token[len(_TOKEN_PREFIX):] if isinstance(token, str) and token.startswith(_TOKEN_PREFIX) else ""
-        if len(digest) != 64 or digest.strip("0123456789abcdef"):
+    def digest_tenant(self, digest: str) -> str | None:
+        """The tenant of the valid key whose digest is ``digest`` (64 hex digits), else ``None``."""
+        if not isinstance(digest, str) or len(digest) != 64 or digest.strip("0123456789abcdef"):
             return None
         tenant: str | None = self.store._key_tenant(digest)
         return tenant

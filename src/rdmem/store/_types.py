@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import inspect
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
@@ -14,7 +16,7 @@ from ..errors import DuplicateIdError, InvalidInput, StoreError, UnknownIdError,
 __all__ = [
     "Tier", "TIERS", "NewUnit", "StoredUnit", "Written", "Changes", "SessionInfo", "ApiKey", "Store",
     "StoreError", "DuplicateIdError", "UnknownIdError", "VersionConflict", "retired_digest", "check_prefix",
-    "name_after",
+    "name_after", "takes_prefix",
 ]
 
 Tier = Literal["working", "archive"]
@@ -182,6 +184,13 @@ def check_prefix(prefix: object) -> str:
     if not isinstance(prefix, str):
         raise InvalidInput(f"prefix must be a string, got {type(prefix).__name__}")
     return prefix
+
+
+@functools.cache
+def takes_prefix(store_type: type) -> bool:
+    """Whether a store class's ``_sessions`` hook takes the prefix (one written before it did lists every
+    session, and the base filters)."""
+    return len(inspect.signature(store_type._sessions).parameters) > 1
 
 
 def name_after(prefix: str) -> str | None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 import zipfile
 from pathlib import Path
 
@@ -52,9 +53,20 @@ def test_without_a_key_every_page_and_action_is_401(keyed):
             assert 'id="login"' in page.text and "allergic" not in page.text
         refused = anonymous.post("/ui/api/delete", json={"session": "trip", "id": "m0"})
         assert refused.status_code == 401
-    for forged_value in ("not-a-key", keyed.keys["acme"], "ui_" + "0" * 64):  # the key itself is no sign-in token
+    # Neither the key, nor the digest the store keeps of it (a backup, a read-only database user has it), nor a
+    # token signed by another server or expired, signs in.
+    from rdmem.server.auth import SIGN_IN_S, SignIns
+
+    digest = KeyStore(keyed.store).valid_digest(keyed.keys["acme"])
+    far = int(time.time()) + 3600
+    for forged_value in ("not-a-key", keyed.keys["acme"], f"ui_{digest}", f"ui_{digest}.{far}.{'0' * 64}",
+                         SignIns(KeyStore(keyed.store), secret="another server").token(keyed.keys["acme"]),
+                         keyed.app.state.rdmem.sign_ins.token(keyed.keys["acme"], now=time.time() - SIGN_IN_S - 1)):
         with httpx.Client(base_url=keyed.url, cookies={f"rdmem_ui_{keyed.port}": forged_value}) as forged:
-            assert forged.get("/ui/").status_code == 401
+            assert forged.get("/ui/").status_code == 401, forged_value
+    good = keyed.app.state.rdmem.sign_ins.token(keyed.keys["acme"])
+    with httpx.Client(base_url=keyed.url, cookies={f"rdmem_ui_{keyed.port}": good}) as signed:
+        assert signed.get("/ui/").status_code == 200
     assert keyed.http.get("/v1/sessions/trip/messages").json()["messages"][0]["id"] == "m0"
 
 

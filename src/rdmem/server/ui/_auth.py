@@ -6,8 +6,9 @@ cookie that pages cannot read (``HttpOnly``), sent only to ``/ui`` and only
 by pages of this site (``SameSite=Strict``). Browsers do not keep a host's
 cookies apart by port, so another server on the same host (another rdmem, a
 dev server) sees it: the cookie is therefore named after this server's port
-(two servers never overwrite each other's) and holds the key's digest, which
-signs in to the inspector only and is no API key. Every request looks the
+(two servers never overwrite each other's) and holds a sign-in token signed
+by this server (:class:`~rdmem.server.auth.SignIns`), which signs in to the
+inspector only, for 12 hours at most, and is no API key. Every request looks the
 key up again, so a revoked key stops working at once. Requests that change
 something (sign-in, sign-out, delete) must be JSON from this origin: no
 other site's form or script can make them.
@@ -19,7 +20,7 @@ from typing import Annotated
 
 from fastapi import Depends, Request, Response
 
-from ..auth import RDMEM_KEY_HEADER, tenant_of
+from ..auth import RDMEM_KEY_HEADER, SIGN_IN_S, tenant_of
 from ..errors import ApiError
 
 __all__ = ["COOKIE", "UiTenant", "cookie_name", "ui_tenant", "same_origin", "set_key", "clear_key"]
@@ -58,11 +59,11 @@ def same_origin(request: Request) -> None:
 
 def set_key(request: Request, response: Response, secret: str) -> None:
     """Sign the browser in with a valid key ``secret``: the cookie holds its sign-in token, never the key."""
-    token = request.app.state.rdmem.keys.sign_in_token(secret)
+    token = request.app.state.rdmem.sign_ins.token(secret)
     if token is None:  # checked by the caller; revoked in between
         raise ApiError(401, "invalid or revoked API key", headers={"WWW-Authenticate": "Bearer"})
     response.set_cookie(cookie_name(request), token, path=_path(request), httponly=True, samesite="strict",
-                        secure=request.url.scheme == "https")
+                        secure=request.url.scheme == "https", max_age=SIGN_IN_S)
 
 
 def clear_key(request: Request, response: Response) -> None:
