@@ -101,6 +101,25 @@ def test_bad_stores_exit_2_with_one_line(tmp_path, capsys):
     assert err.count("\n") == 1
 
 
+def test_an_export_that_fails_mid_way_leaves_the_last_one_whole(store_url, tmp_path, capsys, monkeypatch):
+    """The export was written in place: a kill or a full disk mid-way cut the previous export (the tenth review)."""
+    import errno
+    import os
+
+    out = tmp_path / "alpha.jsonl"
+    assert main(["sessions", "export", "alpha", "--store", store_url, "-o", str(out)]) == 0
+    before = out.read_bytes()
+
+    def full(fd):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", full)
+    assert main(["sessions", "export", "beta", "--store", store_url, "-o", str(out)]) == 2
+    assert f"cannot write {out}: No space left on device" in capsys.readouterr().err
+    assert out.read_bytes() == before  # the last export, whole
+    assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".part")] == []  # nothing left beside it
+
+
 def test_export_to_a_missing_directory_is_one_line(store_url, tmp_path, capsys):
     target = tmp_path / "no" / "such" / "dir" / "x.jsonl"
     assert main(["sessions", "export", "alpha", "--store", store_url, "-o", str(target)]) == 2

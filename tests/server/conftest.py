@@ -73,7 +73,8 @@ def _without_thread_settings(environ) -> dict[str, str]:
 class ServeProcess:
     """``rdmem serve ARGS`` as a user starts it: a separate process on a free loopback port."""
 
-    def __init__(self, *args: str, env: dict[str, str] | None = None, log_dir=None, timeout: float = 90) -> None:
+    def __init__(self, *args: str, env: dict[str, str] | None = None, log_dir=None, timeout: float = 90,
+                 port: int | None = None) -> None:
         import os
         import subprocess
         import sys
@@ -81,7 +82,7 @@ class ServeProcess:
 
         import httpx
 
-        self.port = free_port()
+        self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = tempfile.NamedTemporaryFile("w+", prefix="rdmem-serve-", suffix=".log", dir=log_dir, delete=False)
         cmd = [sys.executable, "-m", "rdmem.cli", "serve", "--port", str(self.port), "--log-level", "warning", *args]
@@ -125,8 +126,9 @@ def rdmem_serve(tmp_path):
     """``rdmem_serve(*args)`` starts ``rdmem serve`` processes for the test; all are stopped when it ends."""
     started: list[ServeProcess] = []
 
-    def start(*args: str, env: dict[str, str] | None = None) -> ServeProcess:
-        proc = ServeProcess(*args, env={"RDMEM_DATA_DIR": str(tmp_path / "data"), **(env or {})}, log_dir=tmp_path)
+    def start(*args: str, env: dict[str, str] | None = None, port: int | None = None) -> ServeProcess:
+        proc = ServeProcess(*args, env={"RDMEM_DATA_DIR": str(tmp_path / "data"), **(env or {})}, log_dir=tmp_path,
+                            port=port)
         started.append(proc)
         return proc
 

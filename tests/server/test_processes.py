@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import sys
+import time
 
 import httpx
 import pytest
@@ -163,6 +164,27 @@ def test_a_port_in_use_is_one_line(rdmem_serve, tmp_path):
     assert done.returncode == 2 and f"cannot listen on 127.0.0.1:{first.port}" in done.stderr
     assert "Traceback" not in done.stderr
 
+
+
+def test_workers_stop_when_their_parent_is_killed(rdmem_serve, tmp_path):
+    """``kill -9`` of ``rdmem serve --workers 2`` left its workers serving with nobody to restart them, holding
+    the port: the same command then failed ("address in use") until someone found them by hand."""
+    first = rdmem_serve("--store", f"sqlite:///{tmp_path / 'm.db'}", "--workers", "2", "--policy", "window")
+    assert httpx.get(f"{first.url}/healthz").status_code == 200
+    first.proc.kill()
+    first.proc.wait(10)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:  # the workers drain and go within a second or so
+        try:
+            httpx.get(f"{first.url}/healthz", timeout=1)
+        except httpx.TransportError:
+            break
+        time.sleep(0.2)
+    else:
+        raise AssertionError("the workers still serve 30 s after their parent was killed")
+    again = rdmem_serve("--store", f"sqlite:///{tmp_path / 'm.db'}", "--workers", "2", "--policy", "window",
+                        port=first.port)
+    assert httpx.get(f"{again.url}/healthz").status_code == 200
 
 
 _CRASHING = """

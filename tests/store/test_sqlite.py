@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import sqlite3
+import sys
 import threading
 import time
 
@@ -354,3 +355,63 @@ def test_a_write_waiting_for_another_process_does_not_hold_up_this_ones_reads(tm
         other.close()
         writer.join(30)
         assert not writer.is_alive() and [u.id for u in store.load("s")][-1] == "u3"
+
+
+_CRASHED_WRITER = """
+import os, sys
+from rdmem.store import NewUnit
+from rdmem.store.sqlite import SQLiteStore
+store = SQLiteStore(sys.argv[1])
+store.append("alice", [NewUnit({"role": "user", "content": f"first {i}"}, 3) for i in range(10)])
+store.close()
+store = SQLiteStore(sys.argv[1])
+store.append("alice", [NewUnit({"role": "user", "content": f"later {i}"}, 3) for i in range(5)])
+os._exit(0)  # killed: the last five are in the write-ahead log only
+"""
+
+
+def test_a_reader_that_cannot_apply_the_write_ahead_log_says_so(tmp_path):
+    """A store left by a killed writer, copied without its -shm file into a directory the reader cannot write:
+    the read-only fallback (immutable) read it without the log's writes, and `rdmem sessions list` showed 10 of
+    the 15 acknowledged messages without a word (the tenth review)."""
+    import subprocess
+
+    where = tmp_path / "ro"
+    where.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(where)], capture_output=True).returncode:
+        pytest.skip("cannot mount a file system here (needs root)")
+    try:
+        subprocess.run([sys.executable, "-c", _CRASHED_WRITER, str(where / "m.db")], check=True, timeout=120)
+        assert (where / "m.db-wal").stat().st_size > 0
+        (where / "m.db-shm").unlink()
+        subprocess.run(["mount", "-o", "remount,ro", str(where)], check=True)
+        with pytest.raises(StoreError, match=r"its write-ahead log \(m\.db-wal\) holds writes that a reader cannot "
+                                             r"apply .* open it once for writing"):
+            SQLiteStore(str(where / "m.db"), readonly=True)
+    finally:
+        subprocess.run(["umount", str(where)], check=False)
+
+
+def test_a_store_whose_creation_was_cut_short_says_so_to_a_reader(tmp_path):
+    """A file killed while being created (empty, or with a rollback journal left) made the reading commands
+    fail with "no such table: sessions" or "attempt to write a readonly database"."""
+    import subprocess
+
+    empty = tmp_path / "empty.db"
+    conn = sqlite3.connect(empty)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.close()
+    with pytest.raises(StoreError, match="an empty SQLite file, no rdmem store yet .* open it once for writing"):
+        SQLiteStore(str(empty), readonly=True)
+    hot = tmp_path / "hot.db"
+    subprocess.run([sys.executable, "-c", "import os, sqlite3, sys\n"
+                    "c = sqlite3.connect(sys.argv[1], isolation_level=None)\n"
+                    "c.execute('PRAGMA user_version=1'); c.execute('PRAGMA cache_size=10')\n"
+                    "c.execute('BEGIN'); c.execute('CREATE TABLE t (x)')\n"
+                    "c.executemany('INSERT INTO t VALUES (?)', [(os.urandom(100),) for _ in range(5000)])\n"
+                    "os._exit(0)", str(hot)], check=True, timeout=60)
+    assert (tmp_path / "hot.db-journal").exists()
+    with pytest.raises(StoreError, match=r"a write was interrupted \(hot\.db-journal is left beside it\)"):
+        SQLiteStore(str(hot), readonly=True)
+    SQLiteStore(str(empty)).close()  # a writer makes the empty file a store
+    assert SQLiteStore(str(empty), readonly=True).sessions() == []

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -104,10 +105,20 @@ def read_messages(path: str) -> list[dict[str, Any]]:
 
 
 def write_text(path: str, text: str) -> None:
-    """Write a file, or fail with one line naming it (a missing directory, no permission, ...)."""
+    """Write a file whole or not at all, or fail with one line naming it (a missing directory, no permission, a
+    full disk, ...): the text goes to a file beside it, renamed over it once written and flushed to disk, so a
+    kill or a full disk mid-way leaves the file as it was (an export written in place was cut, losing the last
+    one)."""
+    target = Path(path)
+    part = target.with_name(f".{target.name}.{os.getpid()}.part")
     try:
-        Path(path).write_text(text, encoding="utf-8")
+        with open(part, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(part, target)
     except OSError as exc:
+        part.unlink(missing_ok=True)
         raise CLIError(f"cannot write {path}: {exc.strerror or exc}") from None
 
 

@@ -21,6 +21,7 @@ import multiprocessing
 import os
 import signal
 import socket
+import threading
 import time
 from typing import Any
 
@@ -74,10 +75,21 @@ def listen(host: str, port: int, *, reuse_port: bool = False) -> socket.socket:
 def _worker(config: dict[str, Any], sock: socket.socket) -> None:  # pragma: no cover - runs in a child
     import uvicorn
 
+    threading.Thread(target=_end_with, args=(os.getppid(),), name="rdmem-parent-watch", daemon=True).start()
     try:
         uvicorn.Server(uvicorn.Config(**config)).run(sockets=[sock])
     except KeyboardInterrupt:  # uvicorn stopped gracefully, then raised the signal again
         pass
+
+
+def _end_with(parent: int, every: float = 0.5) -> None:  # pragma: no cover - runs in a child
+    """Stop this worker as SIGTERM does (uvicorn finishes what it serves) once ``parent`` is gone: killed with
+    SIGKILL, it could not stop its workers, which kept the port (a restart failed: address in use) and served
+    on with nobody to restart them."""
+    while os.getppid() == parent:
+        time.sleep(every)
+    log.warning("rdmem serve: the parent process (pid %d) is gone; worker %d stops", parent, os.getpid())
+    os.kill(os.getpid(), signal.SIGTERM)
 
 
 def bind(host: str, port: int, workers: int = 1) -> list[socket.socket]:

@@ -99,6 +99,9 @@ def open_file(path: str, *, where: str, timeout: float, synchronous: str, readon
             if version is not None and version < SCHEMA_VERSION:
                 raise StoreError(f"{where} has schema version {version}; open it once for writing "
                                  f"to upgrade it to version {SCHEMA_VERSION}")
+            if version is None and exists:  # an empty SQLite file: a creation cut short
+                raise StoreError(f"{where}: an empty SQLite file, no rdmem store yet (its creation was "
+                                 "interrupted?): open it once for writing to create one")
             return conn
         retry(lambda: conn.execute("PRAGMA journal_mode=WAL").fetchone(), timeout)
         # WAL + NORMAL: commits survive a killed process; FULL adds an fsync per commit (SQLiteStore's docstring).
@@ -149,9 +152,19 @@ def _connect(p: Path, *, where: str, timeout: float, readonly: bool) -> sqlite3.
             conn.close()
             if os.access(p.parent, os.W_OK):
                 raise
+            wal = p.with_name(p.name + "-wal")
+            if wal.exists() and wal.stat().st_size > 0:  # immutable=1 would read the file without the WAL's writes
+                raise StoreError(f"{where}: its write-ahead log ({wal.name}) holds writes that a reader cannot apply "
+                                 "in a directory it cannot write (the -shm file beside it is missing); open it once "
+                                 "for writing, or copy the file with its -wal to a writable directory and read it "
+                                 "there (nothing was read)") from None
             conn = connect(uri + "?mode=ro&immutable=1")
         return conn
     except sqlite3.Error as exc:
+        journal = p.with_name(p.name + "-journal")
+        if readonly and journal.exists() and journal.stat().st_size > 0:  # a hot journal: only a writer rolls back
+            raise StoreError(f"{where}: a write was interrupted ({journal.name} is left beside it), which only a "
+                             f"writer can roll back: open it once for writing ({exc})") from None
         raise StoreError(f"{where}: cannot open ({exc})") from None
 
 
