@@ -120,6 +120,27 @@ def test_an_export_that_fails_mid_way_leaves_the_last_one_whole(store_url, tmp_p
     assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".part")] == []  # nothing left beside it
 
 
+def test_an_export_keeps_a_links_target_and_a_files_mode_and_writes_to_a_device_in_place(store_url, tmp_path):
+    """Written beside and renamed over, an export replaced a symbolic link by a file, made a 0600 export
+    readable by everyone (0644), and could not write to /dev/stdout (the review of the day's diff)."""
+    import os
+
+    real, link = tmp_path / "real.jsonl", tmp_path / "link.jsonl"
+    real.write_text("old\n")
+    real.chmod(0o600)
+    link.symlink_to(real)
+    assert main(["sessions", "export", "alpha", "--store", store_url, "-o", str(link)]) == 0
+    assert link.is_symlink() and real.read_text().startswith('{"id": "alpha0"')
+    assert real.stat().st_mode & 0o777 == 0o600
+    import subprocess
+    import sys
+
+    piped = subprocess.run([sys.executable, "-m", "rdmem.cli", "sessions", "export", "alpha", "--store", store_url,
+                            "-o", "/dev/stdout"], capture_output=True, text=True, timeout=120)
+    assert piped.returncode == 0 and piped.stdout.startswith('{"id": "alpha0"'), piped.stderr
+    assert os.path.islink("/dev/stdout")
+
+
 def test_export_to_a_missing_directory_is_one_line(store_url, tmp_path, capsys):
     target = tmp_path / "no" / "such" / "dir" / "x.jsonl"
     assert main(["sessions", "export", "alpha", "--store", store_url, "-o", str(target)]) == 2

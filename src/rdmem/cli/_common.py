@@ -106,20 +106,35 @@ def read_messages(path: str) -> list[dict[str, Any]]:
 
 def write_text(path: str, text: str) -> None:
     """Write a file whole or not at all, or fail with one line naming it (a missing directory, no permission, a
-    full disk, ...): the text goes to a file beside it, renamed over it once written and flushed to disk, so a
-    kill or a full disk mid-way leaves the file as it was (an export written in place was cut, losing the last
-    one)."""
-    target = Path(path)
-    part = target.with_name(f".{target.name}.{os.getpid()}.part")
+    full disk, ...). A regular file (or a new one) is written beside itself (the link's target, for a symbolic
+    link) and renamed over it once on disk, keeping its mode, so a kill or a full disk mid-way leaves it as it
+    was (an export written in place was cut, losing the last one); anything else (``/dev/stdout``, a pipe) is
+    written in place."""
     try:
-        with open(part, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(part, target)
+        if os.path.exists(path) and not os.path.isfile(path):  # a device, a pipe, /dev/stdout: in place
+            with open(path, "w", encoding="utf-8") as fh:
+                fh.write(text)
+            return
+        target = Path(os.path.realpath(path))
+        part = target.with_name(f".{target.name}.{os.getpid()}.part")
+        mode = target.stat().st_mode & 0o777 if target.exists() else 0o666 & ~_umask()
+        try:
+            with os.fdopen(os.open(part, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w", encoding="utf-8") as fh:
+                fh.write(text)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.chmod(part, mode)
+            os.replace(part, target)
+        finally:
+            part.unlink(missing_ok=True)
     except OSError as exc:
-        part.unlink(missing_ok=True)
         raise CLIError(f"cannot write {path}: {exc.strerror or exc}") from None
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def require_embeddings(policy: str | None, command: str) -> None:

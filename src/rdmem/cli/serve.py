@@ -71,7 +71,8 @@ def _cmd_serve(args: argparse.Namespace) -> int:
           + ("" if args.no_ui else f", inspector at {where}/ui") + ")", file=sys.stderr, flush=True)
     os.environ[SETTINGS_ENV] = settings.to_env()
     # One secret for the inspector's sign-ins across this server's processes (a restart makes a new one).
-    os.environ.setdefault(UI_SECRET_ENV, secrets.token_hex(32))
+    if not os.environ.get(UI_SECRET_ENV):  # unset or empty (compose's ${VAR} of an unset variable)
+        os.environ[UI_SECRET_ENV] = secrets.token_hex(32)
     config = {"app": "rdmem.server.app:app_from_env", "factory": True, "host": args.host, "port": port,
               "log_level": args.log_level, "access_log": args.log_level == "debug", "http": PROTOCOL}
     try:  # Ctrl-C stops the server gracefully (uvicorn then raises the signal again): a normal end

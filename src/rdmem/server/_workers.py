@@ -72,10 +72,10 @@ def listen(host: str, port: int, *, reuse_port: bool = False) -> socket.socket:
     return sock
 
 
-def _worker(config: dict[str, Any], sock: socket.socket) -> None:  # pragma: no cover - runs in a child
+def _worker(config: dict[str, Any], sock: socket.socket, parent: int) -> None:  # pragma: no cover - a child
+    threading.Thread(target=_end_with, args=(parent,), name="rdmem-parent-watch", daemon=True).start()
     import uvicorn
 
-    threading.Thread(target=_end_with, args=(os.getppid(),), name="rdmem-parent-watch", daemon=True).start()
     try:
         uvicorn.Server(uvicorn.Config(**config)).run(sockets=[sock])
     except KeyboardInterrupt:  # uvicorn stopped gracefully, then raised the signal again
@@ -83,9 +83,10 @@ def _worker(config: dict[str, Any], sock: socket.socket) -> None:  # pragma: no 
 
 
 def _end_with(parent: int, every: float = 0.5) -> None:  # pragma: no cover - runs in a child
-    """Stop this worker as SIGTERM does (uvicorn finishes what it serves) once ``parent`` is gone: killed with
-    SIGKILL, it could not stop its workers, which kept the port (a restart failed: address in use) and served
-    on with nobody to restart them."""
+    """Stop this worker as SIGTERM does (uvicorn finishes what it serves) once ``parent`` (the pid
+    :func:`run_workers` passed, so that a parent gone before this runs is seen) is gone: killed with SIGKILL, it
+    could not stop its workers, which kept the port (a restart failed: address in use) and served on with nobody
+    to restart them."""
     while os.getppid() == parent:
         time.sleep(every)
     log.warning("rdmem serve: the parent process (pid %d) is gone; worker %d stops", parent, os.getpid())
@@ -133,7 +134,7 @@ def run_workers(config: dict[str, Any], sockets: list[socket.socket]) -> None:
     stopping = False
 
     def start(i: int) -> multiprocessing.process.BaseProcess:
-        proc = spawn.Process(target=_worker, args=(config, sockets[i]), name=f"rdmem-worker-{i}")
+        proc = spawn.Process(target=_worker, args=(config, sockets[i], os.getpid()), name=f"rdmem-worker-{i}")
         proc.start()
         return proc
 

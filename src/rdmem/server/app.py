@@ -53,10 +53,14 @@ class ServerState:
     pool: SessionPool
     metrics: Metrics
     keys: KeyStore  # the API keys (only the server reads them), in the store's key table
-    sign_ins: SignIns  # the inspector's sign-ins (signed with this server's secret)
+    sign_ins: SignIns = None  # type: ignore[assignment]  # the inspector's sign-ins (None: signed with $RDMEM_UI_SECRET)
     http: Any = None  # the upstream's httpx.AsyncClient (proxy routes only)
     seen_keys: bool = False
     started: float = field(default_factory=time.time)
+
+    def __post_init__(self) -> None:
+        if self.sign_ins is None:
+            self.sign_ins = SignIns(self.keys)
 
     @property
     def limiter(self) -> RateLimiter:
@@ -87,9 +91,8 @@ def create_app(settings: ServerSettings | None = None, *, store: Store | None = 
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         opened = store if store is not None else open_store(settings.store_url())
         limiter = RateLimiter(settings.rate_requests, settings.rate_tokens)
-        keys = KeyStore(opened)
-        state = ServerState(settings, opened, SessionPool(opened, settings, embedder, limiter), metrics, keys,
-                            SignIns(keys))
+        state = ServerState(settings, opened, SessionPool(opened, settings, embedder, limiter), metrics,
+                            KeyStore(opened))
         if settings.upstream:
             import httpx
 

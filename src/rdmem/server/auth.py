@@ -21,6 +21,7 @@ import hashlib
 import hmac
 import logging
 import os
+import re
 import secrets
 import time
 from typing import Annotated, Any
@@ -104,6 +105,9 @@ UI_SECRET_ENV = "RDMEM_UI_SECRET"
 SIGN_IN_S = 12 * 3600
 
 
+_TOKEN = re.compile(r"ui_([0-9a-f]{64})\.([0-9]{1,12})\.([0-9a-f]{64})", re.ASCII)
+
+
 class SignIns:
     """The inspector's sign-in tokens: ``ui_<the key's digest>.<expiry>.<MAC>``, the MAC (HMAC-SHA256) under this
     server's secret (``$RDMEM_UI_SECRET``; without it, one made for this process). A token is no API key and
@@ -113,6 +117,9 @@ class SignIns:
     def __init__(self, keys: Any, secret: str | None = None) -> None:
         self.keys = keys
         given = secret if secret is not None else os.environ.get(UI_SECRET_ENV)
+        if not given and keys.has_keys():
+            log.warning("rdmem serve: no %s: the inspector's sign-ins hold in this process only (set it alike for "
+                        "every process and host of this server)", UI_SECRET_ENV)
         self._secret = given.encode() if given else secrets.token_bytes(32)
 
     def token(self, key: str, *, now: float | None = None) -> str | None:
@@ -125,11 +132,11 @@ class SignIns:
 
     def tenant(self, token: str | None) -> str | None:
         """The tenant of a token this server signed, not expired, whose key is still valid; else ``None``."""
-        if not isinstance(token, str) or not token.startswith("ui_") or len(token) > 200:
+        parts = _TOKEN.fullmatch(token) if isinstance(token, str) else None
+        if parts is None:
             return None
-        body, _, mac = token[3:].rpartition(".")
-        digest, _, expiry = body.partition(".")
-        if not (expiry.isdigit() and int(expiry) > time.time() and hmac.compare_digest(mac, self._mac(body))):
+        digest, expiry, mac = parts.groups()
+        if not (int(expiry) > time.time() and hmac.compare_digest(mac, self._mac(f"{digest}.{expiry}"))):
             return None
         tenant: str | None = self.keys.digest_tenant(digest)
         return tenant

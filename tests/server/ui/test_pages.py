@@ -64,6 +64,11 @@ def test_without_a_key_every_page_and_action_is_401(keyed):
                          keyed.app.state.rdmem.sign_ins.token(keyed.keys["acme"], now=time.time() - SIGN_IN_S - 1)):
         with httpx.Client(base_url=keyed.url, cookies={f"rdmem_ui_{keyed.port}": forged_value}) as forged:
             assert forged.get("/ui/").status_code == 401, forged_value
+    # odd tokens are a 401, never a 500: Latin-1 digits (int() refused them), a non-ASCII MAC (compare_digest did)
+    for odd in (f"ui_{digest}.\xb2.{'0' * 64}", f"ui_{digest}.{far}.\xe9{'0' * 63}", f"ui_{digest}.{'9' * 150}.{'0' * 64}",
+                f"ui_{digest}.{far}.{'0' * 64}.x"):
+        cookie = f"rdmem_ui_{keyed.port}={odd}".encode("latin-1")
+        assert httpx.get(f"{keyed.url}/ui/", headers={"Cookie": cookie}).status_code == 401, odd
     good = keyed.app.state.rdmem.sign_ins.token(keyed.keys["acme"])
     with httpx.Client(base_url=keyed.url, cookies={f"rdmem_ui_{keyed.port}": good}) as signed:
         assert signed.get("/ui/").status_code == 200
