@@ -27,10 +27,19 @@ class OldHookStore(MemoryStore):
         return super()._sessions()
 
 
-def test_a_store_whose_sessions_hook_takes_no_prefix_still_passes():
-    """``sessions(prefix)`` called the hook with the prefix: such a store raised TypeError (a 500 for every
-    tenant's listing); the base filters what it lists instead."""
-    check_store(OldHookStore)
+class PrefixHookStore(MemoryStore):
+    """A store whose hook takes the prefix with no default (as ARCHITECTURE.md names it: ``_sessions(prefix)``)."""
+
+    def _sessions(self, prefix):
+        return super()._sessions(prefix)
+
+
+@pytest.mark.parametrize("store", [OldHookStore, PrefixHookStore])
+def test_a_store_whose_sessions_hook_takes_no_prefix_or_needs_one_passes(store):
+    """``sessions(prefix)`` called the hook with the prefix: one written as ``_sessions(self)`` raised TypeError (a
+    500 for every tenant's listing; the base filters what it lists now), and one written as ``_sessions(self,
+    prefix)`` raised it when ``sessions()`` was called without one."""
+    check_store(store)
 
 
 class ForgetfulStore(MemoryStore):

@@ -389,7 +389,7 @@ class BaseStore(EmbeddingsMixin):
 
     def sessions(self, prefix: str = "") -> list[SessionInfo]:  # a prefix: the store reads those sessions only
         prefix = check_prefix(prefix)
-        found = self._sessions(prefix) if prefix and takes_prefix(type(self)) else self._sessions()
+        found = self._sessions(prefix) if takes_prefix(type(self)) else self._sessions()
         return [i for i in found if i.session.startswith(prefix)]
 
     def close(self) -> None:
