@@ -117,24 +117,20 @@ def write_text(path: str, text: str) -> None:
             return
         target = Path(os.path.realpath(path))
         part = target.with_name(f".{target.name}.{os.getpid()}.part")
-        mode = target.stat().st_mode & 0o777 if target.exists() else 0o666 & ~_umask()
+        mode = target.stat().st_mode & 0o777 if target.exists() else None  # a new file: the umask's mode
         try:
-            with os.fdopen(os.open(part, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w", encoding="utf-8") as fh:
+            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL
+            with os.fdopen(os.open(part, flags, 0o666 if mode is None else 0o600), "w", encoding="utf-8") as fh:
                 fh.write(text)
                 fh.flush()
                 os.fsync(fh.fileno())
-            os.chmod(part, mode)
+            if mode is not None:
+                os.chmod(part, mode)
             os.replace(part, target)
         finally:
             part.unlink(missing_ok=True)
     except OSError as exc:
         raise CLIError(f"cannot write {path}: {exc.strerror or exc}") from None
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
 
 
 def require_embeddings(policy: str | None, command: str) -> None:

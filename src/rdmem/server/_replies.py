@@ -15,7 +15,7 @@ class ReplyCollector:
     stores ``choices[0]`` (with ``n > 1`` each event carries one choice, by its ``index``).
 
     Events are read as the ``openai`` client reads them: an event ends at a blank line, its ``data:`` lines
-    joined by newlines (an event never ended is never read). A reply is :attr:`complete` once ``[DONE]`` came,
+    joined by newlines (an event never ended is never read). A reply is :attr:`done` once ``[DONE]`` came,
     or once the stream ended (:meth:`end`) after the first choice's ``finish_reason``; it is :attr:`failed`,
     and never stored, when the stream carried an error (an ``error`` event, or an event with an ``error``, as
     vLLM and SGLang end a stream that failed midway and OpenRouter says one) or an event the client cannot read
@@ -32,17 +32,13 @@ class ReplyCollector:
         self.done = False
         self.failed = False
 
-    @property
-    def complete(self) -> bool:
-        """Whether the reply came whole: ``[DONE]``, and nothing failed before it."""
-        return self.done and not self.failed
-
     def end(self) -> bool:
         """The stream ended (without an error of its own): whether the reply is whole, ``[DONE]`` or not (a
-        stream may end after its last choice's ``finish_reason`` without one)."""
+        stream may end after its last choice's ``finish_reason`` without one). ``done`` and ``failed`` never
+        hold both: nothing is read after either."""
         if self._finished and not self.failed:
             self.done = True
-        return self.complete
+        return self.done
 
     def feed(self, chunk: bytes) -> None:
         self._buffer += chunk

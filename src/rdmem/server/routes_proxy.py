@@ -371,7 +371,7 @@ async def _stream(state: Any, resp: Any, headers: dict[str, str], where: _Where 
             async for chunk in resp.aiter_bytes():
                 if collector is not None:
                     collector = _collect(collector, chunk, where)
-                    if collector is not None and collector.complete:
+                    if collector is not None and collector.done:
                         assert where is not None
                         _store_later(state, where, collector.message(), after)
                         collector, stored = None, True
