@@ -31,7 +31,9 @@ from langgraph.warnings import LangGraphDeprecatedSinceV10
 from pydantic import Field
 
 from rdmem import MemoryManager
+from rdmem.errors import InvalidInput
 from rdmem.reconstruct import MARKER
+from rdmem.tokens import content_text
 from rdmem.integrations.langchain import (LC_KEY, RdmemContext, RdmemMiddleware, from_openai, rdmem_pre_model_hook,
                                           to_openai)
 
@@ -356,3 +358,66 @@ def test_example_runs(name):
     assert all(int(line.split()[2]) < 40 for line in calls)  # of 122 messages and more
     assert lines[-1] == "state: 125 messages; answer: Sunny, 24 C: sardines, no peanuts."
     assert "Warning" not in done.stderr
+
+
+def _supervisor_with_a_sub_agent(store: str, embedder: Any, **sub_settings: Any) -> tuple[Any, RecordingModel, RecordingModel]:
+    """LangChain's "sub-agents as tools": the supervisor's tool invokes another agent, both with the middleware
+    on one store; LangGraph hands the sub-agent the supervisor's config, thread_id included."""
+    researcher = RecordingModel(messages=iter(["researcher: done"]))
+    sub = create_agent(researcher, tools=[], system_prompt="You research one topic.",
+                       middleware=[RdmemMiddleware(budget=BUDGET, store=store, embedder=embedder, **sub_settings)])
+
+    @tool
+    def research(topic: str) -> str:
+        """Research a topic with the research sub-agent."""
+        return sub.invoke({"messages": [HumanMessage(f"Research: {topic}")]})["messages"][-1].content
+
+    supervisor = RecordingModel(messages=iter([
+        AIMessage("", tool_calls=[{"id": "c1", "name": "research", "args": {"topic": "peanut-free restaurants"}}]),
+        "supervisor: done"]))
+    agent = create_agent(supervisor, tools=[research], system_prompt=SYSTEM, checkpointer=InMemorySaver(),
+                         middleware=[RdmemMiddleware(budget=BUDGET, store=store, embedder=embedder)])
+    return agent, supervisor, researcher
+
+
+def test_a_sub_agent_run_from_a_tool_neither_sees_nor_joins_its_caller_s_session(tmp_path, hashing_embedder):
+    """The sub-agent saw the supervisor's private message and stored its own messages in the supervisor's
+    session, where the supervisor's next call found them (and its own tool call summarised away)."""
+    store = f"sqlite:///{tmp_path}/m.db"
+    agent, supervisor, researcher = _supervisor_with_a_sub_agent(store, hashing_embedder)
+    agent.invoke({"messages": [HumanMessage("My private note: I am allergic to peanuts. Find me a place.")]},
+                 {"configurable": {"thread_id": "alice"}})
+    assert [m.content for m in researcher.seen[0]] == ["You research one topic.", "Research: peanut-free restaurants"]
+    last = supervisor.seen[-1]
+    assert history_problems(as_chat(last[1:])) == [] and isinstance(last[-1], ToolMessage)
+    stored = MemoryManager(budget=BUDGET, policy="window", store=store, session="alice").history()
+    assert [m["content"] for m in stored] == \
+        ["My private note: I am allergic to peanuts. Find me a place.", None, "researcher: done", "supervisor: done"]
+
+
+def test_session_may_name_the_session_from_the_run_s_config(tmp_path, hashing_embedder):
+    store = f"sqlite:///{tmp_path}/m.db"
+    agent, _, researcher = _supervisor_with_a_sub_agent(
+        store, hashing_embedder, session=lambda config: f"{config['configurable']['thread_id']}-research")
+    agent.invoke({"messages": [HumanMessage("Find me a place.")]}, {"configurable": {"thread_id": "alice"}})
+    stored = MemoryManager(budget=BUDGET, policy="window", store=store, session="alice-research").history()
+    assert [m["content"] for m in stored] == ["Research: peanut-free restaurants", "researcher: done"]
+    with pytest.raises(InvalidInput, match="session= callable"):
+        RdmemContext(BUDGET, session=lambda config: "a\nb").current_session()
+
+
+def test_a_content_block_langchain_cannot_convert_is_named_not_fatal(tmp_path, hashing_embedder):
+    """A video block (Gemini takes them) made every model call of the thread fail inside the middleware with
+    LangChain's ValueError, for good: the message stays in the state."""
+    model = RecordingModel(messages=iter(["A1", "A2"]))
+    agent = create_agent(model, tools=[], middleware=[RdmemMiddleware(budget=BUDGET, policy="window",
+                                                                      store=f"sqlite:///{tmp_path}/m.db")],
+                         checkpointer=InMemorySaver())
+    config = {"configurable": {"thread_id": "t"}}
+    video = HumanMessage(content=[{"type": "text", "text": "what happens here?"},
+                                  {"type": "video", "base64": "AAAAGGZ0eXBtcDQy", "mime_type": "video/mp4"}])
+    agent.invoke({"messages": [video]}, config)
+    agent.invoke({"messages": [HumanMessage("and now?")]}, config)
+    assert model.seen[0][-1].content == video.content  # the model is given the message whole
+    stored = to_openai([video])[0]
+    assert "[video]" in content_text(stored["content"]) and stored[LC_KEY]["data"]["content"][1]["type"] == "video"

@@ -24,6 +24,7 @@ from llama_index.core.memory import BaseMemory  # noqa: E402
 from llama_index.core.tools import FunctionTool, ToolSelection  # noqa: E402
 
 from rdmem.integrations.llamaindex import LI_KEY, RdmemMemory, from_openai, to_openai  # noqa: E402
+from rdmem.errors import InvalidInput  # noqa: E402
 from rdmem.reconstruct import MARKER  # noqa: E402
 
 from .._checks import history_problems  # noqa: E402
@@ -178,6 +179,20 @@ def test_base_memory_contract(tmp_path):
     memory.put(ChatMessage(role="user", content="hi"))
     asyncio.run(memory.areset())
     assert memory.get_all() == [] and len(memory.manager) == 0
+
+
+def test_set_with_a_message_rdmem_refuses_changes_nothing(tmp_path):
+    """set() cleared the session, then found the new list's bad message: the session was left empty
+    (FunctionAgent.run(chat_history=...) calls aset)."""
+    memory = RdmemMemory.from_defaults(session_id="c", token_limit=500, policy="window",
+                                       store=f"sqlite:///{tmp_path}/c.db")
+    before = [ChatMessage(role="user", content="my passport number is X123"), ChatMessage(role="assistant", content="noted")]
+    memory.put_messages(before)
+    with pytest.raises(InvalidInput, match="tool_call_id"):
+        memory.set([ChatMessage(role="user", content="hello"), ChatMessage(role="tool", content="result")])
+    assert memory.get_all() == before
+    memory.set(before[:1])
+    assert memory.get_all() == before[:1]
 
 
 def test_memories_made_without_a_session_id_never_share_one(tmp_path, hashing_embedder):

@@ -19,9 +19,11 @@ pytest.importorskip("agents")
 
 from agents import Agent, RunConfig, Runner, SQLiteSession, function_tool  # noqa: E402
 from agents.memory import Session  # noqa: E402
+from agents.run_config import CallModelData, ModelInputData  # noqa: E402
 from agents.testing import ScriptedModel, assistant_message, function_call  # noqa: E402
 
 from rdmem import MemoryManager  # noqa: E402
+from rdmem.errors import InvalidInput, InvalidType, StoreError  # noqa: E402
 from rdmem.integrations.openai_agents import ITEMS_KEY, RdmemSession, items_to_messages  # noqa: E402
 
 from .._checks import history_problems  # noqa: E402
@@ -515,3 +517,129 @@ def test_a_cut_newest_message_stores_only_what_is_new(minilm):
     assert after[:len(before)] == before
     assert [i.get("content") if isinstance(i.get("content"), str) else i["content"][0]["text"]
             for i in after[len(before):]] == ["What is my locker code?", "Noted."]
+
+
+# -- the adversarial review of the adapters (2026-12-06) --------------------------------------------------------
+def _local_tool_turn(i: int) -> list[dict[str, Any]]:
+    """A turn with a shell call and an apply_patch call, each answered by its output (the runner runs both locally)."""
+    return [{"role": "user", "content": f"step {i}: list the files in /srv/app{i} and tell me which is largest"},
+            {"type": "shell_call", "call_id": f"sh{i}", "status": "completed",
+             "action": {"commands": [f"ls -la /srv/app{i} " + "--sort=size " * 40]}},
+            {"type": "shell_call_output", "call_id": f"sh{i}",
+             "output": [{"stdout": f"big{i}.bin", "stderr": "", "outcome": {"type": "exit", "exit_code": 0}}]},
+            {"type": "apply_patch_call", "call_id": f"ap{i}", "status": "completed",
+             "operation": {"type": "update_file", "path": f"app{i}.py", "diff": "+x = 1\n" * 60}},
+            {"type": "apply_patch_call_output", "call_id": f"ap{i}", "status": "completed", "output": "ok"},
+            _output_message(f"big{i}.bin is largest", i)]
+
+
+@pytest.mark.parametrize("policy", ["window", "rd"])
+def test_a_local_tool_s_output_is_never_given_without_its_call(policy, hashing_embedder):
+    """The Responses API refuses an output whose call is not in the input: shell, apply_patch, computer and
+    local-shell calls are grouped with their outputs as function calls are (they were separate messages, and a
+    budget of 300 kept an output alone)."""
+    async def go(budget: int) -> list[dict[str, Any]]:
+        session = RdmemSession("x", budget=budget, policy=policy, embedder=hashing_embedder)
+        for i in range(6):
+            await session.add_items(_local_tool_turn(i))
+        assert await session.all_items() == [it for i in range(6) for it in _local_tool_turn(i)]  # stored whole
+        return await session.get_items()
+
+    given = 0
+    for budget in range(300, 1300, 100):
+        items = run(go(budget))
+        calls = {it["call_id"] for it in items if str(it.get("type")).endswith("_call")}
+        outputs = [it["call_id"] for it in items if str(it.get("type")).endswith("_call_output")]
+        assert set(outputs) <= calls, (budget, outputs, calls)
+        given += len(outputs)
+    assert given  # some budgets hold whole tool turns
+    shell = items_to_messages(_local_tool_turn(0))[2]
+    assert shell["role"] == "tool" and "big0.bin" in shell["content"]  # a shell's stdout is counted and ranked
+
+
+def test_an_agent_run_as_a_tool_neither_sees_nor_joins_the_session():
+    """The SDK runs an agent made a tool with its caller's RunConfig, filter included: the filter gave the
+    sub-agent the user's whole history and stored the sub-agent's input in the user's session."""
+    async def go():
+        session = window_session("alice")
+        await session.add_items([{"role": "user", "content": "My private note: my PIN is 4711."},
+                                 {"role": "assistant", "content": "Noted."}])
+        translator_model = ScriptedModel([[assistant_message("Bonjour")]])
+        translator = Agent(name="translator", instructions="Translate to French.", model=translator_model)
+        boss_model = ScriptedModel([[function_call("translate", {"input": "Hello"}, call_id="c1")],
+                                    [assistant_message("In French: Bonjour")]])
+        boss = Agent(name="boss", instructions="Use tools.", model=boss_model,
+                     tools=[translator.as_tool(tool_name="translate", tool_description="Translate to French")])
+        config = RunConfig(call_model_input_filter=session.call_model_input_filter, tracing_disabled=True)
+        with pytest.warns(RuntimeWarning, match="agent 'translator' is not one of this session's agents"):
+            await Runner.run(boss, "Say hello in French", session=session, run_config=config)
+        return translator_model.calls[0].input, boss_model.calls[1].input, await session.all_items()
+
+    sub_input, boss_input, stored = run(go())
+    assert [_text(i.get("content")) for i in sub_input] == ["Hello"]
+    assert "4711" in json.dumps(boss_input)  # the session's own agent still has its memory
+    assert [_text(i.get("content")) for i in stored if i.get("role")] == \
+        ["My private note: my PIN is 4711.", "Noted.", "Say hello in French", "In French: Bonjour"]
+
+
+def test_an_agent_handed_off_to_shares_the_session():
+    async def go():
+        session = window_session("bob")
+        await session.add_items([{"role": "user", "content": "I am allergic to peanuts."}])
+        chef_model = ScriptedModel([[assistant_message("No peanuts, then.")]])
+        chef = Agent(name="chef", instructions="Cook.", model=chef_model)
+        triage = Agent(name="triage", instructions="Route.", handoffs=[chef],
+                       model=ScriptedModel([[function_call("transfer_to_chef", {}, call_id="h1")]]))
+        config = RunConfig(call_model_input_filter=session.call_model_input_filter, tracing_disabled=True)
+        await Runner.run(triage, "What can I eat?", session=session, run_config=config)
+        return chef_model.calls[0].input
+
+    assert "peanuts" in json.dumps(run(go()))
+
+
+def test_agents_names_the_session_s_agents():
+    with pytest.raises(InvalidType, match="agents must be a list"):
+        RdmemSession("s", agents="boss")
+    session = RdmemSession("s", policy="window", agents=["boss", Agent(name="helper")])
+    assert session._agents == {"boss", "helper"}
+
+
+def test_instructions_over_the_budget_are_refused_not_sent_without_input():
+    async def go():
+        session = window_session("b", budget=1000)
+        await session.add_items([{"role": "user", "content": "Which restaurant is safe for me tonight?"}])
+        data = CallModelData(model_data=ModelInputData(input=await session.get_items(),
+                                                       instructions="Be careful. " * 800),
+                             agent=Agent(name="a"), context=None)
+        await session.call_model_input_filter(data)
+
+    with pytest.raises(InvalidInput, match="instructions alone are 2405 tokens, budget=1000"):
+        run(go())
+
+
+def test_a_pop_that_fails_half_way_loses_no_item(monkeypatch):
+    """pop_item deleted the message, then stored the items it keeps: a store failing between the two writes lost
+    them (the SDK pops when it rewinds a retried turn). The kept items are written first now."""
+    async def go():
+        session = window_session("p")
+        await session.add_items([{"role": "user", "content": "question"},
+                                 {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"},
+                                 {"type": "function_call", "call_id": "c2", "name": "g", "arguments": "{}"}])
+        mem, writes = session.memory.sync, []
+
+        def first_write_only(real: Any) -> Any:  # the database goes away after the pop's first write
+            def write(arg: Any) -> Any:
+                writes.append(real.__name__)
+                if len(writes) > 1:
+                    raise StoreError("the database went away")
+                return real(arg)
+            return write
+        monkeypatch.setattr(mem, "delete", first_write_only(mem.delete))
+        monkeypatch.setattr(mem, "extend", first_write_only(mem.extend))
+        with pytest.raises(StoreError):
+            await session.pop_item()
+        monkeypatch.undo()
+        return await session.all_items()
+
+    kept = [i.get("call_id") for i in run(go())]
+    assert "c1" in kept and "c2" in kept

@@ -19,7 +19,10 @@ own messages where they are sent verbatim, tool calls with their results, and
 the system prompt, all within ``budget`` tokens. The model's reply is stored
 as soon as it is in the state (``after_model``, ``post_model_hook``). The
 graph's state is left whole. The session is the run's ``thread_id`` unless
-``session=`` names one; with a persistent ``store`` a new process continues a
+``session=`` names one (a name, or a callable of the run's config that returns
+one); a graph run inside another graph's node (a sub-agent called from a
+tool, which LangGraph hands its caller's ``thread_id``) has no memory unless
+``session=`` gives it one. With a persistent ``store`` a new process continues a
 thread's memory even when its checkpointer forgot it. A run with neither (an
 agent without a checkpointer, called without a ``thread_id``) has no memory:
 its own messages are fitted, nothing is read or stored, as at every other
@@ -95,7 +98,7 @@ def to_openai(messages: Sequence[BaseMessage]) -> list[dict[str, Any]]:
     """
     out = []
     for m in _check_messages(messages):
-        chat = convert_to_openai_messages([m])[0]
+        chat = _openai_form(m)
         if chat.get("role") == "assistant" and chat.get("tool_calls") and not chat.get("content"):
             chat["content"] = None
         if chat.get("role") == "function":  # the chat API has no such role any more; only counted and ranked
@@ -103,6 +106,22 @@ def to_openai(messages: Sequence[BaseMessage]) -> list[dict[str, Any]]:
         stored = json.loads(json.dumps(message_to_dict(m), default=str, ensure_ascii=False))
         out.append({**chat, LC_KEY: stored})
     return out
+
+
+def _openai_form(m: BaseMessage) -> dict[str, Any]:
+    """LangChain's OpenAI form of ``m``; a content block LangChain cannot convert (a video, which Gemini takes)
+    is named instead, as ``[video]``, for rdmem to count and rank (the model is given the message whole)."""
+    try:
+        return convert_to_openai_messages([m])[0]
+    except ValueError:
+        if isinstance(m.content, str):
+            raise
+    named = [b if isinstance(b, str) or b.get("type") == "text" else {"type": "text", "text": f"[{b.get('type')}]"}
+             for b in m.content]
+    try:
+        return convert_to_openai_messages([m.model_copy(update={"content": named})])[0]
+    except ValueError as exc:
+        raise InvalidInput(f"a {m.type} message LangChain cannot put in the OpenAI form: {exc}") from None
 
 
 def from_openai(messages: Sequence[Mapping[str, Any]]) -> list[BaseMessage]:
@@ -129,8 +148,9 @@ class RdmemContext:
     """What the middleware and the hook share: one store, a manager per session, and the rule that fits a
     call. ``settings`` are :class:`~rdmem.MemoryManager`'s (``policy``, ``embedder``, ...)."""
 
-    def __init__(self, budget: int, *, store: Any = None, session: str | None = None, **settings: Any) -> None:
-        if session is not None:
+    def __init__(self, budget: int, *, store: Any = None, session: str | Callable[[Any], str | None] | None = None,
+                 **settings: Any) -> None:
+        if session is not None and not callable(session):
             session_name(session)  # the rule every front door applies
         self.budget = check_budget(budget)
         self.session = session
@@ -155,16 +175,27 @@ class RdmemContext:
             return mem
 
     def current_session(self) -> str | None:
-        """``session=``, else the running graph's ``thread_id``, else ``None``: no identity, no memory."""
-        if self.session:
+        """``session=`` (a name, or what a callable of the run's config returns), else the running graph's
+        ``thread_id``, else ``None``: no identity, no memory. A graph run inside another graph's node (a
+        sub-agent called from a tool, an agent made a subgraph) is handed its caller's ``thread_id`` by
+        LangGraph, but is another conversation: it has no memory unless ``session=`` names one (so that the
+        sub-agent never sees the caller's messages, nor stores its own among them)."""
+        if isinstance(self.session, str):
             return self.session
         try:
             from langgraph.config import get_config
 
-            thread = (get_config().get("configurable") or {}).get("thread_id")
+            config = get_config()
         except (ImportError, RuntimeError):  # outside a graph run
-            thread = None
-        return session_name(str(thread), "the run's thread_id") if thread else None
+            config = {}
+        if self.session is not None:
+            name = self.session(config)
+            return None if name is None else session_name(name, "the session= callable's result")
+        configurable = config.get("configurable") or {}
+        thread = configurable.get("thread_id")
+        if not thread or "|" in str(configurable.get("checkpoint_ns") or ""):  # "|": a run nested in a node
+            return None
+        return session_name(str(thread), "the run's thread_id")
 
     def remember(self, messages: Sequence[BaseMessage]) -> MemoryManager | None:
         """Store those of the agent's ``messages`` the current session does not have yet (the agent resends
@@ -200,8 +231,9 @@ class RdmemContext:
 class RdmemMiddleware(AgentMiddleware):  # type: ignore[misc,valid-type]
     """A LangChain v1 agent middleware: every model call gets what fits ``budget`` tokens, the system
     prompt included; the agent's state keeps every message. Settings as for :class:`~rdmem.MemoryManager`
-    (``store``, ``policy``, ``embedder``, ...); ``session`` fixes the rdmem session (default: the run's
-    ``thread_id``).
+    (``store``, ``policy``, ``embedder``, ...); ``session`` fixes the rdmem session, or names it from the
+    run's config when it is a callable (default: the run's ``thread_id``, none for a run nested in another
+    graph's node: :meth:`RdmemContext.current_session`).
 
     >>> RdmemMiddleware(budget=0)
     Traceback (most recent call last):

@@ -259,9 +259,14 @@ class RdmemMemory(BaseMemory):
             self._manager.extend([to_openai(m) for m in messages])
 
     def set(self, messages: Sequence[ChatMessage]) -> None:
-        """Replace the session's messages with ``messages`` (the old ones are deleted, not archived)."""
-        self._manager.clear()
+        """Replace the session's messages with ``messages`` (the old ones are deleted, not archived). The new
+        ones are stored first: a list rdmem refuses changes nothing, and a store that fails between the two
+        writes leaves both, never neither."""
+        mem = self._manager
+        old = mem.working_ids() + mem.archived_ids()
         self.put_messages(messages)
+        if old:
+            mem.delete(old)
 
     def reset(self) -> None:
         """Delete the session's messages for good."""

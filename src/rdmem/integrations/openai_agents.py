@@ -33,6 +33,7 @@ import asyncio
 import copy
 import json
 import threading
+import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -52,7 +53,28 @@ __all__ = ["ITEMS_KEY", "RdmemSession", "items_to_messages", "message_items", "c
 ITEMS_KEY = "agents_items"
 _ROLES = ("user", "assistant", "system", "developer")
 _CALLS = {"function_call": "arguments", "custom_tool_call": "input"}  # call type -> field of its arguments
-_OUTPUTS = ("function_call_output", "custom_tool_call_output")
+#: What the runner answers with an output of the same id, and those outputs (as the SDK's own
+#: ``_tool_invocation`` pairs them): the two are one group to rdmem, so no context has an output without its call.
+_LOCAL_CALLS = ("apply_patch_call", "computer_call", "local_shell_call", "mcp_approval_request", "shell_call")
+_OUTPUTS = {"function_call_output": "call_id", "custom_tool_call_output": "call_id", "apply_patch_call_output": "call_id",
+            "computer_call_output": "call_id", "local_shell_call_output": "call_id", "shell_call_output": "call_id",
+            "mcp_approval_response": "approval_request_id"}  # output type -> field naming its call
+_CALL_FIELDS = ("type", "id", "call_id", "status")  # what a local tool's call has besides its arguments
+
+
+def _call(item: dict[str, Any]) -> dict[str, Any] | None:
+    """The chat tool call of an item the runner must answer with an output (a function call, a local tool's
+    call: shell, apply_patch, computer, ...; an MCP approval request), else ``None``."""
+    kind = item.get("type")
+    if kind in _CALLS:
+        cid, name, arguments = item["call_id"], item["name"], item.get(_CALLS[kind]) or "{}"
+    elif kind in _LOCAL_CALLS:
+        cid, name = item.get("id" if kind == "mcp_approval_request" else "call_id"), str(kind)
+        arguments = json.dumps({k: v for k, v in item.items() if k not in _CALL_FIELDS}, ensure_ascii=False, default=str)
+    else:
+        return None
+    return {"id": cid, "type": "function", "function": {"name": name, "arguments": arguments}} \
+        if isinstance(cid, str) and cid else None
 
 
 def _sdk() -> Any:
@@ -96,16 +118,18 @@ def _text(content: Any) -> str:
 def _output(output: Any) -> str:
     if isinstance(output, str):
         return output
-    if isinstance(output, list):
-        return _text(output)
+    if isinstance(output, list) and all(isinstance(p, Mapping) and p.get("type") for p in output):
+        return _text(output)  # content parts; anything else (a shell's stdout records) as JSON
     return json.dumps(output, ensure_ascii=False, default=str)
 
 
 def _message(item: dict[str, Any]) -> dict[str, Any]:
     """The chat message of one item that is not a tool call."""
     kind = item.get("type")
-    if kind in _OUTPUTS:
-        return {"role": "tool", "tool_call_id": item["call_id"], "content": _output(item.get("output"))}
+    answers = item.get(_OUTPUTS[kind]) if kind in _OUTPUTS else None
+    if isinstance(answers, str) and answers:
+        detail = item.get("output", {k: v for k, v in item.items() if k not in _CALL_FIELDS})
+        return {"role": "tool", "tool_call_id": answers, "content": _output(detail)}
     if kind in (None, "message") and item.get("role") in _ROLES:
         return {"role": item["role"], "content": _text(item.get("content"))}
     # A hosted tool's call or its output: kept whole in the store, and named for the model.
@@ -137,9 +161,8 @@ def items_to_messages(items: Sequence[Any]) -> list[dict[str, Any]]:
         if kind == "reasoning":
             pending.append(item)
             continue
-        if kind in _CALLS:
-            call = {"id": item["call_id"], "type": "function",
-                    "function": {"name": item["name"], "arguments": item.get(_CALLS[kind]) or "{}"}}
+        call = _call(item)
+        if call is not None:
             if calls_open:  # one turn's calls (reasoning between them included) are one message
                 out[-1]["tool_calls"].append(call)
                 out[-1][ITEMS_KEY] += [*pending, item]
@@ -150,7 +173,7 @@ def items_to_messages(items: Sequence[Any]) -> list[dict[str, Any]]:
             msg = _message(item)
         msg[ITEMS_KEY] = [*pending, item]
         pending = []
-        calls_open = kind in _CALLS
+        calls_open = call is not None
         out.append(msg)
     if pending:
         out.append({"role": "assistant", "content": "", ITEMS_KEY: pending})
@@ -188,6 +211,10 @@ def context_items(ctx: Compaction, stored: Mapping[str, Mapping[str, Any]]) -> l
     return out
 
 
+def _agent_name(agent: Any) -> Any:
+    return agent if isinstance(agent, str) else getattr(agent, "name", None)
+
+
 def _last_user_text(messages: Sequence[Mapping[str, Any]]) -> str | None:
     for m in reversed(messages):
         if m.get("role") == "user":
@@ -211,8 +238,11 @@ class RdmemSession:
 
     def __init__(self, session_id: str, *, store: Any = None, budget: int | None = None,
                  policy: str | None = None, manager: MemoryManager | None = None,
-                 session_settings: Any = None, **settings: Any) -> None:
+                 session_settings: Any = None, agents: Sequence[Any] | None = None, **settings: Any) -> None:
         session_name(session_id, "session_id")  # the rule every front door applies
+        if agents is not None and (isinstance(agents, (str, bytes)) or not isinstance(agents, Sequence)
+                                   or not all(isinstance(_agent_name(a), str) for a in agents)):
+            raise InvalidType("agents must be a list of agents (or their names), the session's conversation's")
         sdk_settings, _ = _sdk()
         if manager is None:
             manager = MemoryManager(budget=4000 if budget is None else budget, policy=policy or "rd",
@@ -230,6 +260,10 @@ class RdmemSession:
         self._writes = threading.Lock()  # a pop (read the last message, delete it) is not split by a write
         self._mirrored: list[str] = []  # messages the filter stored that the runner has yet to add
         self._rendered: frozenset[str] = frozenset()  # the last context's messages (their resend keys)
+        # The agents whose model calls the filter fits (names): those given, else the first it serves; with
+        # the agents each of them hands off to. Another's call (an agent run as a tool) passes through.
+        self._agents: set[str] | None = {_agent_name(a) for a in agents} if agents is not None else None
+        self._passed: set[str] = set()  # agents already warned about
 
     @property
     def budget(self) -> int:
@@ -279,15 +313,42 @@ class RdmemSession:
         """
         _, model_input = _sdk()
         model_data = data.model_data
+        if not self._serves(data.agent):
+            return model_data
         messages = items_to_messages(list(model_data.input))
         await self._store_unseen(messages)
         reserve = 0
         if model_data.instructions:
             reserve = self.memory.sync.tokenizer.message_tokens({"role": "system", "content": model_data.instructions})
-        items = await self._context_items(_last_user_text(messages), max(1, self.budget - reserve))
+        if reserve >= self.budget:  # as LangChain's middleware: a model given no input would answer nothing asked
+            raise InvalidInput(f"the agent's instructions alone are {reserve} tokens, budget={self.budget} leaves "
+                               f"the conversation nothing: raise the budget or shorten the instructions")
+        items = await self._context_items(_last_user_text(messages), self.budget - reserve)
         return model_input(input=items, instructions=model_data.instructions)
 
     # -- helpers --------------------------------------------------------------------------------
+    def _serves(self, agent: Any) -> bool:
+        """Whether the filter fits ``agent``'s model call: one of the session's agents (``agents=``, else the
+        first agent the filter was given), or one they hand off to. The SDK runs an agent made a tool
+        (``Agent.as_tool``) with its caller's ``RunConfig``, so its calls reach this filter too: their input
+        is another conversation's, passed through untouched (neither fitted nor stored), with a warning."""
+        name = _agent_name(agent)
+        if self._agents is None:
+            self._agents = {name}
+        if name not in self._agents:
+            if name not in self._passed:
+                self._passed.add(name)
+                warnings.warn(f"RdmemSession {self.session_id!r}: agent {name!r} is not one of this session's "
+                              f"agents {sorted(self._agents)} nor handed off to by one, so its model input is "
+                              f"passed through unchanged (an agent run as a tool); name it in agents= to give it "
+                              f"this session's memory", RuntimeWarning, stacklevel=3)
+            return False
+        for h in getattr(agent, "handoffs", None) or ():  # an Agent, or a Handoff object naming its agent
+            target = getattr(h, "agent_name", None) or _agent_name(h)
+            if isinstance(target, str):
+                self._agents.add(target)
+        return True
+
     def _locked(self, fn: Any, *args: Any) -> Any:
         with self._writes:
             return fn(*args)
@@ -303,9 +364,9 @@ class RdmemSession:
             return None
         last = mem.history(offset=total - 1)[-1]
         items = message_items(last)
+        if len(items) > 1:  # the items kept are stored before the message goes: a failure between the two
+            mem.extend(items_to_messages(items[:-1]))  # writes leaves them twice, never loses them
         mem.delete([last["id"]])
-        if len(items) > 1:
-            mem.extend(items_to_messages(items[:-1]))
         return items[-1]
 
     async def _tail(self, n: int) -> list[dict[str, Any]]:
