@@ -227,6 +227,25 @@ def test_a_regenerated_reply_replaces_the_one_the_client_dropped(proxy):
                                      "Enjoy."]
 
 
+def test_a_user_s_second_chat_deletes_nothing_the_first_stored(proxy):
+    """``user`` names an end user, who may hold two chats at once: the second chat's "Hi" looked like an edit of
+    the first's last turn and replaced it (the flight number the user gave in chat 1 was deleted)."""
+    live, upstream = proxy
+    oai = client(live)
+
+    def ask(messages, answer):
+        upstream.text = answer
+        oai.chat.completions.create(model="fake-model", messages=messages, user="carol")
+        return {"role": "assistant", "content": answer}
+
+    hi = {"role": "user", "content": "Hi"}
+    flight = {"role": "user", "content": "My flight is AF123 on Friday."}
+    a1 = ask([hi], "Hello!")
+    a2 = ask([hi, a1, flight], "Noted: AF123.")
+    ask([hi], "Hello again!")  # chat 2: its "Hi" is chat 1's, whose reply the session holds already
+    assert stored(live, "carol") == ["Hi", "Hello!", flight["content"], a2["content"]]
+
+
 def test_user_fields_name_sessions_exactly_and_a_bad_session_header_is_refused_before_the_model(proxy):
     """OpenAI's ``user`` is any string a client sends. A session name is taken exactly as sent: two end users
     whose ids differ by a no-break space never share a session (they did: the name was stripped). One that

@@ -502,7 +502,8 @@ class _TwoServers:
         self._oai = {s: openai.OpenAI(base_url=f"{s.url}/v1", api_key="sk-x", max_retries=0) for s in (self.a, self.b)}
 
     def ask(self, server, history) -> list[dict]:
-        answer = self._oai[server].chat.completions.create(model="m", messages=history, user=self.user)
+        answer = self._oai[server].chat.completions.create(model="m", messages=history,  # the edit rule's sessions
+                                                            extra_headers={"X-Rdmem-Session": self.user})
         return [*history, {"role": "assistant", "content": answer.choices[0].message.content}]
 
     def stored(self, store, n) -> list[str]:

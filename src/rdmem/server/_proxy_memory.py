@@ -37,7 +37,8 @@ SESSION_HEADER = "X-Rdmem-Session"
 
 #: A resend that drops at most this many stored messages at the end (a regenerated or retried reply, an edited
 #: last question) replaces them; a larger divergence keeps both branches (nothing is deleted but a last turn).
-#: Named sessions only: a derived session may be two clients who opened alike, and neither deletes the other's.
+#: Sessions named by X-Rdmem-Session only: a ``user`` names an end user, who may hold several chats at once, and
+#: a derived session may be two clients who opened alike; neither deletes what another stored.
 _REPLACEABLE = 4
 
 
@@ -58,8 +59,10 @@ class Prepared:
 
 
 def session_of(headers: Mapping[str, str], body: Mapping[str, Any], tenant: str, derive: bool) -> tuple[str | None, bool]:
-    """``(session, derived)``: the session named by the request, else (``derive``) one derived from the
-    tenant, the system prompt and the first user message, else ``None`` (no memory). ``X-Rdmem-Session``'s bytes
+    """``(session, shared)``: the session named by the request, else (``derive``) one derived from the
+    tenant, the system prompt and the first user message, else ``None`` (no memory). ``shared``: the name may
+    stand for several conversations (a ``user``, OpenAI's end-user id; a derived name), so that no request of
+    it replaces what another stored (:data:`_REPLACEABLE`). ``X-Rdmem-Session``'s bytes
     are read as UTF-8 (a name beyond ASCII is the same session as over REST, MCP or mem0).
 
     Names are taken exactly as sent (two end users whose ids differ by a space are two sessions); an empty
@@ -78,7 +81,7 @@ def session_of(headers: Mapping[str, str], body: Mapping[str, Any], tenant: str,
     user = body.get("user")
     if isinstance(user, str) and user.strip():
         try:
-            return check_session_name(user, "user"), False
+            return check_session_name(user, "user"), True
         except RdmemError:
             return None, False
     if not derive:
@@ -144,7 +147,7 @@ def readable_messages(messages: list[Any]) -> tuple[list[Message], list[Skipped]
     return kept, skipped
 
 
-def prepare(state: Any, tenant: str | None, session: str | None, derived: bool, body: dict[str, Any],
+def prepare(state: Any, tenant: str | None, session: str | None, shared: bool, body: dict[str, Any],
             budget: int, *, fits: Callable[[Prepared], object] | None = None,
             go: Callable[[], object] | None = None) -> Prepared:
     """Store what is new and compact if needed, in one pass (:func:`rdmem._turn.take_turn`): one read of the
@@ -188,7 +191,7 @@ def prepare(state: Any, tenant: str | None, session: str | None, derived: bool, 
     query = next((content_text(m.chat.get("content")) for m in reversed(conv) if m.chat["role"] == "user"), None)
     if mem is not None:
         assert tenant is not None
-        turn = take_turn(mem, conv, replace=0 if derived else _REPLACEABLE,
+        turn = take_turn(mem, conv, replace=0 if shared else _REPLACEABLE,
                          context=None if as_sent or room <= 0 or recent_skip else (query or None, room),
                          charge=_charge(state, tenant, mem))
         if turn.new:

@@ -283,7 +283,7 @@ async def chat_completions(request: Request, tenant: ProxyTenant) -> Response:
     state = request.app.state.rdmem
     raw = await request.body()
     body = read_request(raw, state.settings)  # the limits: a 400 naming limit and field
-    session, derived = (None, False) if tenant is None else \
+    session, shared = (None, False) if tenant is None else \
         session_of(request.headers, body, tenant, state.settings.derive_sessions)
     headers = {"X-Rdmem-Compacted": "false", "X-Rdmem-Memory": "session" if session else "none"}
     if session:  # a header's value is Latin-1 and cannot begin or end with a space: percent-encoded then, and
@@ -299,7 +299,7 @@ async def chat_completions(request: Request, tenant: ProxyTenant) -> Response:
     try:
         if tenant is None:
             raise RuntimeError("the rdmem key could not be checked")
-        memory = _Memory(state, (state, tenant, session, derived, body, budget),
+        memory = _Memory(state, (state, tenant, session, shared, body, budget),
                          _pending.get((id(state), tenant, session or "")))
         job = memory.job  # however memory ends for this request (late, failed, storing), its reply goes after it
         # fits as sent (surely, by its size; or once counted): the model is called while memory works
