@@ -393,7 +393,47 @@ def test_mounted_without_a_valid_key_is_401(keyed_server):
     for auth in ({}, {"Authorization": "Bearer rdmem_" + "x" * 43}, {"Authorization": "Basic abc"}):
         r = httpx.post(f"{live.url}/mcp", json=body, headers={**headers, **auth})
         assert r.status_code == 401, (auth, r.text)
-        assert r.json()["error"]["code"] == "unauthorized" and r.headers["www-authenticate"] == "Bearer"
+        error = r.json()["error"]  # a JSON-RPC error, which the MCP client shows with its message
+        assert error["data"] == {"status": 401, "code": "unauthorized"} and "API key" in error["message"]
+        assert r.headers["www-authenticate"] == "Bearer"
+
+    assert "MCPError: an API key is required" in refused_over_http(live)
+
+
+@pytest.mark.slow  # starts a server
+def test_mounted_with_the_store_down_says_so_as_json_rpc(keyless_server, monkeypatch):
+    """The caller check needs the store even without keys: its StoreError came back as the REST routes' 503,
+    which the MCP client reported as "Server returned an error response" (message and Retry-After lost)."""
+    import httpx
+
+    from rdmem.store import KeyStore, StoreError
+
+    live, _ = keyless_server
+
+    def down(self, *args, **kwargs):
+        raise StoreError("connection refused")
+    monkeypatch.setattr(KeyStore, "has_keys", down)
+    body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
+    r = httpx.post(f"{live.url}/mcp", json=body, headers={"Accept": "application/json, text/event-stream"})
+    assert r.status_code == 503 and r.headers["retry-after"] == "1" and r.headers["x-rdmem-error-id"]
+    assert r.json()["error"]["data"] == {"status": 503, "code": "store_unavailable"}
+
+    assert "MCPError: the store is unavailable (error " in refused_over_http(live)
+
+
+def refused_over_http(live: Any) -> str:
+    """What the MCP client raises when the server refuses its first call (the SDK's task groups wrap it)."""
+    async def listing(client):
+        return await client.list_tools()
+
+    def leaves(exc: BaseException) -> list[BaseException]:
+        return [x for e in getattr(exc, "exceptions", ()) for x in leaves(e)] or [exc]
+
+    try:
+        run(over_http(live, None, listing))
+    except Exception as exc:  # noqa: BLE001 - the test reads what the client says
+        return "; ".join(f"{type(e).__name__}: {e}" for e in leaves(exc))
+    raise AssertionError("the call was not refused")
 
 
 @pytest.mark.slow  # starts a server

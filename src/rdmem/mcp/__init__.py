@@ -26,8 +26,8 @@ It is a front door beside :mod:`rdmem.server` (which mounts it at
 
 from ._server import (
     CALLER, SESSIONS_URI, ChatMessage, Decision, Explanation, Forgotten, Hit, HTTPEndpoint, ModelContext, Recalled,
-    Remembered, SessionAccess, SessionList, SessionSummary, StoreSessions, create_mcp_server,
+    Refused, Remembered, SessionAccess, SessionList, SessionSummary, StoreSessions, create_mcp_server,
 )
 
-__all__ = ["create_mcp_server", "HTTPEndpoint", "CALLER", "SessionAccess", "StoreSessions", "ChatMessage", "Remembered", "Hit", "Recalled",
+__all__ = ["create_mcp_server", "HTTPEndpoint", "Refused", "CALLER", "SessionAccess", "StoreSessions", "ChatMessage", "Remembered", "Hit", "Recalled",
            "ModelContext", "Forgotten", "Decision", "Explanation", "SessionSummary", "SessionList", "SESSIONS_URI"]

@@ -328,6 +328,30 @@ def _text(content: Any) -> str | None:
     return "\n".join(str(p.get("text", "")) for p in content if isinstance(p, dict)) or json.dumps(content)
 
 
+class Refused(Exception):
+    """What an :class:`HTTPEndpoint`'s ``authenticate`` hook raises to refuse a call (no key, a rate limit, the
+    store down): answered as a JSON-RPC error with this HTTP ``status`` and ``headers`` (``Retry-After``), which
+    the MCP client surfaces with its message (a bare HTTP error reaches its caller as "Server returned an error
+    response"). ``code`` names the refusal, as the REST routes' error bodies do."""
+
+    def __init__(self, status: int, message: str, code: str, headers: dict[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.status, self.message, self.code, self.headers = status, message, code, headers or {}
+
+
+async def _json_rpc_error(send: Any, status: int, code: int, message: str, data: Any = None,
+                          headers: dict[str, str] | None = None) -> None:
+    """Answer a call, before the SDK reads it, with a JSON-RPC error (``id`` null: the call was not read)."""
+    error: dict[str, Any] = {"code": code, "message": message}
+    if data is not None:
+        error["data"] = data
+    answer = json.dumps({"jsonrpc": "2.0", "id": None, "error": error}).encode()
+    await send({"type": "http.response.start", "status": status, "headers": [
+        (b"content-type", b"application/json"), (b"content-length", str(len(answer)).encode()),
+        *((k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in (headers or {}).items())]})
+    await send({"type": "http.response.body", "body": answer})
+
+
 class HTTPEndpoint:
     """The server as one ASGI endpoint (streamable HTTP) behind an ``authenticate`` hook.
 
@@ -370,7 +394,12 @@ class HTTPEndpoint:
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if self._manager is None:
             raise RuntimeError("the MCP endpoint is not running: enter HTTPEndpoint.run() in the app's lifespan")
-        caller = await self.authenticate(Request(scope))  # headers only: the body stays for the SDK
+        try:
+            caller = await self.authenticate(Request(scope))  # headers only: the body stays for the SDK
+        except Refused as exc:  # -32000: the JSON-RPC range for a server's own errors
+            await _json_rpc_error(send, exc.status, -32000, exc.message, {"status": exc.status, "code": exc.code},
+                                  exc.headers)
+            return
         if self.limits is not None and scope.get("method") == "POST":
             receive = await self._within_limits(receive, send)
             if receive is None:
@@ -384,10 +413,7 @@ class HTTPEndpoint:
         try:
             load_json(body, self.limits, at=(("params", "arguments", "messages"),))  # type: ignore[arg-type]
         except InvalidInput as exc:
-            answer = json.dumps({"jsonrpc": "2.0", "id": None, "error": {"code": -32602, "message": str(exc)}})
-            await send({"type": "http.response.start", "status": 400, "headers": [
-                (b"content-type", b"application/json"), (b"content-length", str(len(answer)).encode())]})
-            await send({"type": "http.response.body", "body": answer.encode()})
+            await _json_rpc_error(send, 400, -32602, str(exc))
             return None
         except (ValueError, UnicodeDecodeError):
             pass  # not JSON: the SDK answers it

@@ -24,10 +24,10 @@ from .. import __version__
 from ..embed import Embedder
 from ..errors import InvalidInput
 from ..limits import Limits
-from ..store import KeyStore, Store, open_store
+from ..store import KeyStore, Store, StoreError, open_store
 from ._openapi import install_openapi
 from .auth import RDMEM_KEY_HEADER, SignIns, Tenant, tenant_of
-from .errors import ApiError, install_error_handlers
+from .errors import ERROR_ID_HEADER, ApiError, install_error_handlers, store_unavailable
 from .guards import HostGuardMiddleware, HostRule, JsonOnlyMiddleware, NoFramingMiddleware
 from .metrics import BodyLimitMiddleware, Metrics, MetricsMiddleware
 from .ratelimit import RateLimiter
@@ -244,10 +244,19 @@ def _tool_error() -> Iterator[None]:
 
 
 async def _mcp_tenant(request: Request) -> str:
-    """The MCP caller's tenant: the same keys and rules as every route (a 401 without a valid key)."""
+    """The MCP caller's tenant: the same keys and rules as every route (a 401 without a valid key; a 503 while
+    the store is down), refused as a JSON-RPC error that the MCP client shows."""
+    from ..mcp import Refused
+
     scheme, _, credentials = request.headers.get("authorization", "").partition(" ")
     secret = request.headers.get(RDMEM_KEY_HEADER) or (credentials.strip() if scheme.lower() == "bearer" else None)
-    return await run_in_threadpool(tenant_of, request, secret)
+    try:
+        return await run_in_threadpool(tenant_of, request, secret)
+    except ApiError as exc:
+        raise Refused(exc.status, exc.message, exc.code, exc.headers) from None
+    except StoreError as exc:
+        error_id, message = store_unavailable(request, exc)
+        raise Refused(503, message, "store_unavailable", {"Retry-After": "1", ERROR_ID_HEADER: error_id}) from None
 
 
 def _mcp_endpoint(settings: ServerSettings, hosts: HostRule) -> Any:
