@@ -99,9 +99,11 @@ class _Handler(BaseHTTPRequestHandler):
         req = self._record(None)
         if self.server.respond is not None:
             return self._send(self.server.respond(req))
+        model = {"id": "fake-model", "object": "model", "created": 0, "owned_by": "tests"}
         if self.path.rstrip("/").endswith("/models"):
-            return self._send(Reply(body={"object": "list", "data": [{"id": "fake-model", "object": "model",
-                                                                        "created": 0, "owned_by": "tests"}]}))
+            return self._send(Reply(body={"object": "list", "data": [model]}))
+        if self.path.endswith("/models/fake-model") or self.path.endswith("/models/org/fake-model"):
+            return self._send(Reply(body={**model, "id": self.path.split("/models/", 1)[1]}))
         self._send(Reply(404, {"error": {"message": "not found", "type": "invalid_request_error"}}))
 
     def do_POST(self) -> None:  # noqa: N802

@@ -166,7 +166,7 @@ def _nested(depth: int) -> dict:
         ("get", "/v1/sessions?limit=5000", None, 422, "limit"),
         ("get", "/v1/sessions/unknown", None, 404, "no session 'unknown'"),
         ("delete", "/v1/sessions/unknown", None, 404, "no session 'unknown'"),
-        ("get", "/v1/nothing-here", None, 404, "Not Found"),
+        ("get", "/v1/nothing-here", None, 404, "rdmem serves no GET /v1/nothing-here"),
     ],
 )
 def test_bad_requests_are_4xx_json_and_store_nothing(api, method, path, body, status, message):

@@ -154,6 +154,22 @@ def test_models_are_passed_through(proxy):
     live, upstream = proxy
     assert [m.id for m in client(live).models.list()] == ["fake-model"]
     assert upstream.requests[-1]["auth"] == "Bearer sk-upstream"
+    assert client(live).models.retrieve("fake-model").id == "fake-model"  # it was a 404
+    assert client(live).models.retrieve("org/fake-model").id == "org/fake-model"
+    with pytest.raises(openai.NotFoundError):
+        client(live).models.retrieve("other")  # the upstream's own 404
+
+
+def test_an_openai_api_the_proxy_does_not_serve_is_a_404_that_says_what_it_serves(proxy):
+    """The Responses API (the Agents SDK's default), embeddings and legacy completions got a bare "Not Found"."""
+    live, upstream = proxy
+    seen = len(upstream.requests)
+    with pytest.raises(openai.NotFoundError) as refused:
+        client(live).responses.create(model="fake-model", input="hi")
+    assert "POST /v1/chat/completions and GET /v1/models" in str(refused.value)
+    with pytest.raises(openai.NotFoundError, match="rdmem serves no POST /v1/embeddings"):
+        client(live).embeddings.create(model="fake-model", input="hi")
+    assert len(upstream.requests) == seen  # nothing forwarded, nothing stored
 
 
 def test_with_derive_sessions_a_conversation_without_a_name_is_recognised(serve, fake_openai, minilm):

@@ -174,6 +174,12 @@ def install_error_handlers(app: FastAPI) -> None:
         headers = getattr(exc, "headers", None)
         if exc.status_code == 405:  # Starlette names only the first route's methods; a path may have several
             headers = {**(headers or {}), "Allow": ", ".join(_allowed(request))}
+        if exc.status_code == 404 and message == "Not Found":  # no route: say what is served
+            path = request.url.path
+            message = f"rdmem serves no {request.method} {path}"
+            if path.startswith("/v1/") and not path.startswith("/v1/sessions"):  # an OpenAI API (Responses, ...)
+                message += (": its OpenAI-compatible proxy serves POST /v1/chat/completions and GET /v1/models "
+                            "(rdmem serve --upstream); send the model's other APIs to the model itself")
         return _json(exc.status_code, _CODES.get(exc.status_code, "error"), message, headers)
 
     # Starlette picks the handler of the most specific class in the error's MRO: DuplicateIdError is a

@@ -429,9 +429,18 @@ def _collect(collector: ReplyCollector, chunk: bytes, where: Any) -> ReplyCollec
 @router.get("/models", operation_id="models", responses={401: _ERRORS[401]})
 async def models(request: Request, tenant: ProxyTenant) -> Response:
     """The upstream's models, passed through."""
-    state = request.app.state.rdmem
+    return await _passed_through(request, "/models")
+
+
+@router.get("/models/{model:path}", operation_id="model", responses={401: _ERRORS[401]})
+async def model(request: Request, tenant: ProxyTenant, model: str) -> Response:
+    """One of the upstream's models (``client.models.retrieve``), passed through."""
+    return await _passed_through(request, "/models/" + quote(model, safe="/:@"))
+
+
+async def _passed_through(request: Request, path: str) -> Response:
     try:
-        resp = await state.http.get("/models", headers=_forward_headers(request))
+        resp = await request.app.state.rdmem.http.get(path, headers=_forward_headers(request))
     except Exception as exc:
         return _upstream_failure(exc)
     return Response(resp.content, status_code=resp.status_code, headers=_passed_back(resp))
