@@ -29,7 +29,7 @@ budget must be > 0 tokens, got 0 True
 from __future__ import annotations
 
 __all__ = [
-    "RdmemError", "InvalidInput", "InvalidType", "MissingDependency", "StoreError", "DuplicateIdError",
+    "RdmemError", "InvalidInput", "InvalidType", "MissingDependency", "StoreError", "WriteOutcomeUnknown", "DuplicateIdError",
     "UnknownIdError", "VersionConflict",
 ]
 
@@ -52,6 +52,11 @@ class MissingDependency(RdmemError, ImportError):
 
 class StoreError(RdmemError, RuntimeError):
     """The store cannot be used: unreachable, corrupt, read-only, or written by a newer rdmem."""
+
+
+class WriteOutcomeUnknown(StoreError):
+    """The store went away during a write, after it was sent: it may or may not have been stored (a commit
+    whose answer was lost). Read before writing it again, or it may be stored twice."""
 
 
 class DuplicateIdError(StoreError, InvalidInput):

@@ -171,6 +171,24 @@ class _NoModel:
         raise MissingDependency("the default embedder needs sentence-transformers: pip install 'rdmem[embeddings]'")
 
 
+def test_a_write_whose_outcome_is_unknown_does_not_say_retry():
+    """``remember`` whose commit's answer was lost said "retry later": the retry stored the memory twice."""
+    from rdmem.errors import WriteOutcomeUnknown
+    from rdmem.store import MemoryStore
+
+    class Lost(MemoryStore):
+        def _append(self, session, units):
+            raise WriteOutcomeUnknown("the connection was lost during a write, which may or may not have been stored")
+
+    async def go():
+        async with Client(create_mcp_server(store=Lost(), policy="window")) as client:
+            return await error(client, "remember", content="I like tea")
+
+    text = run(go())
+    assert "went away during the write" in text and "may have been stored; recall before remembering it again" in text
+    assert "retry" not in text
+
+
 def test_a_missing_embedding_model_is_a_tool_error_that_says_what_to_install():
     async def go():
         async with Client(create_mcp_server(embedder=_NoModel())) as client:  # rd, the default policy

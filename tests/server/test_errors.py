@@ -8,7 +8,7 @@ import logging
 import httpx
 import pytest
 
-from rdmem.errors import StoreError, VersionConflict
+from rdmem.errors import StoreError, VersionConflict, WriteOutcomeUnknown
 from rdmem.server import ServerSettings, create_app
 from rdmem.store import MemoryStore
 
@@ -72,6 +72,23 @@ def test_a_store_that_cannot_be_used_is_a_503_to_retry_with_an_error_id(serve, h
     error = r.json()["error"]
     assert error["code"] == "store_unavailable" and "gone" not in r.text and "db:5432" not in r.text
     assert any(error["id"] in rec.getMessage() and "gone" in rec.getMessage() for rec in caplog.records)
+
+
+def test_a_write_whose_outcome_is_unknown_is_not_a_503_to_retry(serve, hashing_embedder, caplog):
+    """A commit whose answer was lost was a 503 with Retry-After: mem0 clients, REST adds without ids and MCP
+    callers retried, and stored the memory twice. It says it may have been stored, and not to retry blindly."""
+    lost = WriteOutcomeUnknown("PostgreSQL store at db:5432/x: the connection was lost during a write, which may "
+                               "or may not have been stored: server closed the connection unexpectedly")
+    live = serve(create_app(ServerSettings(), store=_Unavailable(lost), embedder=hashing_embedder))
+    with caplog.at_level(logging.ERROR, logger="rdmem.server"):
+        for path, body in (("/v1/sessions/alice/messages", MESSAGE),
+                           ("/memories", {"messages": [{"role": "user", "content": "I like tea"}], "user_id": "al"})):
+            r = httpx.post(f"{live.url}{path}", json=body, timeout=30)
+            assert r.status_code == 503 and "Retry-After" not in r.headers, (path, r.text)
+            error = r.json()["error"]
+            assert error["code"] == "write_outcome_unknown" and "db:5432" not in r.text
+            assert error["message"] == (f"the store went away during the write (error {error['id']}; see the "
+                                        "server's log): it may have been stored; read before sending it again")
 
 
 def test_a_write_conflict_that_escapes_is_a_409_not_a_store_outage(serve, hashing_embedder):

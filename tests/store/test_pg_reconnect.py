@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from rdmem.errors import StoreError
+from rdmem.errors import StoreError, WriteOutcomeUnknown
 from rdmem.store import NewUnit
 from rdmem.store._pg_pool import Connections
 from rdmem.store.postgres import PostgresStore
@@ -123,7 +123,8 @@ def test_a_read_cut_off_is_read_again_and_a_write_is_not_repeated(running):
     calls.clear()
     cutter = threading.Timer(0.5, running.terminate_backends)
     cutter.start()
-    with pytest.raises(StoreError, match=r"PostgreSQL store at test, session 'w': terminating connection due to "
+    with pytest.raises(WriteOutcomeUnknown, match=r"PostgreSQL store at test, session 'w': the connection was lost "
+                       r"during a write, which may or may not have been stored: terminating connection due to "
                        "administrator command"):
         conns.run(slow_read, "w")
     assert len(calls) == 1

@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal, Protocol
 
 from pydantic import Field
 
-from ..errors import InvalidInput, InvalidType, MissingDependency, UnknownIdError
+from ..errors import InvalidInput, InvalidType, MissingDependency, UnknownIdError, WriteOutcomeUnknown
 
 try:
     from mcp.server.mcpserver import MCPServer
@@ -120,6 +120,9 @@ def _user_errors() -> Iterator[None]:
     except StoreError as exc:
         error_id = uuid.uuid4().hex[:16]
         log.error("rdmem mcp: store error %s: %s", error_id, exc)
+        if isinstance(exc, WriteOutcomeUnknown):  # a retry of a write that landed stores it twice
+            raise ToolError(f"the store went away during the write (error {error_id}; see the server's log): it "
+                            f"may have been stored; recall before remembering it again") from exc
         raise ToolError(f"the store is unavailable (error {error_id}; see the server's log); retry later") from exc
     except Exception as exc:
         error_id = uuid.uuid4().hex[:16]

@@ -22,7 +22,8 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from ..errors import DuplicateIdError, InvalidInput, MissingDependency, StoreError, UnknownIdError, VersionConflict
+from ..errors import (DuplicateIdError, InvalidInput, MissingDependency, StoreError, UnknownIdError, VersionConflict,
+                      WriteOutcomeUnknown)
 from ..sessions import as_tenant_sees
 
 __all__ = ["ApiError", "error_body", "install_error_handlers", "ERROR_ID_HEADER"]
@@ -206,6 +207,13 @@ def install_error_handlers(app: FastAPI) -> None:
     async def store_error(request: Request, exc: StoreError) -> JSONResponse:
         error_id, message = store_unavailable(request, exc)
         return _json(503, "store_unavailable", message, headers={"Retry-After": "1"}, error_id=error_id)
+
+    @app.exception_handler(WriteOutcomeUnknown)
+    async def outcome_unknown(request: Request, exc: WriteOutcomeUnknown) -> JSONResponse:
+        # Not "retry": a retry of a write that did land stores it twice (mem0 and REST adds without ids).
+        error_id, message = store_unavailable(request, exc)
+        return _json(503, "write_outcome_unknown", message.replace("is unavailable", "went away during the write") +
+                     ": it may have been stored; read before sending it again", error_id=error_id)
 
     @app.exception_handler(MissingDependency)
     async def missing_dependency(request: Request, exc: MissingDependency) -> JSONResponse:

@@ -26,7 +26,7 @@ from contextlib import contextmanager
 from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
-from ..errors import InvalidInput, MissingDependency, StoreError
+from ..errors import InvalidInput, MissingDependency, StoreError, WriteOutcomeUnknown
 
 __all__ = ["Connections", "import_psycopg", "one_line", "redact", "redact_url"]
 
@@ -143,6 +143,9 @@ class Connections:
                     repeated += 1
                     log.info("%s: the connection was lost during a read; reading again", where)
                     continue
+                if lost and live and not read:  # sent, then lost: its commit may have landed
+                    raise WriteOutcomeUnknown(f"{where}: the connection was lost during a write, which may or may "
+                                              f"not have been stored: {one_line(exc)}") from None
                 raise StoreError(f"{where}: {one_line(exc)}") from None
 
     @contextmanager
