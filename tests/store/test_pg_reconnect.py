@@ -131,3 +131,37 @@ def test_a_read_cut_off_is_read_again_and_a_write_is_not_repeated(running):
     conns.close()
     with pytest.raises(StoreError, match="PostgreSQL store at test: used after close"):
         conns.run(slow_read)
+
+
+def test_a_connection_whose_server_stopped_answering_is_cut_not_waited_on(running):
+    """A backend frozen without closing its socket (SIGSTOP: a paused server, a network black hole's twin): the
+    call that took its idle connection from the pool waited for as long as the freeze lasted. Its check now gets
+    ``timeout`` seconds, then the connection is cut and the call goes on with a new one."""
+    import os
+    import signal
+
+    conns = Connections(running.url, where="PostgreSQL store at test", size=1, timeout=2.0, connect_timeout=5.0,
+                        configure=lambda conn: None)
+    frozen = conns.run(lambda conn: conn.info.backend_pid, read=True)  # the pool's one idle connection
+    os.kill(frozen, signal.SIGSTOP)
+    result: dict[str, object] = {}
+
+    def call() -> None:
+        started = time.monotonic()
+        try:
+            result["pid"] = conns.run(lambda conn: conn.info.backend_pid, read=True)
+        except StoreError as exc:  # pragma: no cover - what the test reports if it happens
+            result["error"] = exc
+        result["seconds"] = time.monotonic() - started
+
+    caller = threading.Thread(target=call, daemon=True)
+    try:
+        caller.start()
+        caller.join(20)
+    finally:
+        os.kill(frozen, signal.SIGCONT)
+    caller.join(30)
+    conns.close()
+    assert "seconds" in result, "the call waited on the frozen connection"
+    assert result.get("pid") not in (None, frozen), result
+    assert 1.5 < float(result["seconds"]) < 10, result  # about the check's 2 s, then a new connection

@@ -9,7 +9,11 @@ one, so a write is as safe to retry there as a read. A connection that dies
 *during* a call fails a write (it may have committed, or not: the caller
 gets a :class:`StoreError` and decides), and repeats a read (twice at most:
 a server that ends every connection ends them one by one, so the next one
-may be the next to go). While the database is away, a call waits at most ``timeout`` seconds for a connection,
+may be the next to go). A database that stops answering without closing its connections (a frozen server, a
+paused machine, a network black hole) is found the same way: the empty query gets ``timeout`` seconds, then its
+connection is cut (its socket shut down) and counted dead, and the connection's TCP keepalives and
+``tcp_user_timeout`` end one whose packets go unanswered while it is used. While the database is away, a call waits
+at most ``timeout`` seconds for a connection,
 asking the pool again every quarter of a second: each ask starts a
 connection attempt if none is under way (the pool gives a failing attempt
 up after half a second), so a connection is tried about twice a second and
@@ -18,8 +22,13 @@ the calls waiting when the database comes back are served at once.
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import logging
+import os
 import re
+import socket
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -104,7 +113,7 @@ class Connections:
         self.timeout = timeout
         self._pool = ConnectionPool(
             url, min_size=1, max_size=size, open=False, name="rdmem", timeout=timeout,
-            kwargs={"autocommit": True, "connect_timeout": max(int(connect_timeout), 1)},
+            kwargs={"autocommit": True, "connect_timeout": max(int(connect_timeout), 1), **_tcp_settings(url, timeout)},
             configure=configure, reconnect_timeout=_RECONNECT_SECONDS,
         )
         self._pool.open(wait=False)
@@ -122,7 +131,11 @@ class Connections:
             conn, live = None, False
             try:
                 with self._lease() as conn:
-                    conn.execute("")  # the connection answers: nothing of fn's was sent on a dead one
+                    ping = _WATCHDOG.watch(conn, self.timeout)  # a frozen server's connection is cut
+                    try:
+                        conn.execute("")  # the connection answers: nothing of fn's was sent on a dead one
+                    finally:
+                        _WATCHDOG.done(ping)
                     live = True
                     return fn(conn)
             except PoolTimeout:
@@ -171,3 +184,73 @@ class Connections:
 
     def close(self) -> None:
         self._pool.close()
+
+
+def _tcp_settings(url: str, timeout: float) -> dict[str, Any]:
+    """libpq's TCP keepalives and ``tcp_user_timeout`` (ms), so that a connection whose packets go unanswered
+    (a paused machine, a network black hole) fails instead of waiting for ever; those the URL sets are its own."""
+    from psycopg.conninfo import conninfo_to_dict
+
+    try:
+        given = conninfo_to_dict(url)
+    except Exception:  # noqa: BLE001 - the pool's connection attempt says what is wrong with the URL
+        given = {}
+    wanted = {"keepalives": 1, "keepalives_idle": 10, "keepalives_interval": 3, "keepalives_count": 3,
+              "tcp_user_timeout": int(max(timeout, 1.0) * 2000)}
+    return {k: v for k, v in wanted.items() if k not in given}
+
+
+class _Watchdog:
+    """One thread that cuts the socket of a connection whose check has not answered by its deadline (a socket
+    shut down wakes the thread that waits on it with an error; the connection is then broken, and dropped)."""
+
+    def __init__(self) -> None:
+        self._cv = threading.Condition()
+        self._due: list[tuple[float, int]] = []  # (deadline, token), a heap
+        self._conns: dict[int, Any] = {}  # token -> connection, while its check runs
+        self._tokens = itertools.count()
+        self._thread: threading.Thread | None = None
+
+    def watch(self, conn: Any, seconds: float) -> int:
+        with self._cv:
+            token = next(self._tokens)
+            self._conns[token] = conn
+            heapq.heappush(self._due, (time.monotonic() + seconds, token))
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._run, name="rdmem-pg-watchdog", daemon=True)
+                self._thread.start()
+            self._cv.notify()
+            return token
+
+    def done(self, token: int) -> None:
+        with self._cv:  # under the lock: a check that answered is never cut after
+            self._conns.pop(token, None)
+
+    def _run(self) -> None:
+        with self._cv:
+            while True:
+                while self._due and self._due[0][1] not in self._conns:
+                    heapq.heappop(self._due)  # answered in time
+                if not self._due:
+                    self._cv.wait(60)
+                    if not self._due:
+                        self._thread = None
+                        return
+                    continue
+                deadline, token = self._due[0]
+                left = deadline - time.monotonic()
+                if left > 0:
+                    self._cv.wait(left)
+                    continue
+                heapq.heappop(self._due)
+                conn = self._conns.pop(token)
+                log.warning("rdmem store: a PostgreSQL connection did not answer its check in time: cut")
+                try:
+                    with socket.socket(fileno=os.dup(conn.pgconn.socket)) as sock:
+                        sock.shutdown(socket.SHUT_RDWR)
+                except (OSError, ValueError, AttributeError):
+                    pass  # closed meanwhile
+
+
+_WATCHDOG = _Watchdog()
+
