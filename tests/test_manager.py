@@ -336,3 +336,16 @@ def test_opening_a_session_leaves_the_garbage_collector_as_it_found_it(hashing_e
         assert gc.isenabled() is enabled  # ...and left as it was
     finally:
         (gc.enable if was else gc.disable)()
+
+
+def test_a_turn_in_progress_too_large_to_send_is_said_not_dropped_silently():
+    """A tool call whose arguments alone pass the budget cannot be cut (arguments stay valid JSON): it and its
+    result were left out with no warning, and an agent that did not see its call made it again and again."""
+    mem = MemoryManager(budget=2000, policy="window")
+    mem.extend([{"role": "user", "content": "write the report", "id": "q"},
+                {"role": "assistant", "content": None, "id": "call", "tool_calls": [{"id": "c1", "type": "function",
+                 "function": {"name": "write_file", "arguments": json.dumps({"text": "lorem ipsum " * 3000})}}]},
+                {"role": "tool", "tool_call_id": "c1", "content": "wrote it", "id": "result"}])
+    ctx = mem.context("write the report", warn=False)
+    assert ctx.kept_ids == ["q"]
+    assert any("messages ['call', 'result'] of the turn in progress" in w and "left out" in w for w in ctx.warnings)

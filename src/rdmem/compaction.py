@@ -185,6 +185,11 @@ def _settle(
                     _content_costs(out, problem, cost, {i: None for i in problem.blocks[b]})
                 if cost.total(keep | {b}) <= avail or _cut_turn_block(out, problem, layout, cost, keep, b, avail):
                     keep.add(b)
+                else:  # said: a model that does not see its own call may make it again
+                    ids = [problem.units[int(i)].id for i in problem.blocks[b]]
+                    out.notes.append(f"messages {ids} of the turn in progress ({int(cost.costs[b])} tokens) cannot "
+                                     f"fit beside the newest user message in the {avail} tokens left, even cut "
+                                     f"(tool-call arguments are never cut): left out")
             out.chosen |= keep
             mine = {int(i) for b in keep for i in problem.blocks[b]}
             plan.summarize = [i for i in plan.summarize if i not in mine]
