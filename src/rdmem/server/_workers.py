@@ -10,7 +10,8 @@ connections over them. The sockets are made as asyncio recognises TCP ones
 
 The caller binds every socket (:func:`bind`) before any worker starts (a
 port in use is a clear error, not a worker that fails later); the parent
-restarts a worker that dies,
+restarts a worker that dies (its socket closed until then, so that the
+kernel hands new connections to the live workers only),
 and on SIGINT or SIGTERM stops them all gracefully.
 """
 
@@ -147,6 +148,7 @@ def run_workers(config: dict[str, Any], sockets: list[socket.socket]) -> None:
     started = [time.monotonic()] * workers
     failures, due = [0] * workers, [0.0] * workers  # short lives in a row; when the next may start
     noticed = [False] * workers  # the worker's end was logged and its restart set
+    where = [s.getsockname()[:2] for s in sockets]
     try:
         while not stopping:
             now = time.monotonic()
@@ -159,7 +161,17 @@ def run_workers(config: dict[str, Any], sockets: list[socket.socket]) -> None:
                     log.warning("rdmem serve: worker %d (pid %s) exited with %s; starting another%s", i, proc.pid,
                                 proc.exitcode, f" in {wait:.0f} s ({failures[i]} short lives in a row)" if wait else "")
                     due[i], noticed[i] = now + wait, True
+                    if workers > 1:  # its socket leaves the port until a worker serves it again: the kernel
+                        sockets[i].close()  # gave it new connections that no one took (a worker that cannot
+                        # start, its database away, held them for as long); those it queued are reset
                 if now >= due[i]:
+                    if sockets[i].fileno() == -1:
+                        try:
+                            sockets[i] = listen(*where[i], reuse_port=True)
+                        except OSError as exc:
+                            log.warning("rdmem serve: worker %d cannot listen again (%s); trying later", i, exc)
+                            due[i] = now + STEADY
+                            continue
                     procs[i], started[i], noticed[i] = start(i), time.monotonic(), False
             time.sleep(0.2)
     finally:
