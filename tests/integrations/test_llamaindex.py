@@ -193,6 +193,10 @@ def test_set_with_a_message_rdmem_refuses_changes_nothing(tmp_path):
     assert memory.get_all() == before
     memory.set(before[:1])
     assert memory.get_all() == before[:1]
+    # a value pydantic cannot make JSON was its raw PydanticSerializationError, from deep inside
+    with pytest.raises(InvalidInput, match="a user message holds a value rdmem cannot store as JSON"):
+        memory.put(ChatMessage(role="user", content="x", additional_kwargs={"obj": object()}))
+    assert memory.get_all() == before[:1]
 
 
 def test_memories_made_without_a_session_id_never_share_one(tmp_path, hashing_embedder):

@@ -105,7 +105,12 @@ def to_openai(message: ChatMessage) -> dict[str, Any]:
     >>> to_openai(ChatMessage(role="tool", content="9-18", additional_kwargs={"tool_call_id": "c1"}))["tool_call_id"]
     'c1'
     """
-    return {**_chat(message), LI_KEY: message.model_dump(mode="json")}
+    try:
+        whole = message.model_dump(mode="json")
+    except ValueError as exc:  # pydantic's PydanticSerializationError: what a store could not keep, named
+        raise InvalidInput(f"a {message.role.value} message holds a value rdmem cannot store as JSON (in its "
+                           f"additional_kwargs, most likely): {str(exc).splitlines()[0]}") from None
+    return {**_chat(message), LI_KEY: whole}
 
 
 def from_openai(message: Mapping[str, Any]) -> ChatMessage:
