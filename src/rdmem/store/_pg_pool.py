@@ -219,18 +219,24 @@ class _Watchdog:
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._run, name="rdmem-pg-watchdog", daemon=True)
                 self._thread.start()
-            self._cv.notify()
+            elif self._due[0][1] == token:  # the thread waits for a later deadline, or for none (else: no wake-up)
+                self._cv.notify()
             return token
 
     def done(self, token: int) -> None:
         with self._cv:  # under the lock: a check that answered is never cut after
             self._conns.pop(token, None)
+            self._answered()
+
+    def _answered(self) -> None:
+        """Drop the checks that answered from the head of the heap (it holds only those under way, then)."""
+        while self._due and self._due[0][1] not in self._conns:
+            heapq.heappop(self._due)
 
     def _run(self) -> None:
         with self._cv:
             while True:
-                while self._due and self._due[0][1] not in self._conns:
-                    heapq.heappop(self._due)  # answered in time
+                self._answered()
                 if not self._due:
                     self._cv.wait(60)
                     if not self._due:
@@ -248,8 +254,8 @@ class _Watchdog:
                 try:
                     with socket.socket(fileno=os.dup(conn.pgconn.socket)) as sock:
                         sock.shutdown(socket.SHUT_RDWR)
-                except (OSError, ValueError, AttributeError):
-                    pass  # closed meanwhile
+                except Exception:  # noqa: BLE001 - closed meanwhile (psycopg's error): the watchdog goes on
+                    pass
 
 
 _WATCHDOG = _Watchdog()
