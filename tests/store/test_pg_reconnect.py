@@ -134,16 +134,30 @@ def test_a_read_cut_off_is_read_again_and_a_write_is_not_repeated(running):
 
 
 def test_a_connection_whose_server_stopped_answering_is_cut_not_waited_on(running):
-    """A backend frozen without closing its socket (SIGSTOP: a paused server, a network black hole's twin): the
-    call that took its idle connection from the pool waited for as long as the freeze lasted. Its check now gets
-    ``timeout`` seconds, then the connection is cut and the call goes on with a new one."""
+    """Backends frozen without closing their sockets (SIGSTOP: a paused server, a network black hole's twin): the
+    call that took an idle connection from the pool waited for as long as the freeze lasted, and so did the
+    pool's check of its other idle connections. Each check now gets ``timeout`` seconds, then its connection is
+    cut, and the call goes on with a new one."""
     import os
     import signal
 
-    conns = Connections(running.url, where="PostgreSQL store at test", size=1, timeout=2.0, connect_timeout=5.0,
+    conns = Connections(running.url, where="PostgreSQL store at test", size=3, timeout=2.0, connect_timeout=5.0,
                         configure=lambda conn: None)
-    frozen = conns.run(lambda conn: conn.info.backend_pid, read=True)  # the pool's one idle connection
-    os.kill(frozen, signal.SIGSTOP)
+    barrier, held = threading.Barrier(3), set()
+
+    def hold(conn) -> None:  # three calls at once: the pool holds three idle connections after them
+        barrier.wait()
+        held.add(conn.info.backend_pid)
+        time.sleep(0.3)
+
+    holders = [threading.Thread(target=conns.run, args=(hold,), kwargs={"read": True}) for _ in range(3)]
+    for t in holders:
+        t.start()
+    for t in holders:
+        t.join()
+    assert len(held) == 3
+    for pid in held:
+        os.kill(pid, signal.SIGSTOP)
     result: dict[str, object] = {}
 
     def call() -> None:
@@ -159,9 +173,10 @@ def test_a_connection_whose_server_stopped_answering_is_cut_not_waited_on(runnin
         caller.start()
         caller.join(20)
     finally:
-        os.kill(frozen, signal.SIGCONT)
+        for pid in held:
+            os.kill(pid, signal.SIGCONT)
     caller.join(30)
     conns.close()
-    assert "seconds" in result, "the call waited on the frozen connection"
-    assert result.get("pid") not in (None, frozen), result
-    assert 1.5 < float(result["seconds"]) < 10, result  # about the check's 2 s, then a new connection
+    assert "seconds" in result, "the call waited on the frozen connections"
+    assert result.get("pid") is not None and result["pid"] not in held, result
+    assert 1.5 < float(result["seconds"]) < 12, result  # the checks' 2 s each, then a new connection

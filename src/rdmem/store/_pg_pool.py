@@ -107,15 +107,15 @@ class Connections:
     def __init__(self, url: str, *, where: str, size: int, timeout: float, connect_timeout: float,
                  configure: Callable[[Any], None]) -> None:
         import_psycopg()
-        from psycopg_pool import ConnectionPool
 
         self.where = where
         self.timeout = timeout
-        self._pool = ConnectionPool(
+        self._pool = _pool_class()(
             url, min_size=1, max_size=size, open=False, name="rdmem", timeout=timeout,
             kwargs={"autocommit": True, "connect_timeout": max(int(connect_timeout), 1), **_tcp_settings(url, timeout)},
             configure=configure, reconnect_timeout=_RECONNECT_SECONDS,
         )
+        self._pool.rdmem_timeout = timeout
         self._pool.open(wait=False)
 
     def run(self, fn: Callable[[Any], _T], session: str | None = None, *, read: bool = False) -> _T:
@@ -131,11 +131,7 @@ class Connections:
             conn, live = None, False
             try:
                 with self._lease() as conn:
-                    ping = _WATCHDOG.watch(conn, self.timeout)  # a frozen server's connection is cut
-                    try:
-                        conn.execute("")  # the connection answers: nothing of fn's was sent on a dead one
-                    finally:
-                        _WATCHDOG.done(ping)
+                    checked(conn, self.timeout)  # it answers: nothing of fn's was sent on a dead one
                     live = True
                     return fn(conn)
             except PoolTimeout:
@@ -150,7 +146,8 @@ class Connections:
                 if lost and not live and dead < _DEAD_SKIPPED:
                     dead += 1
                     if dead == 1:
-                        self._pool.check()  # the other idle connections died with it, most likely
+                        self._pool.check()  # the other idle connections died with it, most likely (each checked
+                        # as above, under the watchdog)
                     continue
                 if lost and live and read and repeated < _READ_REPEATS:
                     repeated += 1
@@ -186,17 +183,47 @@ class Connections:
         self._pool.close()
 
 
+def checked(conn: Any, seconds: float) -> None:
+    """``conn`` answers an empty query within ``seconds``, else it is cut (its socket shut down: a server that
+    stopped answering without closing it) and closed; raises psycopg's ``OperationalError`` then."""
+    psycopg = import_psycopg()
+    ping = _WATCHDOG.watch(conn, seconds)
+    try:
+        conn.execute("")
+    finally:
+        answered = _WATCHDOG.done(ping)
+    if not answered:  # cut as it answered: not to be used
+        conn.close()
+        raise psycopg.OperationalError(f"the connection did not answer within {seconds:g} s: cut")
+
+
+def _pool_class() -> Any:
+    """psycopg_pool's ``ConnectionPool`` whose ``check()`` checks each idle connection as a call does
+    (:func:`checked`: under the watchdog, so that a frozen server does not hold it)."""
+    from psycopg_pool import ConnectionPool
+
+    class Pool(ConnectionPool):  # type: ignore[misc]
+        rdmem_timeout = 5.0
+
+        def check_connection(self, conn: Any) -> None:  # type: ignore[override]
+            checked(conn, self.rdmem_timeout)
+
+    return Pool
+
+
 def _tcp_settings(url: str, timeout: float) -> dict[str, Any]:
     """libpq's TCP keepalives and ``tcp_user_timeout`` (ms), so that a connection whose packets go unanswered
     (a paused machine, a network black hole) fails instead of waiting for ever; those the URL sets are its own."""
+    from psycopg import pq
     from psycopg.conninfo import conninfo_to_dict
 
     try:
         given = conninfo_to_dict(url)
     except Exception:  # noqa: BLE001 - the pool's connection attempt says what is wrong with the URL
         given = {}
-    wanted = {"keepalives": 1, "keepalives_idle": 10, "keepalives_interval": 3, "keepalives_count": 3,
-              "tcp_user_timeout": int(max(timeout, 1.0) * 2000)}
+    wanted: dict[str, Any] = {"keepalives": 1, "keepalives_idle": 10, "keepalives_interval": 3, "keepalives_count": 3}
+    if pq.version() >= 120000:  # an option libpq 11 and older refuse
+        wanted["tcp_user_timeout"] = int(max(timeout, 1.0) * 2000)
     return {k: v for k, v in wanted.items() if k not in given}
 
 
@@ -223,10 +250,13 @@ class _Watchdog:
                 self._cv.notify()
             return token
 
-    def done(self, token: int) -> None:
-        with self._cv:  # under the lock: a check that answered is never cut after
-            self._conns.pop(token, None)
+    def done(self, token: int) -> bool:
+        """The check ended: ``False`` if it was cut meanwhile (it may have answered as it was: its connection
+        must not be used)."""
+        with self._cv:
+            answered = self._conns.pop(token, None) is not None
             self._answered()
+            return answered
 
     def _answered(self) -> None:
         """Drop the checks that answered from the head of the heap (it holds only those under way, then)."""
