@@ -158,6 +158,12 @@ def test_models_are_passed_through(proxy):
     assert client(live).models.retrieve("org/fake-model").id == "org/fake-model"
     with pytest.raises(openai.NotFoundError):
         client(live).models.retrieve("other")  # the upstream's own 404
+    # the path is the upstream's only under /models: "../admin" resolved against its URL reached /admin
+    seen = len(upstream.requests)
+    for path in ("%2E%2E/%2E%2E/admin/secret", "..%2F..%2Fadmin", "a//b", "%2E/x"):  # httpx would resolve "../"
+        r = httpx.get(f"{live.url}/v1/models/{path}", headers={"Authorization": "Bearer sk-upstream"})
+        assert r.status_code == 400 and "not a model id" in r.json()["error"]["message"], (path, r.text)
+    assert len(upstream.requests) == seen
 
 
 def test_an_openai_api_the_proxy_does_not_serve_is_a_404_that_says_what_it_serves(proxy):

@@ -39,6 +39,12 @@ _CODES = {400: "invalid_request", 401: "unauthorized", 403: "forbidden", 404: "n
           503: "unavailable"}
 
 
+#: The OpenAI APIs the proxy does not serve (a 404 there says what it serves).
+_OPENAI_APIS = tuple(f"/v1/{api}" for api in (
+    "responses", "embeddings", "completions", "chat/", "audio/", "images/", "files", "batches", "moderations",
+    "assistants", "threads", "fine_tuning", "realtime", "vector_stores", "uploads", "conversations"))
+
+
 class ApiError(Exception):
     """An error a client caused (or may retry), with its HTTP status and a stable ``code``."""
 
@@ -178,8 +184,8 @@ def install_error_handlers(app: FastAPI) -> None:
         if exc.status_code == 404 and message == "Not Found":  # no route: say what is served
             path = request.url.path
             message = f"rdmem serves no {request.method} {path}"
-            if path.startswith("/v1/") and not path.startswith("/v1/sessions"):  # an OpenAI API (Responses, ...)
-                message += (": its OpenAI-compatible proxy serves POST /v1/chat/completions and GET /v1/models "
+            if path.startswith(_OPENAI_APIS):  # the Responses API (the Agents SDK's default), embeddings, ...
+                message += (": its OpenAI-compatible proxy serves POST /v1/chat/completions and GET /v1/models[/id] "
                             "(rdmem serve --upstream); send the model's other APIs to the model itself")
         return _json(exc.status_code, _CODES.get(exc.status_code, "error"), message, headers)
 

@@ -434,7 +434,9 @@ async def models(request: Request, tenant: ProxyTenant) -> Response:
 
 @router.get("/models/{model:path}", operation_id="model", responses={401: _ERRORS[401]})
 async def model(request: Request, tenant: ProxyTenant, model: str) -> Response:
-    """One of the upstream's models (``client.models.retrieve``), passed through."""
+    """One of the upstream's models (``client.models.retrieve``), passed through (a model id may hold ``/``)."""
+    if any(part in ("", ".", "..") for part in model.split("/")):  # the upstream's other paths are not ours to
+        raise ApiError(400, f"not a model id: {model!r}")  # reach ("../admin" resolves against its URL)
     return await _passed_through(request, "/models/" + quote(model, safe="/:@"))
 
 
