@@ -385,14 +385,35 @@ def test_a_sub_agent_run_from_a_tool_neither_sees_nor_joins_its_caller_s_session
     session, where the supervisor's next call found them (and its own tool call summarised away)."""
     store = f"sqlite:///{tmp_path}/m.db"
     agent, supervisor, researcher = _supervisor_with_a_sub_agent(store, hashing_embedder)
-    agent.invoke({"messages": [HumanMessage("My private note: I am allergic to peanuts. Find me a place.")]},
-                 {"configurable": {"thread_id": "alice"}})
+    with pytest.warns(RuntimeWarning, match="an agent run by another agent's tool gets no memory"):
+        agent.invoke({"messages": [HumanMessage("My private note: I am allergic to peanuts. Find me a place.")]},
+                     {"configurable": {"thread_id": "alice"}})
     assert [m.content for m in researcher.seen[0]] == ["You research one topic.", "Research: peanut-free restaurants"]
     last = supervisor.seen[-1]
     assert history_problems(as_chat(last[1:])) == [] and isinstance(last[-1], ToolMessage)
     stored = MemoryManager(budget=BUDGET, policy="window", store=store, session="alice").history()
     assert [m["content"] for m in stored] == \
         ["My private note: I am allergic to peanuts. Find me a place.", None, "researcher: done", "supervisor: done"]
+
+
+def test_an_agent_made_a_node_of_a_graph_keeps_its_thread_s_memory(tmp_path, hashing_embedder):
+    """An agent that is a node of the user's own graph shares the graph's messages: it is the thread's
+    conversation (a first fix for sub-agents gave every nested run no memory, this one too)."""
+    from langgraph.graph import END, START, MessagesState, StateGraph
+
+    store = f"sqlite:///{tmp_path}/m.db"
+    inner = create_agent(RecordingModel(messages=iter(["hi"])), tools=[],
+                         middleware=[RdmemMiddleware(budget=BUDGET, store=store, embedder=hashing_embedder)])
+    graph = StateGraph(MessagesState)
+    graph.add_node("agent", inner)
+    graph.add_edge(START, "agent")
+    graph.add_edge("agent", END)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        graph.compile(checkpointer=InMemorySaver()).invoke({"messages": [HumanMessage("I am Carol")]},
+                                                            {"configurable": {"thread_id": "carol"}})
+    stored = MemoryManager(budget=BUDGET, policy="window", store=store, session="carol").history()
+    assert [m["content"] for m in stored] == ["I am Carol", "hi"]
 
 
 def test_session_may_name_the_session_from_the_run_s_config(tmp_path, hashing_embedder):

@@ -20,9 +20,8 @@ the system prompt, all within ``budget`` tokens. The model's reply is stored
 as soon as it is in the state (``after_model``, ``post_model_hook``). The
 graph's state is left whole. The session is the run's ``thread_id`` unless
 ``session=`` names one (a name, or a callable of the run's config that returns
-one); a graph run inside another graph's node (a sub-agent called from a
-tool, which LangGraph hands its caller's ``thread_id``) has no memory unless
-``session=`` gives it one. With a persistent ``store`` a new process continues a
+one); an agent run by another agent's tool (which LangGraph hands its
+caller's ``thread_id``) has no memory unless ``session=`` gives it one. With a persistent ``store`` a new process continues a
 thread's memory even when its checkpointer forgot it. A run with neither (an
 agent without a checkpointer, called without a ``thread_id``) has no memory:
 its own messages are fitted, nothing is read or stored, as at every other
@@ -35,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
+import warnings
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
@@ -160,6 +160,7 @@ class RdmemContext:
         self._store: Store | None = None
         self._managers: OrderedDict[str, MemoryManager] = OrderedDict()
         self._lock = threading.Lock()
+        self._warned_nested = False
 
     def manager(self, session: str) -> MemoryManager:
         """The manager of ``session``, over the one store of this context (opened on first use)."""
@@ -176,10 +177,11 @@ class RdmemContext:
 
     def current_session(self) -> str | None:
         """``session=`` (a name, or what a callable of the run's config returns), else the running graph's
-        ``thread_id``, else ``None``: no identity, no memory. A graph run inside another graph's node (a
-        sub-agent called from a tool, an agent made a subgraph) is handed its caller's ``thread_id`` by
-        LangGraph, but is another conversation: it has no memory unless ``session=`` names one (so that the
-        sub-agent never sees the caller's messages, nor stores its own among them)."""
+        ``thread_id``, else ``None``: no identity, no memory. An agent invoked from a tool (LangChain's
+        sub-agents as tools: a run under a ``tools`` node) is handed its caller's ``thread_id`` by LangGraph,
+        but is another conversation: it has no memory unless ``session=`` names one (so that the sub-agent
+        never sees the caller's messages, nor stores its own among them); an agent made a node of a graph
+        shares the graph's messages, and its thread's memory."""
         if isinstance(self.session, str):
             return self.session
         try:
@@ -193,9 +195,16 @@ class RdmemContext:
             return None if name is None else session_name(name, "the session= callable's result")
         configurable = config.get("configurable") or {}
         thread = configurable.get("thread_id")
-        if not thread or "|" in str(configurable.get("checkpoint_ns") or ""):  # "|": a run nested in a node
+        callers = [part.partition(":")[0] for part in str(configurable.get("checkpoint_ns") or "").split("|")[:-1]]
+        if thread and "tools" in callers:  # run by a tool of another agent
+            if not self._warned_nested:
+                self._warned_nested = True
+                warnings.warn("rdmem: an agent run by another agent's tool gets no memory of its own thread (its "
+                              "caller's thread_id is the caller's conversation): give its middleware session= (a "
+                              "name, or a callable of the run's config) to remember its runs", RuntimeWarning,
+                              stacklevel=2)
             return None
-        return session_name(str(thread), "the run's thread_id")
+        return session_name(str(thread), "the run's thread_id") if thread else None
 
     def remember(self, messages: Sequence[BaseMessage]) -> MemoryManager | None:
         """Store those of the agent's ``messages`` the current session does not have yet (the agent resends
