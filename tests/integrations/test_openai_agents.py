@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,7 @@ from hypothesis import strategies as st
 
 pytest.importorskip("agents")
 
-from agents import Agent, RunConfig, Runner, SQLiteSession, function_tool  # noqa: E402
+from agents import Agent, RunConfig, Runner, SQLiteSession, function_tool, handoff  # noqa: E402
 from agents.memory import Session  # noqa: E402
 from agents.run_config import CallModelData, ModelInputData  # noqa: E402
 from agents.testing import ScriptedModel, assistant_message, function_call  # noqa: E402
@@ -548,13 +549,33 @@ def test_a_local_tool_s_output_is_never_given_without_its_call(policy, hashing_e
     given = 0
     for budget in range(300, 1300, 100):
         items = run(go(budget))
-        calls = {it["call_id"] for it in items if str(it.get("type")).endswith("_call")}
-        outputs = [it["call_id"] for it in items if str(it.get("type")).endswith("_call_output")]
-        assert set(outputs) <= calls, (budget, outputs, calls)
+        calls = {it["call_id"]: it["type"] for it in items if str(it.get("type")).endswith("_call")}
+        outputs = [(it["call_id"], it["type"]) for it in items if str(it.get("type")).endswith("_call_output")]
+        assert all(calls.get(cid) + "_output" == kind for cid, kind in outputs), (budget, outputs, calls)
         given += len(outputs)
     assert given  # some budgets hold whole tool turns
     shell = items_to_messages(_local_tool_turn(0))[2]
-    assert shell["role"] == "tool" and "big0.bin" in shell["content"]  # a shell's stdout is counted and ranked
+    assert shell["role"] == "tool" and shell["content"] == "big0.bin"  # a shell's stdout is counted and ranked
+
+
+def test_a_cut_local_tool_output_keeps_its_type():
+    """A shell output too long for the budget is cut: it came back as a function_call_output answering a
+    shell_call, a pair the Responses API does not take."""
+    async def go() -> list[dict[str, Any]]:
+        session = window_session("cut", budget=800)
+        big = "\n".join(f"f{k}.bin {k}" for k in range(800))
+        await session.add_items([{"role": "user", "content": "now list /srv/big"},
+                                 {"type": "shell_call", "call_id": "big", "status": "completed",
+                                  "action": {"commands": ["ls /srv/big"]}},
+                                 {"type": "shell_call_output", "call_id": "big", "output": [
+                                     {"stdout": big, "stderr": "", "outcome": {"type": "exit", "exit_code": 0}}]}])
+        return await session.get_items()
+
+    output = run(go())[-1]
+    assert output["type"] == "shell_call_output" and output["call_id"] == "big"
+    (record,) = output["output"]
+    assert record["stdout"].startswith("f0.bin 0\nf1.bin 1") and "[rdmem: truncated" in record["stdout"]
+    assert record["outcome"] == {"type": "exit", "exit_code": 0}
 
 
 def test_an_agent_run_as_a_tool_neither_sees_nor_joins_the_session():
@@ -600,8 +621,26 @@ def test_an_agent_handed_off_to_shares_the_session():
 def test_agents_names_the_session_s_agents():
     with pytest.raises(InvalidType, match="agents must be a list"):
         RdmemSession("s", agents="boss")
-    session = RdmemSession("s", policy="window", agents=["boss", Agent(name="helper")])
-    assert session._agents == {"boss", "helper"}
+    chef = Agent(name="chef")
+    session = RdmemSession("s", policy="window", agents=["boss", Agent(name="helper"), handoff(chef)])
+    assert session._agents == {"boss", "helper", "chef"}
+
+
+def test_each_run_s_first_agent_is_the_session_s():
+    """The agent was learned once per session object: a second run with another agent (not a handoff target)
+    was passed through unfitted, with a warning."""
+    async def go():
+        session = window_session("two-agents", budget=300)
+        config = RunConfig(call_model_input_filter=session.call_model_input_filter, tracing_disabled=True)
+        for name in ("general", "billing"):
+            model = ScriptedModel([[assistant_message(f"{name}: ok")]])
+            with warnings.catch_warnings():
+                warnings.simplefilter("error", RuntimeWarning)
+                await Runner.run(Agent(name=name, model=model), "word " * 200, session=session, run_config=config)
+        return model.calls[0].input, session.budget
+
+    billing_input, budget = run(go())
+    assert tokens(to_chat(billing_input)) <= budget  # fitted: two 200-word questions are over the budget
 
 
 def test_instructions_over_the_budget_are_refused_not_sent_without_input():

@@ -119,7 +119,9 @@ def _output(output: Any) -> str:
     if isinstance(output, str):
         return output
     if isinstance(output, list) and all(isinstance(p, Mapping) and p.get("type") for p in output):
-        return _text(output)  # content parts; anything else (a shell's stdout records) as JSON
+        return _text(output)  # content parts
+    if isinstance(output, list) and all(isinstance(p, Mapping) and "stdout" in p for p in output):
+        return "\n".join(filter(None, (str(p.get(k) or "") for p in output for k in ("stdout", "stderr"))))
     return json.dumps(output, ensure_ascii=False, default=str)
 
 
@@ -203,16 +205,31 @@ def context_items(ctx: Compaction, stored: Mapping[str, Mapping[str, Any]]) -> l
     kept = set(ctx.kept_ids)
     out: list[dict[str, Any]] = []
     for msg, src in zip(ctx.messages, ctx.sources, strict=True):
-        original = stored.get(src) if src in kept else None
-        if original is not None and original.get(ITEMS_KEY):
-            out += message_items(original)
+        original = stored.get(src) if src is not None else None
+        items = original.get(ITEMS_KEY) if original is not None else None
+        if items and src in kept:
+            out += message_items(original)  # type: ignore[arg-type]
+        elif items and msg["role"] == "tool":  # a cut output: its own type, as its call expects
+            out.append(_cut_output(dict(items[-1]), content_text(msg.get("content"))))
         else:  # rendered by rdmem: its stored items would not be what the budget was counted on
             out += message_items(chat_fields(msg))
     return out
 
 
+def _cut_output(item: dict[str, Any], text: str) -> dict[str, Any]:
+    """A tool output item with its output cut to ``text`` (a shell's as its stdout record; one that is not text,
+    a screenshot, whole)."""
+    output = item.get("output")
+    if isinstance(output, str) or item.get("type") in ("function_call_output", "custom_tool_call_output"):
+        return {**item, "output": text}
+    if isinstance(output, list) and output and isinstance(output[0], Mapping) and "stdout" in output[0]:
+        return {**item, "output": [{**output[0], "stdout": text, "stderr": ""}]}
+    return item
+
+
 def _agent_name(agent: Any) -> Any:
-    return agent if isinstance(agent, str) else getattr(agent, "name", None)
+    """The name of an agent, of a ``Handoff`` (its agent's), or the name itself."""
+    return agent if isinstance(agent, str) else getattr(agent, "agent_name", None) or getattr(agent, "name", None)
 
 
 def _last_user_text(messages: Sequence[Mapping[str, Any]]) -> str | None:
@@ -262,7 +279,8 @@ class RdmemSession:
         self._rendered: frozenset[str] = frozenset()  # the last context's messages (their resend keys)
         # The agents whose model calls the filter fits (names): those given, else the first it serves; with
         # the agents each of them hands off to. Another's call (an agent run as a tool) passes through.
-        self._agents: set[str] | None = {_agent_name(a) for a in agents} if agents is not None else None
+        self._given = {_agent_name(a) for a in agents} if agents is not None else None
+        self._agents: set[str] | None = set(self._given) if self._given is not None else None
         self._passed: set[str] = set()  # agents already warned about
 
     @property
@@ -276,6 +294,8 @@ class RdmemSession:
         items as stored, oldest first (all of them for a negative one, as ``SQLiteSession``)."""
         sdk_settings, _ = _sdk()
         limit = sdk_settings.resolve_session_limit(limit, self.session_settings)
+        if self._given is None:  # a run begins (an agent run as a tool has no session): its agent is learned anew
+            self._agents = None
         if limit is None:
             return await self._context_items(_last_user_text(await self._tail(64)))
         if limit < 0:
@@ -329,7 +349,8 @@ class RdmemSession:
     # -- helpers --------------------------------------------------------------------------------
     def _serves(self, agent: Any) -> bool:
         """Whether the filter fits ``agent``'s model call: one of the session's agents (``agents=``, else the
-        first agent the filter was given), or one they hand off to. The SDK runs an agent made a tool
+        first agent the filter was given since the session's items were last read: a run's first), or one they
+        hand off to. The SDK runs an agent made a tool
         (``Agent.as_tool``) with its caller's ``RunConfig``, so its calls reach this filter too: their input
         is another conversation's, passed through untouched (neither fitted nor stored), with a warning."""
         name = _agent_name(agent)
@@ -344,7 +365,7 @@ class RdmemSession:
                               f"this session's memory", RuntimeWarning, stacklevel=3)
             return False
         for h in getattr(agent, "handoffs", None) or ():  # an Agent, or a Handoff object naming its agent
-            target = getattr(h, "agent_name", None) or _agent_name(h)
+            target = _agent_name(h)
             if isinstance(target, str):
                 self._agents.add(target)
         return True
