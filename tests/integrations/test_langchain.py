@@ -442,3 +442,20 @@ def test_a_content_block_langchain_cannot_convert_is_named_not_fatal(tmp_path, h
     assert model.seen[0][-1].content == video.content  # the model is given the message whole
     stored = to_openai([video])[0]
     assert "[video]" in content_text(stored["content"]) and stored[LC_KEY]["data"]["content"][1]["type"] == "video"
+
+
+def test_a_tool_call_too_large_to_send_is_said(tmp_path):
+    """A call whose arguments alone pass the budget cannot be cut: the model's next call did not see it, and
+    nothing said why (the adapters dropped the context's warnings)."""
+    @tool
+    def write_file(text: str) -> str:
+        """Write a file."""
+        return "wrote it"
+
+    model = RecordingModel(messages=iter([
+        AIMessage("", tool_calls=[{"id": "c1", "name": "write_file", "args": {"text": "lorem ipsum " * 3000}}]),
+        "done"]))
+    agent = create_agent(model, tools=[write_file], checkpointer=InMemorySaver(),
+                         middleware=[RdmemMiddleware(budget=2000, policy="window", store=f"sqlite:///{tmp_path}/m.db")])
+    with pytest.warns(RuntimeWarning, match="of the turn in progress .* cannot fit beside the newest user message"):
+        agent.invoke({"messages": [HumanMessage("write the report")]}, {"configurable": {"thread_id": "t"}})

@@ -233,7 +233,7 @@ class RdmemContext:
             raise InvalidInput(f"the system prompt alone is {reserve} tokens, budget={self.budget} leaves the "
                              f"conversation nothing: raise the budget or shorten the prompt")
         query = next((content_text(m.content) for m in reversed(messages) if isinstance(m, HumanMessage)), None)
-        ctx = mem.context(query or None, budget=self.budget - reserve, warn=False)
+        ctx = mem.context(query or None, budget=self.budget - reserve)  # its notes: RuntimeWarnings
         return from_context(ctx, mem.originals(s for s in ctx.sources if s is not None))
 
 

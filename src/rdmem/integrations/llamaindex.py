@@ -240,7 +240,7 @@ class RdmemMemory(BaseMemory):
         newest = next((m for m in reversed(tail) if m.get("role") == "user"), None)
         query = _text(input) if isinstance(input, ChatMessage) else input
         query = query or (content_text(newest.get("content")) if newest else None)
-        ctx = mem.context(query or None, budget=max(1, self.token_limit - used), warn=False)
+        ctx = mem.context(query or None, budget=max(1, self.token_limit - used))  # its notes: RuntimeWarnings
         if newest is not None and newest["id"] not in ctx.sources:
             # Not even cut does the question fit beside the run: the model gets it whole, over the limit, as
             # a model that answers without the question is of no use.

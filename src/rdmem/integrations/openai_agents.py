@@ -396,7 +396,7 @@ class RdmemSession:
         return await self.memory.history(offset=max(0, total - n)) if total and n > 0 else []
 
     async def _context_items(self, query: str | None, budget: int | None = None) -> list[dict[str, Any]]:
-        ctx = await self.memory.context(query, budget=budget, warn=False)
+        ctx = await self.memory.context(query, budget=budget)  # its notes: RuntimeWarnings
         items = context_items(ctx, await self.memory.originals([s for s in ctx.sources if s is not None]))
         # A model call's input starts with them again: what follows is new (first_unseen).
         self._rendered = frozenset(resend_key(m) for m in items_to_messages(items))
