@@ -41,7 +41,9 @@ try:
 except ImportError as exc:  # pragma: no cover - depends on the environment
     raise MissingDependency("rdmem.integrations.llamaindex needs LlamaIndex: pip install 'rdmem[llamaindex]'") from exc
 
+from .._turn import store_untrimmed
 from ..manager import MemoryManager
+from ..messages import parse_messages
 from ..result import Compaction
 from ..sessions import session_name
 from ..tokens import Tokenizer, check_budget, content_text
@@ -264,14 +266,16 @@ class RdmemMemory(BaseMemory):
             self._manager.extend([to_openai(m) for m in messages])
 
     def set(self, messages: Sequence[ChatMessage]) -> None:
-        """Replace the session's messages with ``messages`` (the old ones are deleted, not archived). The new
-        ones are stored first: a list rdmem refuses changes nothing, and a store that fails between the two
-        writes leaves both, never neither."""
+        """Replace the session's messages with ``messages`` (the old ones are deleted, not archived; what the
+        session learned from feedback stays). The new ones are stored first: a list rdmem refuses changes
+        nothing, and a store that fails between the two writes leaves both, never neither. The working set is
+        trimmed once the old ones are gone, as if the new ones had been put on their own."""
         mem = self._manager
         old = mem.working_ids() + mem.archived_ids()
-        self.put_messages(messages)
+        store_untrimmed(mem, parse_messages([to_openai(m) for m in messages], json_extras=True))
         if old:
             mem.delete(old)
+        mem.maintain()
 
     def reset(self) -> None:
         """Delete the session's messages for good."""
