@@ -161,9 +161,10 @@ def run_workers(config: dict[str, Any], sockets: list[socket.socket]) -> None:
                     log.warning("rdmem serve: worker %d (pid %s) exited with %s; starting another%s", i, proc.pid,
                                 proc.exitcode, f" in {wait:.0f} s ({failures[i]} short lives in a row)" if wait else "")
                     due[i], noticed[i] = now + wait, True
-                    if workers > 1:  # its socket leaves the port until a worker serves it again: the kernel
-                        sockets[i].close()  # gave it new connections that no one took (a worker that cannot
-                        # start, its database away, held them for as long); those it queued are reset
+                    if any(p.is_alive() for p in procs):  # its socket leaves the port until a worker serves it
+                        sockets[i].close()  # again: the kernel gave it new connections that no one took (a worker
+                        # that cannot start, its database away, held them for as long); those it queued are reset.
+                        # The last one stays: the port stays this server's.
                 if now >= due[i]:
                     if sockets[i].fileno() == -1:
                         try:
