@@ -23,8 +23,8 @@ from ..errors import InvalidInput, InvalidType
 from ..tokens import message_payload
 from ._embeddings import EmbeddingsMixin
 from ._keys import check_name, check_tenant
-from ._types import (TIERS, Changes, DuplicateIdError, NewUnit, SessionInfo, StoredUnit, StoreError, Tier,
-                     VersionConflict, Written, check_prefix, takes_prefix)
+from ._types import (SESSION_CACHES, TIERS, Bounded, Changes, DuplicateIdError, NewUnit, SessionInfo, StoredUnit,
+                     StoreError, Tier, VersionConflict, Written, check_prefix, takes_prefix)
 
 __all__ = [
     "BaseStore", "Encoded", "check_name", "check_session", "check_tenant", "searchable", "damaged_unit",
@@ -226,7 +226,7 @@ class BaseStore(EmbeddingsMixin):
             raise InvalidInput(f"cache_size must be an int >= 0, got {cache_size!r}")
         self.cache_size = cache_size
         self._lock = threading.RLock()
-        self._results: dict[str, tuple[int, OrderedDict[tuple[Any, ...], list[tuple[str, float]]]]] = {}
+        self._results: dict[str, tuple[int, OrderedDict[tuple[Any, ...], list[Any]]]] = Bounded(SESSION_CACHES)
 
     # -- writes ------------------------------------------------------------------
     def append(self, session: str, units: Sequence[NewUnit], *, log: Mapping[str, Any] | None = None,

@@ -110,12 +110,16 @@ class Connections:
 
         self.where = where
         self.timeout = timeout
-        self._pool = _pool_class()(
+        self._new_pool = lambda: _pool_class()(
             url, min_size=1, max_size=size, open=False, name="rdmem", timeout=timeout,
             kwargs={"autocommit": True, "connect_timeout": max(int(connect_timeout), 1), **_tcp_settings(url, timeout)},
             configure=configure, reconnect_timeout=_RECONNECT_SECONDS,
         )
-        self._pool.rdmem_timeout = timeout
+        self._open_pool()
+
+    def _open_pool(self) -> None:
+        self._pool, self._pid = self._new_pool(), os.getpid()
+        self._pool.rdmem_timeout = self.timeout
         self._pool.open(wait=False)
 
     def run(self, fn: Callable[[Any], _T], session: str | None = None, *, read: bool = False) -> _T:
@@ -126,6 +130,9 @@ class Connections:
         from psycopg_pool import PoolClosed, PoolTimeout
 
         where = self.where + (f", session {session!r}" if session else "")
+        if self._pid != os.getpid():  # a forked child: its parent's connections are the parent's (one socket used
+            _INHERITED.append(self._pool)  # by two processes mixes their answers), and their threads stayed there
+            self._open_pool()
         dead = repeated = 0
         while True:
             conn, live = None, False
@@ -180,7 +187,13 @@ class Connections:
             self._pool.putconn(conn)
 
     def close(self) -> None:
-        self._pool.close()
+        if self._pid == os.getpid():  # a child leaves its parent's pool to the parent
+            self._pool.close()
+
+
+#: Pools a forked child inherited: kept, never closed there (closing a connection ends its server session, the
+#: parent's).
+_INHERITED: list[Any] = []
 
 
 def checked(conn: Any, seconds: float) -> None:

@@ -14,7 +14,7 @@ from urllib.parse import quote
 from ._sqlite_schema import SCHEMA_VERSION, create_or_upgrade, read_version
 from ._types import StoreError
 
-__all__ = ["open_file", "retry", "in_transaction"]
+__all__ = ["open_file", "forked", "retry", "in_transaction"]
 
 _HEADER = b"SQLite format 3\x00"
 _T = TypeVar("_T")
@@ -178,3 +178,14 @@ def _quick_check(conn: sqlite3.Connection, where: str) -> None:
         found = " ".join("; ".join(problems).split())[:300]  # one line, whatever SQLite said
         raise StoreError(f"{where}: the file is damaged ({found}); "
                          "refusing to use it (nothing was changed). Restore it from a backup")
+
+
+def forked(where: str, parent: int) -> StoreError:
+    """The error of a store used in a process forked after it was opened. SQLite's connection must not cross a
+    fork (sqlite.org/howtocorrupt.html): used in the child, it lost the child's commits once the parent closed
+    its own, and corrupted the file when a third process wrote. (A child that opened the file anew beside the
+    inherited connection still corrupted it in that test: SQLite keeps per-process state of the file.)"""
+    return StoreError(f"{where}: opened in process {parent}, used in process {os.getpid()}, forked from it: an SQLite "
+                      f"connection must not cross a fork (it loses or corrupts data); open the store in each "
+                      f"process (create the MemoryManager after the fork: gunicorn without --preload, or in its "
+                      f"post_fork hook; Celery's worker_process_init)")

@@ -16,8 +16,26 @@ from ..errors import DuplicateIdError, InvalidInput, StoreError, UnknownIdError,
 __all__ = [
     "Tier", "TIERS", "NewUnit", "StoredUnit", "Written", "Changes", "SessionInfo", "ApiKey", "Store",
     "StoreError", "DuplicateIdError", "UnknownIdError", "VersionConflict", "retired_digest", "check_prefix",
-    "name_after", "takes_prefix",
+    "name_after", "takes_prefix", "Bounded", "SESSION_CACHES",
 ]
+
+#: Sessions a store keeps search state for (a long-running server touches many more): the newest kept.
+SESSION_CACHES = 256
+
+
+class Bounded(dict):  # type: ignore[type-arg]
+    """A dict of at most ``most`` entries: one more set forgets the one set longest ago (a cache per session,
+    whose sessions come and go)."""
+
+    def __init__(self, most: int) -> None:
+        super().__init__()
+        self.most = most
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        self.pop(key, None)  # a key set again is the newest
+        super().__setitem__(key, value)
+        while len(self) > self.most:
+            del self[next(iter(self))]
 
 Tier = Literal["working", "archive"]
 TIERS: tuple[Tier, ...] = ("working", "archive")

@@ -25,10 +25,11 @@ from ._dense import Dense
 from ._fts import LEXICAL_ROWS, check_lexical_rows
 from ._sqlite_embeddings import SQLiteEmbeddings
 from ._sqlite_keys import SQLiteKeys
-from ._sqlite_open import in_transaction, open_file, retry
+from ._sqlite_open import forked, in_transaction, open_file, retry
 from ._sqlite_schema import CLOSE_UP, RETIRE, SCHEMA_VERSION, retired_next_auto, session_range
 from ._sqlite_search import DENSE_ROWS, FTS_CREATE, FTS_TOKENIZE, SearchMixin, SessionCache, check_dense_rows, fts_table
-from ._types import Changes, SessionInfo, StoredUnit, StoreError, Tier, VersionConflict, Written, retired_digest
+from ._types import (SESSION_CACHES, Bounded, Changes, SessionInfo, StoredUnit, StoreError, Tier, VersionConflict,
+                     Written, retired_digest)
 
 __all__ = ["SQLiteStore", "SCHEMA_VERSION"]
 
@@ -70,10 +71,10 @@ class SQLiteStore(SQLiteKeys, SQLiteEmbeddings, SearchMixin, BaseStore):
         ``False``: the file must exist already (else :class:`StoreError`
         "no such store file"; nothing is created).
 
-    Opening checks the file (``PRAGMA quick_check``) before anything is
-    written: a damaged file is refused with an error naming it. Several
-    processes may open one file: writes are serialised by SQLite
-    (``BEGIN IMMEDIATE``, ``busy_timeout`` and retries on ``SQLITE_BUSY``).
+    Opening checks the file (``PRAGMA quick_check``) before anything is written: a damaged file is refused
+    with an error naming it. Several processes may open one file: writes are serialised by SQLite
+    (``BEGIN IMMEDIATE``, ``busy_timeout`` and retries on ``SQLITE_BUSY``); a store opened before a fork is
+    refused in the child (:class:`StoreError`): open one in each process.
 
     >>> import tempfile, os
     >>> from rdmem.store import NewUnit
@@ -109,12 +110,11 @@ class SQLiteStore(SQLiteKeys, SQLiteEmbeddings, SearchMixin, BaseStore):
         self.timeout = float(timeout)
         self.lexical_rows = lexical_rows
         self.dense_rows = check_dense_rows(dense_rows)
-        self.readonly = bool(readonly)
-        self._caches: dict[str, SessionCache] = {}
+        self.readonly, self._pid = bool(readonly), os.getpid()
+        self._caches: dict[str, SessionCache] = Bounded(SESSION_CACHES)
         self._versions: dict[str, tuple[int, int]] = {}  # session -> (version, reset), while data_version holds
-        self._conn: sqlite3.Connection | None = open_file(
-            self.path, where=self.where, timeout=self.timeout, synchronous=synchronous, readonly=self.readonly,
-            create=create)
+        self._conn: sqlite3.Connection | None = open_file(self.path, where=self.where, timeout=self.timeout,
+                                                          synchronous=synchronous, readonly=self.readonly, create=create)
         self._data_version = self._pragma("data_version")
 
     # -- plumbing --------------------------------------------------------------
@@ -122,10 +122,12 @@ class SQLiteStore(SQLiteKeys, SQLiteEmbeddings, SearchMixin, BaseStore):
     def _db(self) -> sqlite3.Connection:
         if self._conn is None:
             raise StoreError(f"{self.where}: used after close()")
+        if self._pid != os.getpid():  # a forked child: its parent's connection is not to be touched there
+            raise forked(self.where, self._pid)
         return self._conn
 
     def _close(self) -> None:
-        if self._conn is not None:
+        if self._conn is not None and self._pid == os.getpid():  # a forked child leaves it to its parent
             self._conn.close()
             self._conn = None
         self._caches.clear()
@@ -186,8 +188,7 @@ class SQLiteStore(SQLiteKeys, SQLiteEmbeddings, SearchMixin, BaseStore):
     def _session_row(self, conn: sqlite3.Connection, session: str) -> tuple[Any, ...] | None:
         return conn.execute(
             "SELECT version, reset, next_seq, next_auto, state, n_units, n_tokens FROM sessions WHERE session = ?",
-            (session,)
-        ).fetchone()
+            (session,)).fetchone()
 
     @staticmethod
     def _tick(conn: sqlite3.Connection) -> int:
@@ -252,8 +253,7 @@ class SQLiteStore(SQLiteKeys, SQLiteEmbeddings, SearchMixin, BaseStore):
             ]
             conn.executemany(
                 "INSERT INTO units (uid, session, id, seq, message, tokens, features, embedding, tier, changed) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows,
-            )
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
             conn.executemany(f"INSERT INTO {fts} (rowid, body) VALUES (?, ?)",
                              [(r[0], u.text) for r, u in zip(rows, units, strict=True)])
             conn.executemany(_LOG, [(session, time.time(), log)] if log is not None else [])  # in the same transaction
