@@ -349,3 +349,21 @@ def test_a_turn_in_progress_too_large_to_send_is_said_not_dropped_silently():
     ctx = mem.context("write the report", warn=False)
     assert ctx.kept_ids == ["q"]
     assert any("messages ['call', 'result'] of the turn in progress" in w and "left out" in w for w in ctx.warnings)
+
+
+def test_close_leaves_a_store_given_as_an_object_to_its_giver(tmp_path):
+    """A manager per request over the application's store (``with MemoryManager(store=app_store, ...)``) closed
+    the store on leaving: the next request failed with "used after close()"."""
+    from rdmem.store import open_store
+
+    app_store = open_store(f"sqlite:///{tmp_path / 'm.db'}")
+    for i in range(2):
+        with MemoryManager(budget=1000, policy="window", store=app_store, session="s") as mem:
+            mem.add(role="user", content=f"request {i}")
+    assert len(app_store.load("s")) == 2
+    app_store.close()
+    with MemoryManager(budget=1000, policy="window", store=f"sqlite:///{tmp_path / 'm.db'}", session="s") as mem:
+        assert len(mem) == 2
+        opened = mem.store
+    with pytest.raises(rdmem.StoreError, match="used after close"):
+        opened.version("s")  # a store the manager opened from its URL is closed with it

@@ -433,8 +433,9 @@ class MemoryManager:
 
     # -- lifecycle -------------------------------------------------------------------------
     def close(self) -> None:
+        """Close the store this manager opened (one given as an object is the giver's to close)."""
         with self._lock:
-            if self._view is not None:
+            if self._view is not None and self._view.store is not self._store_spec:
                 self._view.store.close()
             self._view = None
 
