@@ -94,3 +94,5 @@ def test_a_postgresql_store_used_across_a_fork_keeps_each_process_s_answers_its_
     b.add(role="user", content="bravo 3")  # the parent's pool still serves it
     assert [m["content"] for m in b.history()][-1] == "bravo 3"
     store.close()
+    closed = _in_child(lambda: store.version(f"{session_name}-b"))  # closed before the fork: closed in the child
+    assert "used after close()" in closed["error"]

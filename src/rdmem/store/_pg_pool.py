@@ -118,9 +118,20 @@ class Connections:
         self._open_pool()
 
     def _open_pool(self) -> None:
-        self._pool, self._pid = self._new_pool(), os.getpid()
-        self._pool.rdmem_timeout = self.timeout
-        self._pool.open(wait=False)
+        pool = self._new_pool()
+        pool.rdmem_timeout = self.timeout
+        pool.open(wait=False)
+        self._pool, self._pid, self._closed = pool, os.getpid(), False
+
+    def _forked(self) -> None:
+        """A pool of this process's own, once (the parent's is set aside, unclosed); none for a closed one."""
+        with _FORKS:
+            if self._pid == os.getpid():
+                return
+            if self._closed:
+                raise StoreError(f"{self.where}: used after close()")
+            _INHERITED.append(self._pool)
+            self._open_pool()
 
     def run(self, fn: Callable[[Any], _T], session: str | None = None, *, read: bool = False) -> _T:
         """``fn(conn)`` on a live connection; database errors become :class:`StoreError` (a value the
@@ -131,8 +142,7 @@ class Connections:
 
         where = self.where + (f", session {session!r}" if session else "")
         if self._pid != os.getpid():  # a forked child: its parent's connections are the parent's (one socket used
-            _INHERITED.append(self._pool)  # by two processes mixes their answers), and their threads stayed there
-            self._open_pool()
+            self._forked()  # by two processes mixes their answers), and their threads stayed there
         dead = repeated = 0
         while True:
             conn, live = None, False
@@ -171,11 +181,11 @@ class Connections:
         whose reconnection attempt gave up starts another only when asked)."""
         from psycopg_pool import PoolTimeout
 
-        deadline = time.monotonic() + self.timeout
+        deadline, pool = time.monotonic() + self.timeout, self._pool  # the connection goes back where it came from
         while True:
             left = deadline - time.monotonic()
             try:
-                conn = self._pool.getconn(timeout=max(min(_ASK_SECONDS, left), 0.001))
+                conn = pool.getconn(timeout=max(min(_ASK_SECONDS, left), 0.001))
                 break
             except PoolTimeout:
                 if left <= _ASK_SECONDS:
@@ -184,9 +194,10 @@ class Connections:
             with conn:  # a pooled connection is not closed here: committed or rolled back, then returned
                 yield conn
         finally:
-            self._pool.putconn(conn)
+            pool.putconn(conn)
 
     def close(self) -> None:
+        self._closed = True
         if self._pid == os.getpid():  # a child leaves its parent's pool to the parent
             self._pool.close()
 
@@ -194,6 +205,7 @@ class Connections:
 #: Pools a forked child inherited: kept, never closed there (closing a connection ends its server session, the
 #: parent's).
 _INHERITED: list[Any] = []
+_FORKS = threading.Lock()  # one new pool per store in a child, however many of its threads call at once
 
 
 def checked(conn: Any, seconds: float) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import inspect
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
@@ -23,19 +24,27 @@ __all__ = [
 SESSION_CACHES = 256
 
 
-class Bounded(dict):  # type: ignore[type-arg]
-    """A dict of at most ``most`` entries: one more set forgets the one set longest ago (a cache per session,
-    whose sessions come and go)."""
+class Bounded(OrderedDict):  # type: ignore[type-arg]
+    """A dict of at most ``most`` entries: one more forgets the one used longest ago (read or set; a cache per
+    session, whose sessions come and go). Used under its owner's lock."""
 
     def __init__(self, most: int) -> None:
         super().__init__()
         self.most = most
 
+    def __getitem__(self, key: Any) -> Any:
+        value = super().__getitem__(key)
+        self.move_to_end(key)
+        return value
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        return self[key] if key in self else default
+
     def __setitem__(self, key: Any, value: Any) -> None:
-        self.pop(key, None)  # a key set again is the newest
         super().__setitem__(key, value)
+        self.move_to_end(key)
         while len(self) > self.most:
-            del self[next(iter(self))]
+            self.popitem(last=False)
 
 Tier = Literal["working", "archive"]
 TIERS: tuple[Tier, ...] = ("working", "archive")

@@ -327,8 +327,8 @@ class SQLiteStore(SQLiteKeys, SQLiteEmbeddings, SearchMixin, BaseStore):
             conn.execute("DELETE FROM sessions WHERE session = ?", (session,))
 
         self._write(session, write)
-        self._caches.pop(session, None)
-        self._versions.pop(session, None)
+        with self._lock:
+            self._caches.pop(session, None), self._versions.pop(session, None)
 
     # -- reads -------------------------------------------------------------------
     def _decode(self, session: str, rows: list[Any], vectors: dict[int, np.ndarray | None] | None = None) -> list[StoredUnit]:
