@@ -315,3 +315,14 @@ class _Watchdog:
 
 _WATCHDOG = _Watchdog()
 
+
+def _after_fork_in_child() -> None:
+    """A forked child starts with no watchdog thread and free locks (one held at the fork would stay held)."""
+    global _FORKS
+    _WATCHDOG.__init__()  # type: ignore[misc]
+    _FORKS = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
