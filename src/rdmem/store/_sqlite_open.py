@@ -186,6 +186,6 @@ def forked(where: str, parent: int) -> StoreError:
     its own, and corrupted the file when a third process wrote. (A child that opened the file anew beside the
     inherited connection still corrupted it in that test: SQLite keeps per-process state of the file.)"""
     return StoreError(f"{where}: opened in process {parent}, used in process {os.getpid()}, forked from it: an SQLite "
-                      f"connection must not cross a fork (it loses or corrupts data); open the store in each "
-                      f"process (create the MemoryManager after the fork: gunicorn without --preload, or in its "
-                      f"post_fork hook; Celery's worker_process_init)")
+                      f"connection must not cross a fork (it loses or corrupts data); open the store only in the "
+                      f"processes that use it (with gunicorn --preload or a Celery prefork pool: in each worker, "
+                      f"never at import in the parent)")
