@@ -29,8 +29,8 @@ budget must be > 0 tokens, got 0 True
 from __future__ import annotations
 
 __all__ = [
-    "RdmemError", "InvalidInput", "InvalidType", "MissingDependency", "StoreError", "WriteOutcomeUnknown", "DuplicateIdError",
-    "UnknownIdError", "VersionConflict",
+    "RdmemError", "InvalidInput", "InvalidType", "MissingDependency", "StoreError", "WriteOutcomeUnknown",
+    "DuplicateIdError", "UnknownIdError", "VersionConflict",
 ]
 
 

@@ -21,9 +21,10 @@ as soon as it is in the state (``after_model``, ``post_model_hook``). The
 graph's state is left whole. The session is the run's ``thread_id`` unless
 ``session=`` names one (a name, or a callable of the run's config that returns
 one); an agent run by another agent's tool (which LangGraph hands its
-caller's ``thread_id``) has no memory unless ``session=`` gives it one. With a persistent ``store`` a new process continues a
-thread's memory even when its checkpointer forgot it. A run with neither (an
-agent without a checkpointer, called without a ``thread_id``) has no memory:
+caller's ``thread_id``) has no memory unless ``session=`` gives it one. With a
+persistent ``store`` a new process continues a thread's memory even when its
+checkpointer forgot it. A run with neither (an agent without a checkpointer,
+called without a ``thread_id``) has no memory:
 its own messages are fitted, nothing is read or stored, as at every other
 door (two users of one agent never see each other's messages). Needs
 ``pip install 'rdmem[langchain]'``.
@@ -241,8 +242,8 @@ class RdmemMiddleware(AgentMiddleware):  # type: ignore[misc,valid-type]
     """A LangChain v1 agent middleware: every model call gets what fits ``budget`` tokens, the system
     prompt included; the agent's state keeps every message. Settings as for :class:`~rdmem.MemoryManager`
     (``store``, ``policy``, ``embedder``, ...); ``session`` fixes the rdmem session, or names it from the
-    run's config when it is a callable (default: the run's ``thread_id``, none for a run nested in another
-    graph's node: :meth:`RdmemContext.current_session`).
+    run's config when it is a callable (default: the run's ``thread_id``, none for an agent run by another
+    agent's tool: :meth:`RdmemContext.current_session`).
 
     >>> RdmemMiddleware(budget=0)
     Traceback (most recent call last):

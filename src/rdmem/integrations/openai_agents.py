@@ -56,9 +56,10 @@ _CALLS = {"function_call": "arguments", "custom_tool_call": "input"}  # call typ
 #: What the runner answers with an output of the same id, and those outputs (as the SDK's own
 #: ``_tool_invocation`` pairs them): the two are one group to rdmem, so no context has an output without its call.
 _LOCAL_CALLS = ("apply_patch_call", "computer_call", "local_shell_call", "mcp_approval_request", "shell_call")
-_OUTPUTS = {"function_call_output": "call_id", "custom_tool_call_output": "call_id", "apply_patch_call_output": "call_id",
-            "computer_call_output": "call_id", "local_shell_call_output": "call_id", "shell_call_output": "call_id",
-            "mcp_approval_response": "approval_request_id"}  # output type -> field naming its call
+_OUTPUTS = {  # output type -> the field naming the call it answers
+    "function_call_output": "call_id", "custom_tool_call_output": "call_id", "apply_patch_call_output": "call_id",
+    "computer_call_output": "call_id", "local_shell_call_output": "call_id", "shell_call_output": "call_id",
+    "mcp_approval_response": "approval_request_id"}
 _CALL_FIELDS = ("type", "id", "call_id", "status")  # what a local tool's call has besides its arguments
 
 
@@ -70,7 +71,8 @@ def _call(item: dict[str, Any]) -> dict[str, Any] | None:
         cid, name, arguments = item["call_id"], item["name"], item.get(_CALLS[kind]) or "{}"
     elif kind in _LOCAL_CALLS:
         cid, name = item.get("id" if kind == "mcp_approval_request" else "call_id"), str(kind)
-        arguments = json.dumps({k: v for k, v in item.items() if k not in _CALL_FIELDS}, ensure_ascii=False, default=str)
+        arguments = json.dumps({k: v for k, v in item.items() if k not in _CALL_FIELDS}, ensure_ascii=False,
+                               default=str)
     else:
         return None
     return {"id": cid, "type": "function", "function": {"name": name, "arguments": arguments}} \
@@ -120,7 +122,7 @@ def _output(output: Any) -> str:
         return output
     if isinstance(output, list) and all(isinstance(p, Mapping) and p.get("type") for p in output):
         return _text(output)  # content parts
-    if isinstance(output, list) and all(isinstance(p, Mapping) and "stdout" in p for p in output):
+    if _records(output):
         return "\n".join(filter(None, (str(p.get(k) or "") for p in output for k in ("stdout", "stderr"))))
     return json.dumps(output, ensure_ascii=False, default=str)
 
@@ -222,9 +224,14 @@ def _cut_output(item: dict[str, Any], text: str) -> dict[str, Any]:
     output = item.get("output")
     if isinstance(output, str) or item.get("type") in ("function_call_output", "custom_tool_call_output"):
         return {**item, "output": text}
-    if isinstance(output, list) and output and isinstance(output[0], Mapping) and "stdout" in output[0]:
+    if _records(output) and output:
         return {**item, "output": [{**output[0], "stdout": text, "stderr": ""}]}
     return item
+
+
+def _records(output: Any) -> bool:
+    """Whether ``output`` is a shell's: a list of records with ``stdout`` (and ``stderr``, ``outcome``)."""
+    return isinstance(output, list) and all(isinstance(p, Mapping) and "stdout" in p for p in output)
 
 
 def _agent_name(agent: Any) -> Any:

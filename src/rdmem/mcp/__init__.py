@@ -29,5 +29,6 @@ from ._server import (
     Refused, Remembered, SessionAccess, SessionList, SessionSummary, StoreSessions, create_mcp_server,
 )
 
-__all__ = ["create_mcp_server", "HTTPEndpoint", "Refused", "CALLER", "SessionAccess", "StoreSessions", "ChatMessage", "Remembered", "Hit", "Recalled",
-           "ModelContext", "Forgotten", "Decision", "Explanation", "SessionSummary", "SessionList", "SESSIONS_URI"]
+__all__ = ["create_mcp_server", "HTTPEndpoint", "Refused", "CALLER", "SessionAccess", "StoreSessions", "ChatMessage",
+           "Remembered", "Hit", "Recalled", "ModelContext", "Forgotten", "Decision", "Explanation", "SessionSummary",
+           "SessionList", "SESSIONS_URI"]

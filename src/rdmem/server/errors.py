@@ -69,9 +69,13 @@ def _json(status: int, code: str, message: str, headers: dict[str, str] | None =
 
 
 def store_unavailable(request: Request, exc: StoreError) -> tuple[str, str]:
-    """Log a store failure under a new error id; the id and what the client is told (a 503, retry soon)."""
+    """Log a store failure under a new error id; the id and what the client is told (a 503: retry soon, or, for a
+    write whose outcome is unknown, read first: a retry of a write that landed stores it twice)."""
     error_id = _new_error_id()
     log.error("store error %s on %s %s: %s", error_id, request.method, request.url.path, exc)
+    if isinstance(exc, WriteOutcomeUnknown):
+        return error_id, (f"the store went away during the write (error {error_id}; see the server's log): it may "
+                          f"have been stored; read before sending it again")
     return error_id, f"the store is unavailable (error {error_id}; see the server's log)"
 
 
@@ -216,10 +220,8 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(WriteOutcomeUnknown)
     async def outcome_unknown(request: Request, exc: WriteOutcomeUnknown) -> JSONResponse:
-        # Not "retry": a retry of a write that did land stores it twice (mem0 and REST adds without ids).
-        error_id, message = store_unavailable(request, exc)
-        return _json(503, "write_outcome_unknown", message.replace("is unavailable", "went away during the write") +
-                     ": it may have been stored; read before sending it again", error_id=error_id)
+        error_id, message = store_unavailable(request, exc)  # no Retry-After: read before sending it again
+        return _json(503, "write_outcome_unknown", message, error_id=error_id)
 
     @app.exception_handler(MissingDependency)
     async def missing_dependency(request: Request, exc: MissingDependency) -> JSONResponse:

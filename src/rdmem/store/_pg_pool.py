@@ -22,6 +22,7 @@ the calls waiting when the database comes back are served at once.
 
 from __future__ import annotations
 
+import functools
 import heapq
 import itertools
 import logging
@@ -111,7 +112,7 @@ class Connections:
         self.where = where
         self.timeout = timeout
         self._new_pool = lambda: _pool_class()(
-            url, min_size=1, max_size=size, open=False, name="rdmem", timeout=timeout,
+            url, min_size=1, max_size=size, open=False, name="rdmem", timeout=timeout, check_timeout=timeout,
             kwargs={"autocommit": True, "connect_timeout": max(int(connect_timeout), 1), **_tcp_settings(url, timeout)},
             configure=configure, reconnect_timeout=_RECONNECT_SECONDS,
         )
@@ -119,7 +120,6 @@ class Connections:
 
     def _open_pool(self) -> None:
         pool = self._new_pool()
-        pool.rdmem_timeout = self.timeout
         pool.open(wait=False)
         self._pool, self._pid, self._closed = pool, os.getpid(), False
 
@@ -211,7 +211,6 @@ _FORKS = threading.Lock()  # one new pool per store in a child, however many of 
 def checked(conn: Any, seconds: float) -> None:
     """``conn`` answers an empty query within ``seconds``, else it is cut (its socket shut down: a server that
     stopped answering without closing it) and closed; raises psycopg's ``OperationalError`` then."""
-    psycopg = import_psycopg()
     ping = _WATCHDOG.watch(conn, seconds)
     try:
         conn.execute("")
@@ -219,19 +218,23 @@ def checked(conn: Any, seconds: float) -> None:
         answered = _WATCHDOG.done(ping)
     if not answered:  # cut as it answered: not to be used
         conn.close()
-        raise psycopg.OperationalError(f"the connection did not answer within {seconds:g} s: cut")
+        raise import_psycopg().OperationalError(f"the connection did not answer within {seconds:g} s: cut")
 
 
+@functools.cache
 def _pool_class() -> Any:
     """psycopg_pool's ``ConnectionPool`` whose ``check()`` checks each idle connection as a call does
-    (:func:`checked`: under the watchdog, so that a frozen server does not hold it)."""
+    (:func:`checked`, within ``check_timeout`` seconds: under the watchdog, so that a frozen server does not
+    hold it)."""
     from psycopg_pool import ConnectionPool
 
     class Pool(ConnectionPool):  # type: ignore[misc]
-        rdmem_timeout = 5.0
+        def __init__(self, *args: Any, check_timeout: float, **kwargs: Any) -> None:
+            self.check_timeout = check_timeout
+            super().__init__(*args, **kwargs)
 
         def check_connection(self, conn: Any) -> None:  # type: ignore[override]
-            checked(conn, self.rdmem_timeout)
+            checked(conn, self.check_timeout)
 
     return Pool
 

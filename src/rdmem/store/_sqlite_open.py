@@ -14,7 +14,7 @@ from urllib.parse import quote
 from ._sqlite_schema import SCHEMA_VERSION, create_or_upgrade, read_version
 from ._types import StoreError
 
-__all__ = ["open_file", "forked", "retry", "in_transaction"]
+__all__ = ["open_file", "refuse_if_forked", "retry", "in_transaction"]
 
 _HEADER = b"SQLite format 3\x00"
 _T = TypeVar("_T")
@@ -180,12 +180,14 @@ def _quick_check(conn: sqlite3.Connection, where: str) -> None:
                          "refusing to use it (nothing was changed). Restore it from a backup")
 
 
-def forked(where: str, parent: int) -> StoreError:
-    """The error of a store used in a process forked after it was opened. SQLite's connection must not cross a
-    fork (sqlite.org/howtocorrupt.html): used in the child, it lost the child's commits once the parent closed
-    its own, and corrupted the file when a third process wrote. (A child that opened the file anew beside the
-    inherited connection still corrupted it in that test: SQLite keeps per-process state of the file.)"""
-    return StoreError(f"{where}: opened in process {parent}, used in process {os.getpid()}, forked from it: an SQLite "
-                      f"connection must not cross a fork (it loses or corrupts data); open the store only in the "
-                      f"processes that use it (with gunicorn --preload or a Celery prefork pool: in each worker, "
-                      f"never at import in the parent)")
+def refuse_if_forked(where: str, parent: int) -> None:
+    """Refuse a store used in a process forked after it was opened (in ``parent``). SQLite's connection must not
+    cross a fork (sqlite.org/howtocorrupt.html): used in the child, it lost the child's commits once the parent
+    closed its own, and corrupted the file when a third process wrote. (A child that opened the file anew beside
+    the inherited connection still corrupted it in that test: SQLite keeps per-process state of the file.)"""
+    if os.getpid() == parent:
+        return
+    raise StoreError(f"{where}: opened in process {parent}, used in process {os.getpid()}, forked from it: an SQLite "
+                     f"connection must not cross a fork (it loses or corrupts data); open the store only in the "
+                     f"processes that use it (with gunicorn --preload or a Celery prefork pool: in each worker, "
+                     f"never at import in the parent)")

@@ -25,7 +25,7 @@ from ._dense import Dense
 from ._fts import LEXICAL_ROWS, check_lexical_rows
 from ._sqlite_embeddings import SQLiteEmbeddings
 from ._sqlite_keys import SQLiteKeys
-from ._sqlite_open import forked, in_transaction, open_file, retry
+from ._sqlite_open import in_transaction, open_file, refuse_if_forked, retry
 from ._sqlite_schema import CLOSE_UP, RETIRE, SCHEMA_VERSION, retired_next_auto, session_range
 from ._sqlite_search import DENSE_ROWS, FTS_CREATE, FTS_TOKENIZE, SearchMixin, SessionCache, check_dense_rows, fts_table
 from ._types import (SESSION_CACHES, Bounded, Changes, SessionInfo, StoredUnit, StoreError, Tier, VersionConflict,
@@ -108,13 +108,13 @@ class SQLiteStore(SQLiteKeys, SQLiteEmbeddings, SearchMixin, BaseStore):
         self.where = f"SQLite store {self.path}"
         self.synchronous = synchronous
         self.timeout = float(timeout)
-        self.lexical_rows = lexical_rows
-        self.dense_rows = check_dense_rows(dense_rows)
+        self.lexical_rows, self.dense_rows = lexical_rows, check_dense_rows(dense_rows)
         self.readonly, self._pid = bool(readonly), os.getpid()
         self._caches: dict[str, SessionCache] = Bounded(SESSION_CACHES)
         self._versions: dict[str, tuple[int, int]] = {}  # session -> (version, reset), while data_version holds
-        self._conn: sqlite3.Connection | None = open_file(self.path, where=self.where, timeout=self.timeout,
-                                                          synchronous=synchronous, readonly=self.readonly, create=create)
+        self._conn: sqlite3.Connection | None = open_file(
+            self.path, where=self.where, timeout=self.timeout, synchronous=synchronous, readonly=self.readonly,
+            create=create)
         self._data_version = self._pragma("data_version")
 
     # -- plumbing --------------------------------------------------------------
@@ -122,8 +122,7 @@ class SQLiteStore(SQLiteKeys, SQLiteEmbeddings, SearchMixin, BaseStore):
     def _db(self) -> sqlite3.Connection:
         if self._conn is None:
             raise StoreError(f"{self.where}: used after close()")
-        if self._pid != os.getpid():  # a forked child: its parent's connection is not to be touched there
-            raise forked(self.where, self._pid)
+        refuse_if_forked(self.where, self._pid)  # a forked child: its parent's connection is not to be touched there
         return self._conn
 
     def _close(self) -> None:
@@ -328,7 +327,8 @@ class SQLiteStore(SQLiteKeys, SQLiteEmbeddings, SearchMixin, BaseStore):
 
         self._write(session, write)
         with self._lock:
-            self._caches.pop(session, None), self._versions.pop(session, None)
+            for cache in (self._caches, self._versions):
+                cache.pop(session, None)
 
     # -- reads -------------------------------------------------------------------
     def _decode(self, session: str, rows: list[Any], vectors: dict[int, np.ndarray | None] | None = None) -> list[StoredUnit]:
