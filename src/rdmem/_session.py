@@ -11,7 +11,7 @@ from __future__ import annotations
 import gc
 import hashlib
 import threading
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, nullcontext
 from typing import Any
 
@@ -323,6 +323,26 @@ class SessionView:
         tail = tail[-want:]
         m, d = resend_alignment([k for _, k in tail], [_digest(resend_key(x)) for x in messages])
         return list(range(m, len(messages))), [i for i, _ in tail[len(tail) - d:]] if d else []
+
+    def resent_by(self, messages: Sequence[Mapping[str, Any]], identity: Callable[[Mapping[str, Any]], str | None],
+                  slack: int = 8) -> tuple[list[int], list[int]] | None:
+        """For a client whose messages carry ids of their own (LangGraph's), resending a history it may have
+        edited (a message removed, a summary in place of the oldest): ``(new, inserted)``, the positions after
+        the last of ``messages`` that the newest ``len(messages) + slack`` stored messages hold (compared on
+        ``identity`` of the message as given) that the session does not have, and those before it that it does
+        not have (put into the past: they cannot be stored there). ``None`` when it holds none of them."""
+        want = len(messages) + slack
+        held = [u.id for u in self.units[-want:]]
+        older = self.store.pick(self.session, places=range(max(0, self.start - (want - len(held))), self.start)) \
+            if len(held) < want and self.start > 0 else []
+        keys = {identity(su.message) for su in [*older, *self.store.pick(self.session, ids=held)]} - {None}
+        mine = [identity(m) for m in messages]
+        known = [i for i, k in enumerate(mine) if k in keys]
+        if not known:
+            return None
+        last = known[-1]
+        return ([i for i in range(last + 1, len(messages)) if mine[i] not in keys],
+                [i for i in range(last) if mine[i] not in keys])
 
     def _key(self, unit: MemoryUnit) -> bytes:
         """The digest of the unit's :func:`~rdmem.history.resend_key` (its fields sent to the model), made once

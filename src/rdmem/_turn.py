@@ -13,7 +13,7 @@ trimmed in line, so that it stays bounded when no worker runs).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,13 +30,15 @@ __all__ = ["Turn", "take_turn", "store_following", "store_untrimmed"]
 class Turn:
     """What :func:`take_turn` did: the positions of the messages it stored (``new``) and their ids, the ids
     of stored messages the client no longer has at the end (``dropped``; deleted when ``replace`` allowed
-    it), and the context (``None`` when none was asked for)."""
+    it), the context (``None`` when none was asked for), and the positions of messages not stored because
+    they came before messages the session holds (``inserted``: only with ``identity``)."""
 
     new: list[int] = field(default_factory=list)
     ids: list[str] = field(default_factory=list)
     dropped: list[str] = field(default_factory=list)
     deleted: bool = False
     context: Compaction | None = None
+    inserted: list[int] = field(default_factory=list)
 
 
 def take_turn(
@@ -48,6 +50,7 @@ def take_turn(
     charge: Callable[[list[Message]], AbstractContextManager[object]] | None = None,
     log: dict[str, Any] | None = None,
     follows: int = 0,
+    identity: Callable[[Mapping[str, Any]], str | None] | None = None,
 ) -> Turn:
     """Store what ``messages`` (a resent history, parsed once by the caller) adds to ``mem``'s session, and
     build the context ``(query, budget)`` if asked, from one read of the session.
@@ -66,11 +69,22 @@ def take_turn(
     session holds the whole history followed by another reply (the client retried the request, and the
     retry's reply was stored first), nothing is stored either: one question, one reply (the later one, which
     the client went on with).
+
+    ``identity``: the id a message carries of its own (a LangGraph message's), for a client that may edit the
+    history it resends. When the resend is not the stored history followed by new messages (a message
+    removed from the middle, a summary in place of the oldest), the messages are lined up by it instead
+    (:meth:`~rdmem._session.SessionView.resent_by`): new are those after the last one the session holds; those before it that
+    it does not hold are not stored (``Turn.inserted``); nothing is deleted.
     """
     with mem._lock:
         for attempt in range(_RETRIES):
             view = mem._sync()  # the one read: a version check, and what others wrote since, if anything
             new, dropped = view.resent([m.chat for m in messages])
+            inserted: list[int] = []
+            if identity is not None and (dropped or (new[:1] == [0] and view.size[0])):  # not a plain resend
+                by_id = view.resent_by([m.original() for m in messages], identity)
+                if by_id is not None:
+                    (new, inserted), dropped = by_id, []
             if follows and dropped and new and (new[0] < follows or _answered(view, dropped[0])):  # superseded
                 store_untrimmed(mem, [], log=log)  # the request's record alone
                 return Turn([], [], dropped)
@@ -90,7 +104,7 @@ def take_turn(
         if context is not None:
             query, budget = context
             ctx = mem._context(view, query, budget, warn=False)
-        return Turn(new, ids, dropped, deleted, ctx)
+        return Turn(new, ids, dropped, deleted, ctx, inserted)
 
 
 def _answered(view: Any, first: str) -> bool:

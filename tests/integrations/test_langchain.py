@@ -21,8 +21,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from langchain.agents import create_agent
+from langchain.agents.middleware import SummarizationMiddleware
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
-from langchain_core.messages import (AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage,
+from langchain_core.messages import (AIMessage, BaseMessage, HumanMessage, RemoveMessage, SystemMessage, ToolMessage,
                                      convert_to_messages, messages_from_dict)
 from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
@@ -459,3 +460,43 @@ def test_a_tool_call_too_large_to_send_is_said(tmp_path):
                          middleware=[RdmemMiddleware(budget=2000, policy="window", store=f"sqlite:///{tmp_path}/m.db")])
     with pytest.warns(RuntimeWarning, match="of the turn in progress .* cannot fit beside the newest user message"):
         agent.invoke({"messages": [HumanMessage("write the report")]}, {"configurable": {"thread_id": "t"}})
+
+
+def test_an_edited_state_is_stored_once_and_in_order(tmp_path):
+    """LangGraph state edits: a RemoveMessage in the middle of the thread made the next resend look new from
+    the removed message on, so every later message was stored again (twice per call: before and after the
+    model); LangChain's SummarizationMiddleware, which puts a summary in place of the oldest messages, stored
+    the kept ones again after the summary. The resend is now lined up by LangGraph's message ids."""
+    store = f"sqlite:///{tmp_path}/m.db"
+    model = RecordingModel(messages=iter([f"reply {i}" for i in range(20)]))
+    middleware = RdmemMiddleware(budget=BUDGET, policy="window", store=store)
+    agent = create_agent(model, tools=[], middleware=[middleware], checkpointer=InMemorySaver())
+    config = {"configurable": {"thread_id": "t"}}
+    for i in range(4):
+        agent.invoke({"messages": [HumanMessage(f"question {i}")]}, config)
+    state = agent.get_state(config).values["messages"]
+    agent.update_state(config, {"messages": [RemoveMessage(id=state[2].id), RemoveMessage(id=state[5].id)]})
+    agent.invoke({"messages": [HumanMessage("question 4")]}, config)
+    history = [m["content"] for m in MemoryManager(budget=BUDGET, policy="window", store=store, session="t").history()]
+    # removed from the state, kept in the session (nothing is deleted: README); nothing stored twice
+    assert history == [f"{kind} {i}" for i in range(5) for kind in ("question", "reply")]
+    # the oldest messages removed (the state trimmed from the front) goes on as before
+    state = agent.get_state(config).values["messages"]
+    agent.update_state(config, {"messages": [RemoveMessage(id=m.id) for m in state[:6]]})
+    agent.invoke({"messages": [HumanMessage("question 5")]}, config)
+    history = [m["content"] for m in MemoryManager(budget=BUDGET, policy="window", store=store, session="t").history()]
+    assert history == [f"{kind} {i}" for i in range(6) for kind in ("question", "reply")]
+
+    summarizer = GenericFakeChatModel(messages=iter([f"SUMMARY {i}" for i in range(20)]))
+    model = RecordingModel(messages=iter([f"reply {i}" for i in range(20)]))
+    middleware = RdmemMiddleware(budget=BUDGET, policy="window", store=store)
+    agent = create_agent(model, tools=[], checkpointer=InMemorySaver(), middleware=[
+        SummarizationMiddleware(summarizer, trigger=("messages", 6), keep=("messages", 2)), middleware])
+    config = {"configurable": {"thread_id": "s"}}
+    with pytest.warns(RuntimeWarning, match="come before messages its session holds"):
+        for i in range(6):
+            agent.invoke({"messages": [HumanMessage(f"question {i}")]}, config)
+    assert "summary" in agent.get_state(config).values["messages"][0].content  # LangChain did summarize
+    history = [m["content"] for m in MemoryManager(budget=BUDGET, policy="window", store=store, session="s").history()]
+    assert history == [f"{kind} {i}" for i in range(6) for kind in ("question", "reply")]
+    assert [m.content for m in model.seen[-1]][-3:] == ["question 4", "reply 4", "question 5"]

@@ -125,6 +125,14 @@ def _openai_form(m: BaseMessage) -> dict[str, Any]:
         raise InvalidInput(f"a {m.type} message LangChain cannot put in the OpenAI form: {exc}") from None
 
 
+def _lc_id(message: Mapping[str, Any]) -> str | None:
+    """The id LangGraph gives a state's message (``add_messages``), from the chat dict :func:`to_openai` made."""
+    stored = message.get(LC_KEY)
+    data = stored.get("data") if isinstance(stored, Mapping) else None
+    found = data.get("id") if isinstance(data, Mapping) else None
+    return found if isinstance(found, str) and found else None
+
+
 def from_openai(messages: Sequence[Mapping[str, Any]]) -> list[BaseMessage]:
     """LangChain messages for OpenAI chat dicts: the LangChain message under :data:`LC_KEY` where there
     is one (as it was given), else one made from the chat fields (a marker, a summary, a cut message)."""
@@ -162,6 +170,7 @@ class RdmemContext:
         self._managers: OrderedDict[str, MemoryManager] = OrderedDict()
         self._lock = threading.Lock()
         self._warned_nested = False
+        self._warned_inserted = False
 
     def manager(self, session: str) -> MemoryManager:
         """The manager of ``session``, over the one store of this context (opened on first use)."""
@@ -216,9 +225,18 @@ class RdmemContext:
             return None
         mem = self.manager(session)
         # Lined up and written in one step under the manager's lock, the write conditional on the version read:
-        # two calls of one thread at once (threads, tasks, processes) store each message once, not twice.
-        if take_turn(mem, parse_messages(to_openai(messages), json_extras=True)).new:
+        # two calls of one thread at once (threads, tasks, processes) store each message once, not twice. A
+        # state edited (RemoveMessage, a summary in place of the oldest) is lined up by LangGraph's message ids.
+        turn = take_turn(mem, parse_messages(to_openai(messages), json_extras=True), identity=_lc_id)
+        if turn.new:
             mem.maintain()  # the working set's trim, as extend() does it
+        if turn.inserted and not self._warned_inserted:
+            self._warned_inserted = True
+            warnings.warn(f"rdmem: {len(turn.inserted)} message(s) of the agent's state come before messages its "
+                          f"session holds (a summary that replaced older messages, an edited state): they are not "
+                          f"stored, and the model is given the session's context, which holds the messages "
+                          f"themselves; a message removed from the state stays in the session (delete it there "
+                          f"too)", RuntimeWarning, stacklevel=2)
         return mem
 
     def fit(self, messages: Sequence[BaseMessage], system: SystemMessage | None = None) -> list[BaseMessage]:
