@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import warnings
 
@@ -367,3 +368,31 @@ def test_close_leaves_a_store_given_as_an_object_to_its_giver(tmp_path):
         opened = mem.store
     with pytest.raises(rdmem.StoreError, match="used after close"):
         opened.version("s")  # a store the manager opened from its URL is closed with it
+
+
+@pytest.mark.parametrize("store", ["memory://", None, "sqlite"])
+def test_a_closed_manager_says_so_instead_of_starting_over(tmp_path, store):
+    """A manager used after close() opened its store again: over memory:// (the default) that was a new, empty
+    store, so history() said [] and context() forgot everything, without a word."""
+    spec = f"sqlite:///{tmp_path / 'm.db'}" if store == "sqlite" else store
+    mem = MemoryManager(budget=1000, policy="window", store=spec)
+    mem.add(role="user", content="my card PIN is 4711")
+    mem.close()
+    mem.close()  # twice: harmless
+    for use in (mem.history, lambda: mem.add(role="user", content="more"), lambda: mem.context("PIN?"), mem.__len__):
+        with pytest.raises(rdmem.StoreError, match="this MemoryManager was closed"):
+            use()
+    never_used = MemoryManager(budget=1000, policy="window", store=spec)
+    never_used.close()
+    with pytest.raises(rdmem.StoreError, match="was closed"):
+        never_used.history()
+
+
+def test_a_closed_async_manager_says_so_too():
+    async def scenario() -> None:
+        async with rdmem.AsyncMemoryManager(budget=1000, policy="window") as mem:
+            await mem.add(role="user", content="hello")
+        with pytest.raises(rdmem.StoreError, match="was closed"):
+            await mem.history()
+
+    asyncio.run(scenario())

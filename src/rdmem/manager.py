@@ -12,7 +12,7 @@ from ._session import SessionView, new_unit
 from .compaction import Compaction, compact_units
 from .contract import Composed, Policy
 from .embed import Embedder
-from .errors import InvalidInput, InvalidType
+from .errors import InvalidInput, InvalidType, StoreError
 from .history import pending_call
 from .messages import Message, parse_message, parse_messages
 from .policies import for_working_set, get_policy
@@ -129,10 +129,10 @@ class MemoryManager:
         self._tokenizer_spec, self._overhead = tokenizer, message_overhead
         self._embedder_spec, self._store_spec = embedder, store
         self._embedder_obj: Any = _UNSET
-        self._view: SessionView | None = None
+        self._view: SessionView | None = None  # opened on first use (:meth:`_session`)
         self._lock = threading.RLock()
         self._learning = OnlineLearning(self.policy, session)
-        self._settings_saved = False
+        self._settings_saved = self._closed = False
 
     # -- the session's state, from the store ---------------------------------------------
     @property
@@ -142,6 +142,8 @@ class MemoryManager:
     def _session(self) -> SessionView:
         """The view of the session, created on first use (tokenizer and store are opened then)."""
         if self._view is None:
+            if self._closed:  # opened again, ``memory://`` would be a new, empty store: messages silently lost
+                raise StoreError(f"session {self.session!r}: this MemoryManager was closed (make a new one)")
             tok = get_tokenizer(self._tokenizer_spec, message_overhead=self._overhead)
             self._view = SessionView(open_store(self._store_spec), self.session, tok)
         return self._view
@@ -175,12 +177,10 @@ class MemoryManager:
     def add(self, message: Mapping[str, Any] | None = None, /, **fields: Any) -> str:
         """Append one message (a dict, or ``role=``, ``content=``, ``id=``... keywords); return its id.
 
-        Without an ``id`` the store gives it one (``m0``, ``m1``, ..., skipping
-        ids already taken). An ``id`` the session already has is a
-        :class:`ValueError` and changes nothing. Fields the chat API does not
-        know are stored with the message and given back by :meth:`history`,
-        never sent to the model. The message is stored before this returns;
-        the working set is compacted if it passed the high watermark.
+        Without an ``id`` the store gives it one (``m0``, ``m1``, ..., skipping ids already taken). An ``id``
+        the session already has is a :class:`ValueError` and changes nothing. Fields the chat API does not know
+        are stored with the message and given back by :meth:`history`, never sent to the model. The message is
+        stored before this returns; the working set is compacted if it passed the high watermark.
         """
         if message is not None and fields:
             raise InvalidType("pass either a message dict or keyword fields, not both")
@@ -433,11 +433,11 @@ class MemoryManager:
 
     # -- lifecycle -------------------------------------------------------------------------
     def close(self) -> None:
-        """Close the store this manager opened (one given as an object is the giver's to close)."""
+        """Close the store this manager opened (not one given as an object); using it after is a StoreError."""
         with self._lock:
             if self._view is not None and self._view.store is not self._store_spec:
                 self._view.store.close()
-            self._view = None
+            self._view, self._closed = None, True
 
     def __enter__(self) -> MemoryManager:
         return self
