@@ -223,6 +223,11 @@ def test_a_worker_that_cannot_start_again_gives_its_connections_to_the_live_ones
         server = rdmem_serve("--store", pg.url, "--workers", "2", "--policy", "window")
         workers = [pid for pid, cmd in _children(server.proc.pid) if "resource_tracker" not in cmd]
         assert len(workers) == 2
+        port = int(server.url.rsplit(":", 1)[1])
+        deadline = time.monotonic() + 60  # 'listening' is the parent's bind: each worker listens once started
+        while not all(_listens(pid, port) for pid in workers):  # (a database stopped before then: both exit)
+            assert time.monotonic() < deadline, "the workers did not start listening within 60 s"
+            time.sleep(0.1)
         pg.stop()
         os.kill(workers[0], signal.SIGKILL)
         time.sleep(2)  # its replacement fails to start (exit 3) at least once meanwhile
@@ -243,6 +248,23 @@ def test_a_worker_that_cannot_start_again_gives_its_connections_to_the_live_ones
         assert "exited with 3; starting another" in server.output()
     finally:
         pg.close()
+
+
+def _listens(pid: int, port: int) -> bool:
+    """Whether process ``pid`` holds a TCP socket listening on ``port`` (from /proc)."""
+    import os
+
+    listening = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table) as f:
+            for row in f.read().splitlines()[1:]:
+                fields = row.split()
+                if fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:  # 0A: LISTEN
+                    listening.add(f"socket:[{fields[9]}]")
+    try:
+        return any(os.readlink(f"/proc/{pid}/fd/{fd}") in listening for fd in os.listdir(f"/proc/{pid}/fd"))
+    except OSError:
+        return False
 
 
 def _children(pid: int) -> list[tuple[int, str]]:
