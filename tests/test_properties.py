@@ -139,3 +139,25 @@ def test_a_resend_lines_up_with_what_is_stored(stored, new, dropped):
         assert m >= len(kept)  # the usual resend: the whole of it is found
     if kept and not new and len(set(stored)) == len(stored):
         assert (m, d) == (len(kept), len(stored) - len(kept))  # a regenerate, on distinct messages
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.booleans(), min_size=1, max_size=12), st.integers(0, 3))
+def test_one_user_s_chats_interleaved_in_one_session_line_up(order, new):
+    """Two chats of one end user stored turn by turn in one session (the proxy's ``user`` sessions): chat A's
+    resend is its own turns, with chat B's between them in the store. Its stored turns are found, its new
+    messages are new, and only B's can be said to be dropped (the plain alignment stored A's turns again)."""
+    turns = {"A": 0, "B": 0}
+    stored: list[dict] = []
+    for is_a in order:
+        chat = "A" if is_a else "B"
+        stored += [{"role": "user", "content": f"{chat} q{turns[chat]}"},
+                   {"role": "assistant", "content": f"{chat} a{turns[chat]}"}]
+        turns[chat] += 1
+    resend = [m for m in stored if m["content"].startswith("A")] + [
+        {"role": "user", "content": f"A new {i}"} for i in range(new)]
+    mem = rdmem.MemoryManager(budget=10_000, policy="window")
+    ids = mem.extend(stored)
+    fresh, dropped = mem.resent(resend)
+    assert fresh == list(range(2 * turns["A"], len(resend)))
+    assert all(stored[ids.index(i)]["content"].startswith("B") for i in dropped)  # A's own are never dropped

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from .features import Features, content_words
-from .history import ToolGroups, resend_alignment, resend_key
+from .history import ToolGroups, resend_alignment, resend_key, resend_with_gaps
 from .messages import chat_fields
 from .scoring._base import WordCounts
 from .store import Changes, NewUnit, Store, StoredUnit
@@ -312,17 +312,27 @@ class SessionView:
     def resent(self, messages: Sequence[Mapping[str, Any]], slack: int = 8) -> tuple[list[int], list[str]]:
         """For a client that resends its history: the positions of ``messages`` the session does not have,
         and the ids of the stored messages it dropped (:func:`~rdmem.history.resend_alignment`), compared
-        on the fields sent to the model, against the newest ``len(messages) + slack`` stored messages."""
+        on the fields sent to the model, against the newest ``len(messages) + slack`` stored messages. A
+        resend that does not line up so is looked for among the newest ``4 * len(messages) + 64`` with other
+        messages between its own (:func:`~rdmem.history.resend_with_gaps`: one end user's chats interleaved
+        in one session, a message deleted in the middle); what that finds is stored, and none is dropped."""
         if not self.size[0] or not messages:
             return list(range(len(messages))), []
-        want = len(messages) + slack
-        tail = [(u.id, self._key(u)) for u in self.units[-want:]]  # as held: no store read
-        if len(tail) < want and self.start > 0:  # a resend longer than the view holds: read the places before it
+        tail, given = self._tail(len(messages) + slack), [_digest(resend_key(x)) for x in messages]
+        m, d = resend_alignment([k for _, k in tail], given)
+        if (d or not m) and (gapped := resend_with_gaps([k for _, k in self._tail(4 * len(messages) + 64)],
+                                                         given)) > m:
+            return list(range(gapped, len(messages))), []
+        return list(range(m, len(messages))), [i for i, _ in tail[len(tail) - d:]] if d else []
+
+    def _tail(self, want: int) -> list[tuple[str, bytes]]:
+        """The ids and resend digests of the session's newest ``want`` messages (as held; the places before
+        the view's read from the store only when it holds fewer)."""
+        tail = [(u.id, self._key(u)) for u in self.units[-want:]]
+        if len(tail) < want and self.start > 0:
             older = self.store.pick(self.session, places=range(max(0, self.start - (want - len(tail))), self.start))
             tail = [(su.id, _digest(resend_key(chat_fields(su.message)))) for su in older] + tail
-        tail = tail[-want:]
-        m, d = resend_alignment([k for _, k in tail], [_digest(resend_key(x)) for x in messages])
-        return list(range(m, len(messages))), [i for i, _ in tail[len(tail) - d:]] if d else []
+        return tail[-want:]
 
     def resent_by(self, messages: Sequence[Mapping[str, Any]], identity: Callable[[Mapping[str, Any]], str | None],
                   slack: int = 8) -> tuple[list[int], list[int]] | None:
@@ -331,11 +341,8 @@ class SessionView:
         the last of ``messages`` that the newest ``len(messages) + slack`` stored messages hold (compared on
         ``identity`` of the message as given) that the session does not have, and those before it that it does
         not have (put into the past: they cannot be stored there). ``None`` when it holds none of them."""
-        want = len(messages) + slack
-        held = [u.id for u in self.units[-want:]]
-        older = self.store.pick(self.session, places=range(max(0, self.start - (want - len(held))), self.start)) \
-            if len(held) < want and self.start > 0 else []
-        keys = {identity(su.message) for su in [*older, *self.store.pick(self.session, ids=held)]} - {None}
+        held = [i for i, _ in self._tail(len(messages) + slack)]
+        keys = {identity(su.message) for su in self.store.pick(self.session, ids=held)} - {None}
         mine = [identity(m) for m in messages]
         known = [i for i, k in enumerate(mine) if k in keys]
         if not known:

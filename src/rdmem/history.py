@@ -27,7 +27,7 @@ from typing import Any, Protocol
 import numpy as np
 
 __all__ = [
-    "ToolGroups", "group_units", "sendable_blocks", "pending_call", "resend_key", "resent_overlap", "resend_alignment", "validate_history", "is_valid_history",
+    "ToolGroups", "group_units", "sendable_blocks", "pending_call", "resend_key", "resent_overlap", "resend_alignment", "resend_with_gaps", "validate_history", "is_valid_history",
     "split_prefix", "speaker_of", "is_transcript_line",
 ]
 
@@ -171,6 +171,32 @@ def resend_alignment(stored_tail: Sequence[Hashable], given: Sequence[Hashable])
             m += 1
         if m > best[0]:
             best = (m, n - p - m)
+    return best
+
+
+def resend_with_gaps(stored_tail: Sequence[Hashable], given: Sequence[Hashable]) -> int:
+    """For a resend that does not line up with the end of what is stored (:func:`resend_alignment` found it
+    diverged): how many messages at the start of ``given`` are stored in that order with other stored messages
+    between them, as when one end user's chats interleave in one session, or a client deleted a message in
+    the middle. Each run after a gap is at least two messages (a question and its answer, say), or the last
+    stored message, so that a new message equal to a stored one of another chat ("ok") is not taken for it.
+
+    >>> resend_with_gaps(["a1", "A1", "b1", "B1", "a2", "A2"], ["a1", "A1", "a2", "A2", "a3"])
+    4
+    >>> resend_with_gaps(["a1", "A1", "b1", "ok", "B1"], ["a1", "A1", "ok"])   # "ok" alone after the gap: new
+    2
+    """
+    n, best = len(stored_tail), 0
+    for p in [p for p in range(n - 1, -1, -1) if given and stored_tail[p] == given[0]][:_STARTS]:
+        i, j = p, 0
+        while j < len(given) and i < n:
+            if stored_tail[i] != given[j]:  # a gap: the run goes on where the next two given messages are stored
+                i = next((q for q in range(i + 1, n) if stored_tail[q] == given[j] and (
+                    q + 1 == n or (j + 1 < len(given) and stored_tail[q + 1] == given[j + 1]))), n)
+                if i == n:
+                    break
+            i, j = i + 1, j + 1
+        best = max(best, j)
     return best
 
 

@@ -321,3 +321,20 @@ def test_a_number_too_long_to_read_is_a_400_naming_it(proxy):
                    headers={"content-type": "application/json", "authorization": "Bearer sk-x"})
     assert r.status_code == 400 and "a number that cannot be read" in r.json()["error"]["message"]
     assert len(upstream.requests) == before
+
+
+def test_a_user_s_two_chats_at_once_store_each_message_once(proxy):
+    """Two chats of one end user (``user``) interleave in one session: each resend of chat A was the session's
+    messages with chat B's between them, which did not line up, so A's earlier turns were stored again on
+    every request (and a reply that followed them was taken for a superseded one and not stored)."""
+    live, upstream = proxy
+    oai = client(live)
+    chats: dict[str, list[dict]] = {"A": [], "B": []}
+    for turn in range(3):
+        for chat in ("A", "B"):
+            chats[chat].append({"role": "user", "content": f"chat {chat}, question {turn}"})
+            upstream.text = f"chat {chat}, answer {turn}"
+            reply = oai.chat.completions.create(model="fake-model", messages=chats[chat], user="dana")
+            chats[chat].append({"role": "assistant", "content": reply.choices[0].message.content})
+    assert stored(live, "dana") == [f"chat {chat}, {kind} {turn}" for turn in range(3) for chat in ("A", "B")
+                                    for kind in ("question", "answer")]
