@@ -23,6 +23,7 @@ from llama_index.core.llms.mock import MockFunctionCallingLLMWithChatMemoryOfLas
 from llama_index.core.memory import BaseMemory  # noqa: E402
 from llama_index.core.tools import FunctionTool, ToolSelection  # noqa: E402
 
+from rdmem import MemoryManager  # noqa: E402
 from rdmem.integrations.llamaindex import LI_KEY, RdmemMemory, from_openai, to_openai  # noqa: E402
 from rdmem.errors import InvalidInput  # noqa: E402
 from rdmem.reconstruct import MARKER  # noqa: E402
@@ -316,3 +317,64 @@ def test_the_example_runs():
     lines = proc.stdout.strip().splitlines()
     assert lines[0] == "Open tonight in Alfama: Tasca do Chico (grilled fish), Pateo 13 (sardines). No peanuts, as you asked."
     assert lines[1].startswith("85 messages stored; the model saw ") and lines[1].endswith("among them: True")
+
+
+@pytest.mark.parametrize("store", ["sqlite", None])
+def test_a_memory_given_another_session_id_is_that_session_s(tmp_path, store):
+    """``session_id`` is a pydantic field: assigned (one memory object reused per user) or changed in a
+    ``model_copy(update=...)`` (a template copied per user), the memory went on with the session it was made
+    for: bob's get() answered with alice's PIN, and dave's with carol's address. LlamaIndex's own Memory
+    follows the new id."""
+    spec = f"sqlite:///{tmp_path / 'm.db'}" if store == "sqlite" else None
+    memory = RdmemMemory.from_defaults(session_id="alice", store=spec, policy="window")
+    memory.put(ChatMessage(role="user", content="alice: my card PIN is 4321"))
+    memory.session_id = "bob"
+    memory.put(ChatMessage(role="user", content="bob: hello"))
+    assert [m.content for m in memory.get()] == ["bob: hello"] and memory.manager.session == "bob"
+    template = RdmemMemory.from_defaults(session_id="template", store=spec, policy="window")
+    carol = template.model_copy(update={"session_id": "carol"})
+    dave = template.model_copy(update={"session_id": "dave"})
+    carol.put(ChatMessage(role="user", content="carol: my address is 1 Elm St"))
+    assert dave.get() == [] and [m.content for m in carol.get_all()] == ["carol: my address is 1 Elm St"]
+    assert [m.content for m in template.get_all()] == []
+    # the same store: alice's session still holds alice's message only
+    memory.session_id = "alice"
+    assert [m.content for m in memory.get_all()] == ["alice: my card PIN is 4321"]
+    memory.session_id = "bad\nname"
+    with pytest.raises(InvalidInput, match="session_id"):
+        memory.get()
+
+
+def test_a_context_restored_from_its_dict_goes_on_in_the_same_store(tmp_path):
+    """A workflow Context serialized (``ctx.to_dict``) and restored (``Context.from_dict``), LlamaIndex's way
+    to resume in another process: the memory came back on a new in-memory store, so the next run's turn never
+    reached the SQLite file. It comes back with its store's URL and settings; a store it cannot write (an
+    object, a URL with a password) is said, when written and when restored."""
+    from llama_index.core.workflow import Context, JsonSerializer
+
+    from rdmem.store import MemoryStore
+
+    db = f"sqlite:///{tmp_path / 'm.db'}"
+    llm = MockFunctionCallingLLMWithChatMemoryOfLastCall(max_tokens=5)
+    agent = FunctionAgent(tools=[], llm=llm, system_prompt="Be brief.")
+    memory = RdmemMemory.from_defaults(session_id="alice", store=db, policy="window")
+
+    async def scenario() -> None:
+        ctx = Context(agent)
+        await agent.run(user_msg="first question", ctx=ctx, memory=memory)
+        restored = Context.from_dict(agent, ctx.to_dict(serializer=JsonSerializer()), serializer=JsonSerializer())
+        await agent.run(user_msg="second question", ctx=restored)
+        again = await restored.store.get("memory")
+        assert again.manager.policy.name == "window" and again.manager.session == "alice"
+
+    asyncio.run(scenario())
+    contents = [(m["role"], m["content"]) for m in MemoryManager(budget=1000, policy="window", store=db, session="alice").history()]
+    assert contents == [("user", "first question"), ("assistant", "first question"),  # the mock LLM echoes
+                        ("user", "second question"), ("assistant", "second question")]
+    hidden = RdmemMemory.from_defaults(session_id="bob", store=MemoryStore(), policy="window")
+    with pytest.warns(RuntimeWarning, match="its store \\(an object\\) is not written"):
+        data = hidden.to_dict()
+    with pytest.warns(RuntimeWarning, match="restored without its store"):
+        RdmemMemory.from_dict(data)
+    with pytest.warns(RuntimeWarning, match="postgresql://bob:\\*\\*\\*@db/x"):
+        assert "secret" not in json.dumps(RdmemMemory(session_id="c", store="postgresql://bob:secret@db/x").to_dict())

@@ -198,6 +198,10 @@ def test_constructor_errors():
         RdmemSession("a", manager=mem, budget=50)
     session = RdmemSession("a", manager=mem)
     assert isinstance(session, Session)  # the SDK's runtime-checkable protocol
+    # one session object per session: a changed session_id went on reading and writing the first (a user's)
+    with pytest.raises(ValueError, match="an RdmemSession is the session 'a' for good: make one per session"):
+        session.session_id = "b"
+    assert session.session_id == "a"
     assert session.budget == 100 and session.session_settings.limit is None
 
 

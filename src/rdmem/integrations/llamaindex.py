@@ -46,6 +46,7 @@ from ..manager import MemoryManager
 from ..messages import parse_messages
 from ..result import Compaction
 from ..sessions import session_name
+from ..store import redact_url
 from ..tokens import Tokenizer, check_budget, content_text
 
 __all__ = ["LI_KEY", "RdmemMemory", "to_openai", "from_openai", "from_context", "agent_overhead"]
@@ -189,6 +190,7 @@ class RdmemMemory(BaseMemory):
     reserve: int = Field(default=0, description="tokens the agent adds that memory cannot see (system prompt)")
     scratchpad_key: str = Field(default="scratchpad", description="the agent's key for the run's tool calls")
     _manager: MemoryManager = PrivateAttr()
+    _settings: dict[str, Any] = PrivateAttr()
 
     def __init__(self, **kwargs: Any) -> None:
         fields = {k: kwargs.pop(k) for k in list(kwargs) if k in type(self).model_fields}
@@ -200,10 +202,37 @@ class RdmemMemory(BaseMemory):
             raise InvalidInput(f"reserve must be an int >= 0 and below token_limit ({self.token_limit}), "
                              f"got {self.reserve!r}")
         self._manager = MemoryManager(budget=self.token_limit, session=self.session_id, **kwargs)
+        self._settings = kwargs
 
     @classmethod
     def class_name(cls) -> str:
         return "RdmemMemory"
+
+    def to_dict(self, **kwargs: Any) -> dict[str, Any]:
+        """The memory as LlamaIndex serializes a component (a workflow ``Context`` holding it, ``to_dict``):
+        its fields, its store's URL and the manager's settings that are plain values (``policy="window"``...),
+        so that :meth:`from_dict` gives this session in this store again (it gave a new in-memory store, where
+        the next run's turn was lost). A store given as an object, or as a URL with a password, is not written:
+        a ``RuntimeWarning`` says so here and when it is restored (so is an embedder object: the default)."""
+        data = {**super().to_dict(**kwargs), **{k: v for k, v in self._settings.items()
+                                              if k != "store" and isinstance(v, (str, int, float, bool))}}
+        spec = self._settings.get("store")
+        if spec is None or (isinstance(spec, str) and redact_url(spec) == spec):
+            data["store"] = spec
+        else:
+            data["store"], data["store_not_written"] = None, redact_url(spec) if isinstance(spec, str) else "an object"
+            warnings.warn(f"RdmemMemory {self.session_id!r}: its store ({data['store_not_written']}) is not written "
+                          f"with it; restored, it is an in-memory store", RuntimeWarning, stacklevel=2)
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], **kwargs: Any) -> RdmemMemory:  # type: ignore[override]
+        data = {**data, **kwargs}
+        if (lost := data.pop("store_not_written", None)) is not None and data.get("store") is None:
+            warnings.warn(f"RdmemMemory {data.get('session_id')!r} restored without its store ({lost}): it is in "
+                          f"memory only; give the memory again (memory=) to keep the turn", RuntimeWarning,
+                          stacklevel=2)
+        return super().from_dict(data)
 
     @classmethod
     def from_defaults(cls, session_id: str | None = None, token_limit: int = 4000, *, agent: Any = None,
@@ -222,8 +251,15 @@ class RdmemMemory(BaseMemory):
 
     @property
     def manager(self) -> MemoryManager:
-        """The :class:`~rdmem.MemoryManager` of the session (search, explain, stats...)."""
-        return self._manager
+        """The :class:`~rdmem.MemoryManager` of ``session_id`` (search, explain, stats...). A memory whose
+        ``session_id`` was changed (assigned, or in a ``model_copy(update=...)``) is the new session's, in the
+        same store: it kept writing to, and reading from, the session it was made for (another user's)."""
+        mem = self._manager
+        if mem.session != self.session_id:
+            session_name(self.session_id, "session_id")
+            mem = self._manager = MemoryManager(**{**self._settings, "store": mem.store}, budget=self.token_limit,
+                                                session=self.session_id)
+        return mem
 
     def get(self, input: str | ChatMessage | None = None, **kwargs: Any) -> list[ChatMessage]:  # noqa: A002
         """What the model should see besides the agent's own additions: the context for ``input``
@@ -236,7 +272,7 @@ class RdmemMemory(BaseMemory):
         return await asyncio.to_thread(self._fit, input, pending)
 
     def _fit(self, input: str | ChatMessage | None, pending: Sequence[ChatMessage]) -> list[ChatMessage]:  # noqa: A002
-        mem = self._manager
+        mem = self.manager
         used = self.reserve + mem.tokenizer.messages_tokens([_chat(m) for m in pending])
         tail = mem.history(offset=max(0, len(mem) - 64))
         newest = next((m for m in reversed(tail) if m.get("role") == "user"), None)
@@ -255,22 +291,22 @@ class RdmemMemory(BaseMemory):
     def get_all(self) -> list[ChatMessage]:
         """Every message of the session, as it was put (whatever rdmem archived)."""
         return [ChatMessage.model_validate(m[LI_KEY]) if LI_KEY in m else from_openai(m)
-                for m in self._manager.history()]
+                for m in self.manager.history()]
 
     def put(self, message: ChatMessage) -> None:
-        self._manager.add(to_openai(message))
+        self.manager.add(to_openai(message))
 
     def put_messages(self, messages: Sequence[ChatMessage]) -> None:
         """Store ``messages`` in one atomic write."""
         if messages:
-            self._manager.extend([to_openai(m) for m in messages])
+            self.manager.extend([to_openai(m) for m in messages])
 
     def set(self, messages: Sequence[ChatMessage]) -> None:
         """Replace the session's messages with ``messages`` (the old ones are deleted, not archived; what the
         session learned from feedback stays). The new ones are stored first: a list rdmem refuses changes
         nothing, and a store that fails between the two writes leaves both, never neither. The working set is
         trimmed once the old ones are gone, as if the new ones had been put on their own."""
-        mem = self._manager
+        mem = self.manager
         old = mem.working_ids() + mem.archived_ids()
         store_untrimmed(mem, parse_messages([to_openai(m) for m in messages], json_extras=True))
         if old:
@@ -279,4 +315,4 @@ class RdmemMemory(BaseMemory):
 
     def reset(self) -> None:
         """Delete the session's messages for good."""
-        self._manager.clear()
+        self.manager.clear()

@@ -277,7 +277,7 @@ class RdmemSession:
             raise InvalidType(f"manager must be a MemoryManager, got {type(manager).__name__}")
         elif manager.session != session_id:
             raise InvalidInput(f"manager is of session {manager.session!r}, not session_id={session_id!r}")
-        self.session_id = session_id
+        self._session_id = session_id
         self.session_settings = sdk_settings.coerce_session_settings(session_settings) \
             if session_settings is not None else sdk_settings.SessionSettings()
         self.memory = AsyncMemoryManager(manager)
@@ -289,6 +289,15 @@ class RdmemSession:
         self._given = {_agent_name(a) for a in agents} if agents is not None else None
         self._agents: set[str] | None = set(self._given) if self._given is not None else None
         self._passed: set[str] = set()  # agents already warned about
+
+    @property
+    def session_id(self) -> str:
+        return self._session_id
+
+    @session_id.setter
+    def session_id(self, value: object) -> None:  # it went on reading and writing the first session (a user's)
+        raise InvalidInput(f"an RdmemSession is the session {self._session_id!r} for good: make one per session "
+                           f"(RdmemSession({value!r}, store=...)) rather than changing its session_id")
 
     @property
     def budget(self) -> int:
