@@ -65,7 +65,7 @@ def test_tools_have_annotations_and_output_schemas():
     assert by_name["remember"].annotations.destructive_hint is False
     assert by_name["forget"].annotations.destructive_hint is True
     outputs = {n: set(t.output_schema["properties"]) for n, t in by_name.items()}
-    assert outputs["remember"] == {"session", "ids"}
+    assert outputs["remember"] == {"session", "ids", "already_stored"}
     assert {"messages", "tokens", "budget", "kept_ids", "sources"} <= outputs["context"]
     assert outputs["recall"] == {"session", "query", "results"}
     assert outputs["forget"] == {"session", "deleted", "session_deleted"}
@@ -78,7 +78,7 @@ def test_every_tool_answers_with_its_model():
     async def go():
         async with Client(create_mcp_server(policy="window", budget=500, session="trip")) as client:
             first = await ok(client, "remember", content="Remember that I'm allergic to peanuts.")
-            assert first == {"session": "trip", "ids": ["m0"]}
+            assert first == {"session": "trip", "ids": ["m0"], "already_stored": False}
             more = await ok(client, "remember", messages=[
                 {"role": "assistant", "content": None, "tool_calls": [
                     {"id": "c1", "function": {"name": "weather", "arguments": "{}"}}]},
@@ -187,6 +187,35 @@ def test_a_write_whose_outcome_is_unknown_does_not_say_retry():
     text = run(go())
     assert "went away during the write" in text and "may have been stored; recall before remembering it again" in text
     assert "retry" not in text
+
+
+def test_a_remember_retried_with_its_ids_is_stored_once():
+    """A client whose ``remember`` timed out (the store was busy) cannot know whether it was stored: its retry
+    stored the memory twice, and nothing let it say "this is the same one". With ids of its own a retry is
+    answered with the stored ids and ``already_stored``; an id reused for something else is still refused."""
+    from rdmem.store import MemoryStore
+
+    store = MemoryStore()
+
+    async def go():
+        async with Client(create_mcp_server(store=store, policy="window")) as client:
+            first = await ok(client, "remember", content="Pay invoice 42 (EUR 900)", id="inv-42")
+            again = await ok(client, "remember", content="Pay invoice 42 (EUR 900)", id="inv-42")
+            batch = [{"role": "user", "content": "book the 9:40 train", "id": "t1"},
+                     {"role": "assistant", "content": "Booked.", "id": "t2"}]
+            await ok(client, "remember", messages=batch)
+            batch_again = await ok(client, "remember", messages=batch)
+            other = await error(client, "remember", content="Pay invoice 43 (EUR 10)", id="inv-42")
+            both = await error(client, "remember", messages=batch, id="t1")
+            return first, again, batch_again, other, both
+
+    first, again, batch_again, other, both = run(go())
+    assert first == {"session": "default", "ids": ["inv-42"], "already_stored": False}
+    assert again == {"session": "default", "ids": ["inv-42"], "already_stored": True}
+    assert batch_again == {"session": "default", "ids": ["t1", "t2"], "already_stored": True}
+    assert "inv-42" in other and "id names the one message of content" in both
+    assert [u.message["content"] for u in store.load("default")] == [
+        "Pay invoice 42 (EUR 900)", "book the 9:40 train", "Booked."]
 
 
 def test_a_missing_embedding_model_is_a_tool_error_that_says_what_to_install():

@@ -14,6 +14,8 @@ __all__ = ["Remembered", "Hit", "Recalled", "ModelContext", "Forgotten", "Decisi
 class Remembered(BaseModel):
     session: str
     ids: list[str] = Field(description="the stored messages' ids, in order (for forget)")
+    already_stored: bool = Field(False, description="true when these messages were stored already under their "
+                                                    "ids, as given (a retry): nothing was stored again")
 
 
 class Hit(BaseModel):

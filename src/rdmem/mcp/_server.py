@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal, Protocol
 
 from pydantic import Field
 
-from ..errors import InvalidInput, InvalidType, MissingDependency, UnknownIdError, WriteOutcomeUnknown
+from ..errors import DuplicateIdError, InvalidInput, InvalidType, MissingDependency, UnknownIdError, WriteOutcomeUnknown
 
 try:
     from mcp.server.mcpserver import MCPServer
@@ -128,6 +128,19 @@ def _user_errors() -> Iterator[None]:
         error_id = uuid.uuid4().hex[:16]
         log.exception("rdmem mcp: internal error %s", error_id)
         raise ToolError(f"internal error {error_id}; see the server's log") from exc
+
+
+def _remember(access: SessionAccess, name: str, batch: list[dict[str, Any]]) -> Remembered:
+    """Store ``batch`` in session ``name``; a batch stored already under its own ids, as given (a retried write,
+    which is all or nothing), is answered with them, ``already_stored``."""
+    try:
+        return Remembered(session=name, ids=access.extend(name, batch))
+    except DuplicateIdError:
+        ids = [m.get("id") for m in batch]
+        stored = access.manager(name).originals(i for i in ids if isinstance(i, str))
+        if not all(isinstance(i, str) and stored.get(i) == m for i, m in zip(ids, batch, strict=True)):
+            raise
+        return Remembered(session=name, ids=ids, already_stored=True)
 
 
 def _caller() -> str | None:
@@ -246,18 +259,22 @@ def _add_tools(server: MCPServer, sessions_for: Callable[[Any], SessionAccess], 
 
     @server.tool(annotations=_WRITE, structured_output=True)
     def remember(content: str | None = None, role: Literal["user", "assistant", "system", "developer"] = "user",
-                 messages: list[ChatMessage] | None = None, session: _Session = None) -> Remembered:
-        """Store what was said, whole and for good: one message (`content`, `role`) or several chat messages
-        (`messages`, tool calls and results included), in order. Returns their ids."""
+                 messages: list[ChatMessage] | None = None, session: _Session = None,
+                 id: Annotated[str | None, Field(min_length=1)] = None) -> Remembered:  # noqa: A002
+        """Store what was said, whole and for good: one message (`content`, `role`, and its `id` if you give
+        one) or several chat messages (`messages`, tool calls and results included), in order. Returns their
+        ids. With ids of your own, a retry is safe: messages stored already under those ids, as given, are
+        not stored again (a call that timed out may have been stored)."""
         with _user_errors():
             if (content is None) == (messages is None):
                 raise InvalidInput("give content (one message) or messages (a list), not both and not neither")
-            batch = [{"role": role, "content": content}] if content is not None else \
-                [message_dict(m) for m in messages or ()]
+            if id is not None and messages is not None:
+                raise InvalidInput("id names the one message of content; give each of messages its own id")
+            batch = [{"role": role, "content": content, **({} if id is None else {"id": id})}] \
+                if content is not None else [message_dict(m) for m in messages or ()]
             check_text(content, "content", limits)
             check_messages(batch, limits)
-            name = session or default
-            return Remembered(session=name, ids=sessions_for(_REQUEST.get()).extend(name, batch))
+            return _remember(sessions_for(_REQUEST.get()), session or default, batch)
 
     @server.tool(annotations=_READ, structured_output=True)
     def recall(query: Annotated[str, Field(min_length=1)], k: Annotated[int, Field(ge=1, le=200), STRICT_INT] = 10,
