@@ -309,20 +309,30 @@ class SessionView:
         one store read."""
         return {su.id: {"id": su.id, **su.message} for su in self.store.pick(self.session, ids=list(dict.fromkeys(ids)))}
 
-    def resent(self, messages: Sequence[Mapping[str, Any]], slack: int = 8) -> tuple[list[int], list[str]]:
+    def resent(self, messages: Sequence[Mapping[str, Any]], slack: int = 8, *,
+               gaps: bool = True) -> tuple[list[int], list[str]]:
         """For a client that resends its history: the positions of ``messages`` the session does not have,
         and the ids of the stored messages it dropped (:func:`~rdmem.history.resend_alignment`), compared
-        on the fields sent to the model, against the newest ``len(messages) + slack`` stored messages. A
-        resend that does not line up so is looked for among the newest ``4 * len(messages) + 64`` with other
-        messages between its own (:func:`~rdmem.history.resend_with_gaps`: one end user's chats interleaved
-        in one session, a message deleted in the middle); what that finds is stored, and none is dropped."""
+        on the fields sent to the model, against the newest ``len(messages) + slack`` stored messages.
+
+        With ``gaps`` (a session several chats write to: one end user's, an adapter's), a resend that does not
+        line up so is looked for among the newest ``4 * len(messages) + 64``, as a run there or with other
+        messages between its own (:func:`~rdmem.history.resend_with_gaps`); what that finds is stored. So a
+        chat whose turns another chat's follow is not stored again, nor is one that went on from an older turn
+        (its new messages are stored after the newest). Without (one conversation per session), such a resend
+        is new from where it diverged, so a conversation forked at an older turn is stored whole, in order."""
         if not self.size[0] or not messages:
             return list(range(len(messages))), []
         tail, given = self._tail(len(messages) + slack), [_digest(resend_key(x)) for x in messages]
         m, d = resend_alignment([k for _, k in tail], given)
-        if (d or not m) and (gapped := resend_with_gaps([k for _, k in self._tail(4 * len(messages) + 64)],
-                                                         given)) > m:
-            return list(range(gapped, len(messages))), []
+        if gaps and (d or not m):
+            wide = self._tail(4 * len(messages) + 64)
+            keys = [k for _, k in wide]
+            if (gapped := resend_with_gaps(keys, given)) > m:
+                w, d = resend_alignment(keys, given)
+                if w >= gapped:  # a plain run explains as much: what follows it was dropped (a regenerate)
+                    return list(range(w, len(messages))), [i for i, _ in wide[len(wide) - d:]] if d else []
+                return list(range(gapped, len(messages))), []
         return list(range(m, len(messages))), [i for i, _ in tail[len(tail) - d:]] if d else []
 
     def _tail(self, want: int) -> list[tuple[str, bytes]]:
@@ -337,14 +347,17 @@ class SessionView:
     def resent_by(self, messages: Sequence[Mapping[str, Any]], identity: Callable[[Mapping[str, Any]], str | None],
                   slack: int = 8) -> tuple[list[int], list[int]] | None:
         """For a client whose messages carry ids of their own (LangGraph's), resending a history it may have
-        edited (a message removed, a summary in place of the oldest): ``(new, inserted)``, the positions after
-        the last of ``messages`` that the newest ``len(messages) + slack`` stored messages hold (compared on
-        ``identity`` of the message as given) that the session does not have, and those before it that it does
-        not have (put into the past: they cannot be stored there). ``None`` when it holds none of them."""
+        edited (a message removed or rewritten, a summary in place of the oldest): ``(new, inserted)``, the
+        positions after the last of ``messages`` that the newest ``len(messages) + slack`` stored messages hold
+        (compared on ``identity`` of the message as given, and on what it sends the model) that the session
+        does not have, and those before it that it does not have (put into the past: they cannot be stored
+        there). ``None`` when it holds none of them."""
         held = [i for i, _ in self._tail(len(messages) + slack)]
-        keys = {identity(su.message) for su in self.store.pick(self.session, ids=held)} - {None}
-        mine = [identity(m) for m in messages]
-        known = [i for i, k in enumerate(mine) if k in keys]
+        # held as sent: a message edited under its id (LangGraph replaces a message given with an id it has) is new
+        keys = {(identity(su.message), _digest(resend_key(su.message)))
+                for su in self.store.pick(self.session, ids=held)}
+        mine = [(identity(m), _digest(resend_key(m))) for m in messages]
+        known = [i for i, k in enumerate(mine) if k[0] is not None and k in keys]
         if not known:
             return None
         last = known[-1]

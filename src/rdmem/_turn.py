@@ -56,7 +56,9 @@ def take_turn(
     build the context ``(query, budget)`` if asked, from one read of the session.
 
     ``replace``: a resend that drops at most this many stored messages at the end (a regenerated reply, an
-    edited last question) replaces them (deleted, one more write); 0 never deletes. ``charge(new)``: a
+    edited last question) replaces them (deleted, one more write), the session being one conversation; 0 never
+    deletes, and lines the resend up with its own messages where others lie between them (several chats in
+    one session: :meth:`~rdmem._session.SessionView.resent`'s ``gaps``). ``charge(new)``: a
     context manager around the store's write of the new messages (a rate limit's charge). ``log``: a record
     for the session's compaction log, in the same write. The write is conditional on the version read (a
     session written by another process meanwhile is read and lined up again, :data:`~rdmem.manager._RETRIES`
@@ -79,7 +81,7 @@ def take_turn(
     with mem._lock:
         for attempt in range(_RETRIES):
             view = mem._sync()  # the one read: a version check, and what others wrote since, if anything
-            new, dropped = view.resent([m.chat for m in messages])
+            new, dropped = view.resent([m.chat for m in messages], gaps=not replace)
             inserted: list[int] = []
             if identity is not None and (dropped or (new[:1] == [0] and view.size[0])):  # not a plain resend
                 by_id = view.resent_by([m.original() for m in messages], identity)
@@ -92,7 +94,7 @@ def take_turn(
             if deleted:  # the client went on from an earlier point: its history is the one kept (rare)
                 view.store.delete(mem.session, dropped)
                 view = mem._sync()
-                new, _ = view.resent([m.chat for m in messages])
+                new, _ = view.resent([m.chat for m in messages], gaps=not replace)
             try:  # the one write, if no one wrote the session since the read (another process may have
                 # stored some of these messages meanwhile: they are lined up again)
                 ids = store_untrimmed(mem, [messages[i] for i in new], charge=charge, log=log,

@@ -486,6 +486,14 @@ def test_an_edited_state_is_stored_once_and_in_order(tmp_path):
     agent.invoke({"messages": [HumanMessage("question 5")]}, config)
     history = [m["content"] for m in MemoryManager(budget=BUDGET, policy="window", store=store, session="t").history()]
     assert history == [f"{kind} {i}" for i in range(6) for kind in ("question", "reply")]
+    # the last question rewritten under its id (add_messages replaces it) and its reply removed: the edit is
+    # stored (after what the session holds; it was taken for the question held under that id, and lost)
+    state = agent.get_state(config).values["messages"]
+    agent.update_state(config, {"messages": [RemoveMessage(id=state[-1].id),
+                                             HumanMessage(id=state[-2].id, content="question 5, edited")]})
+    agent.invoke({"messages": [HumanMessage("question 6")]}, config)
+    history = [m["content"] for m in MemoryManager(budget=BUDGET, policy="window", store=store, session="t").history()]
+    assert history[-5:] == ["question 5", "reply 5", "question 5, edited", "question 6", "reply 6"]
 
     summarizer = GenericFakeChatModel(messages=iter([f"SUMMARY {i}" for i in range(20)]))
     model = RecordingModel(messages=iter([f"reply {i}" for i in range(20)]))
