@@ -259,10 +259,10 @@ class MemoryManager:
         return self.resent(messages)[0]
 
     def resent(self, messages: Sequence[Mapping[str, Any]]) -> tuple[list[int], list[str]]:
-        """``(new, dropped)`` for a resent history: the positions of ``messages`` not stored yet, and the ids
-        of stored messages the client no longer has at the end (it regenerated or retried the last reply, or
-        edited its last question: they are not deleted here). Messages compare on the fields sent to the
-        model: the longest run at the start of ``messages`` that matches the end of what is stored is old."""
+        """``(new, dropped)`` for a resent history: the positions of ``messages`` not stored yet, and the ids of
+        stored messages the client no longer has at the end (a regenerated reply, an edited last question: not
+        deleted here). Messages compare on the fields sent to the model; those stored in order with others
+        between them (another chat's, in a session several share) are old too (``SessionView.resent``)."""
         with self._lock:
             return self._sync().resent(messages)
 
