@@ -42,7 +42,7 @@ from .store import check_tenant
 from .tokens import content_text
 
 __all__ = ["MODES", "session_name", "policy_for", "needs_embedder", "embedder_for", "default_low", "first_unseen",
-           "tenant_store_name", "tenant_session_infos", "as_tenant_sees"]
+           "stored_as_given", "tenant_store_name", "tenant_session_infos", "as_tenant_sees"]
 
 #: The task modes a front door may name instead of a policy (``qa`` is plain ``rd``).
 MODES: tuple[str, ...] = tuple(MODE_POLICIES)
@@ -124,6 +124,19 @@ def first_unseen(messages: Sequence[Mapping[str, Any]], newest: Mapping[str, Any
             start = max((i + 1 for i, is_marker in enumerate(marker) if is_marker), default=0)
         start += (unseen([chat_fields(m) for m in messages[start:]]) or [len(messages) - start])[0]
     return start
+
+
+def stored_as_given(originals: Callable[[list[str]], Mapping[str, Mapping[str, Any]]],
+                    batch: Sequence[Mapping[str, Any]]) -> list[str] | None:
+    """The ids of ``batch`` when each of its messages has an id and is stored under it as given (a retried write:
+    a write is all or nothing, so a batch refused for a duplicate id either is stored whole or is not), by
+    ``originals`` (:meth:`rdmem.MemoryManager.originals`); ``None`` otherwise. What lets REST's add and MCP's
+    ``remember`` answer a retry with the ids it stored instead of a conflict or a second copy."""
+    if not all(isinstance(m.get("id"), str) for m in batch):
+        return None
+    ids = [str(m["id"]) for m in batch]
+    stored = originals(ids)
+    return ids if all(stored.get(i) == m for i, m in zip(ids, batch, strict=True)) else None
 
 
 #: The service's name in the store for a tenant's session: ``t/<tenant>/<session>`` (REST, the proxy, mem0, ``/mcp``

@@ -53,6 +53,25 @@ def test_add_then_context_then_search(api):
     assert window["policy"] == "window"
 
 
+def test_an_add_retried_with_its_ids_is_stored_once(api):
+    """A client whose add timed out cannot know whether it was stored; with ids of its own, its retry was a 409
+    that said only "already has a message with id". It is answered 200 with the ids and ``already_stored``;
+    an id stored with other content, or a batch of which only some are stored, is still a 409."""
+    batch = [{"role": "user", "content": "Pay invoice 42", "id": "inv-42"},
+             {"role": "assistant", "content": "Paid.", "id": "inv-42-done", "lang": "en"}]
+    first = api.post("/v1/sessions/pay/messages", json={"messages": batch})
+    again = api.post("/v1/sessions/pay/messages", json={"messages": batch})
+    assert first.status_code == 201 and first.json() == {"session": "pay", "ids": ["inv-42", "inv-42-done"]}
+    assert again.status_code == 200 and again.json() == {"session": "pay", "ids": ["inv-42", "inv-42-done"],
+                                                         "already_stored": True}
+    other = api.post("/v1/sessions/pay/messages", json={"messages": [{**batch[0], "content": "Pay invoice 43"}]})
+    partly = api.post("/v1/sessions/pay/messages", json={"messages": [batch[0], {"role": "user", "content": "new",
+                                                                                  "id": "n1"}]})
+    assert other.status_code == 409 == partly.status_code
+    stored = api.get("/v1/sessions/pay/messages").json()
+    assert [m["content"] for m in stored["messages"]] == ["Pay invoice 42", "Paid."]
+
+
 def test_sessions_are_listed_shown_paged_and_deleted(api):
     api.post("/v1/sessions/a/messages", json={"messages": chat(30)})
     api.post("/v1/sessions/b/messages", json={"messages": chat(3)})

@@ -325,7 +325,7 @@ def test_an_error_names_the_callers_session_not_the_stores(keyless):
     _, client, _ = keyless
     msg = {"role": "user", "content": "x", "id": "k1"}
     client.post("/v1/sessions/dup/messages", json={"messages": [msg]}).raise_for_status()
-    r = client.post("/v1/sessions/dup/messages", json={"messages": [msg]})
+    r = client.post("/v1/sessions/dup/messages", json={"messages": [{**msg, "content": "y"}]})
     assert r.status_code == 409 and r.json()["detail"] == ("session 'dup' already has a message with id 'k1'; "
                                                           "nothing was written")
     # a name of the caller's own that looks like a store name stays as it is

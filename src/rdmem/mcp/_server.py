@@ -31,8 +31,8 @@ from ._models import Decision, Explanation, Forgotten, Hit, ModelContext, Recall
 from ..embed import Embedder
 from ..limits import Limits, check_messages, check_text, load_json, read_body
 from ..manager import MemoryManager
-from ..sessions import (as_tenant_sees, embedder_for, policy_for, session_name, tenant_session_infos,
-                        tenant_store_name)
+from ..sessions import (as_tenant_sees, embedder_for, policy_for, session_name, stored_as_given,
+                        tenant_session_infos, tenant_store_name)
 from ..store import SessionInfo, Store, StoreError, check_tenant, open_store
 from ..tokens import check_budget
 
@@ -136,9 +136,7 @@ def _remember(access: SessionAccess, name: str, batch: list[dict[str, Any]]) -> 
     try:
         return Remembered(session=name, ids=access.extend(name, batch))
     except DuplicateIdError:
-        ids = [m.get("id") for m in batch]
-        stored = access.manager(name).originals(i for i in ids if isinstance(i, str))
-        if not all(isinstance(i, str) and stored.get(i) == m for i, m in zip(ids, batch, strict=True)):
+        if (ids := stored_as_given(access.manager(name).originals, batch)) is None:
             raise
         return Remembered(session=name, ids=ids, already_stored=True)
 

@@ -54,6 +54,9 @@ class AddRequest(_Strict):
 class AddResponse(BaseModel):
     session: str
     ids: list[str]
+    already_stored: bool = Field(False, description="true (and only then given) when these messages were stored "
+                                                    "already under their ids, as given (a retry): nothing was "
+                                                    "stored again")
 
 
 class ContextRequest(_Strict):

@@ -16,7 +16,8 @@ from pydantic import BaseModel
 from ..limits import check_messages as check_limits, check_text
 from ..policies import POLICIES, get_policy
 from ..result import Compaction
-from ..sessions import policy_for
+from ..errors import DuplicateIdError
+from ..sessions import policy_for, stored_as_given
 from .auth import Tenant
 from .errors import ApiError
 from .limits import LimitedRoute
@@ -90,15 +91,23 @@ def _must_exist(state: Any, tenant: str, session: str) -> None:
 
 
 @router.post("/sessions/{session:segment}/messages", status_code=201, response_model=AddResponse,
-             operation_id="add_messages", responses={201: _LINKS})
+             response_model_exclude_defaults=True, operation_id="add_messages", responses={201: _LINKS})
 def add_messages(session: SessionName, body: AddRequest, tenant: Tenant, request: Request) -> AddResponse:
     """Add one message or a list (OpenAI chat messages, tool calls included), in one atomic write. The body is
-    ``{"messages": ...}``, or the bare message or list."""
+    ``{"messages": ...}``, or the bare message or list. With ids of the client's own a retry is safe: messages
+    stored under those ids already, as given, are answered 200 with ``already_stored`` (an id stored with other
+    content is a 409)."""
     state = _state(request)
     given = body.messages if isinstance(body.messages, list) else [body.messages]
     messages = [message_dict(m) for m in given]
     check_messages(messages, state.settings)
-    ids = state.pool.extend(tenant, session, messages)
+    try:
+        ids = state.pool.extend(tenant, session, messages)
+    except DuplicateIdError:
+        if (ids := stored_as_given(state.pool.manager(tenant, session).originals, messages)) is None:
+            raise
+        return Response(AddResponse(session=session, ids=ids, already_stored=True).model_dump_json(),
+                        media_type="application/json")
     state.metrics.count("rdmem_messages_stored_total", len(ids))
     return AddResponse(session=session, ids=ids)
 
