@@ -161,3 +161,33 @@ def test_one_user_s_chats_interleaved_in_one_session_line_up(order, new):
     fresh, dropped = mem.resent(resend)
     assert fresh == list(range(2 * turns["A"], len(resend)))
     assert all(stored[ids.index(i)]["content"].startswith("B") for i in dropped)  # A's own are never dropped
+
+
+def test_a_reply_is_stored_when_other_chats_wrote_while_it_was_made():
+    """A shared session (one end user's chats): chat A resumes after chat B's five turns, and chat C does a turn
+    while A's reply is being made. The reply's question, stored by its own request, now lies between C's
+    messages: the reply was taken for one that another process had superseded, and not stored."""
+    from rdmem._turn import store_following, take_turn
+    from rdmem.messages import parse_messages
+
+    mem = rdmem.MemoryManager(budget=10_000, policy="window")
+
+    def turn(history: list[dict], question: str, answer: str | None) -> list:
+        history.append({"role": "user", "content": question})
+        parsed = parse_messages(history)
+        take_turn(mem, parsed)  # a shared session: replace=0, so gaps
+        if answer is not None:
+            store_following(mem, parsed, parse_messages([{"role": "assistant", "content": answer}]))
+            history.append({"role": "assistant", "content": answer})
+        return parsed
+
+    a: list[dict] = []
+    b: list[dict] = []
+    turn(a, "a1", "A1")
+    for i in range(5):
+        turn(b, f"b{i}", f"B{i}")
+    asked = turn(a, "a2", None)  # A's reply is being made...
+    turn([], "c1", "C1")  # ...while chat C does a turn
+    assert store_following(mem, asked, parse_messages([{"role": "assistant", "content": "A2"}]))
+    assert [m["content"] for m in mem.history()] == ["a1", "A1", *[f"{x}{i}" for i in range(5) for x in "bB"],
+                                                     "a2", "c1", "C1", "A2"]

@@ -310,7 +310,7 @@ class SessionView:
         return {su.id: {"id": su.id, **su.message} for su in self.store.pick(self.session, ids=list(dict.fromkeys(ids)))}
 
     def resent(self, messages: Sequence[Mapping[str, Any]], slack: int = 8, *,
-               gaps: bool = True) -> tuple[list[int], list[str]]:
+               gaps: bool = True, anchor: int | None = None) -> tuple[list[int], list[str]]:
         """For a client that resends its history: the positions of ``messages`` the session does not have,
         and the ids of the stored messages it dropped (:func:`~rdmem.history.resend_alignment`), compared
         on the fields sent to the model, against the newest ``len(messages) + slack`` stored messages.
@@ -320,7 +320,9 @@ class SessionView:
         messages between its own (:func:`~rdmem.history.resend_with_gaps`); what that finds is stored. So a
         chat whose turns another chat's follow is not stored again, nor is one that went on from an older turn
         (its new messages are stored after the newest). Without (one conversation per session), such a resend
-        is new from where it diverged, so a conversation forked at an older turn is stored whole, in order."""
+        is new from where it diverged, so a conversation forked at an older turn is stored whole, in order.
+        ``anchor``: the position of a message known stored (a reply's question, stored by its own request),
+        which a run may reach alone after a gap."""
         if not self.size[0] or not messages:
             return list(range(len(messages))), []
         tail, given = self._tail(len(messages) + slack), [_digest(resend_key(x)) for x in messages]
@@ -328,7 +330,7 @@ class SessionView:
         if gaps and (d or not m):
             wide = self._tail(4 * len(messages) + 64)
             keys = [k for _, k in wide]
-            if (gapped := resend_with_gaps(keys, given)) > m:
+            if (gapped := resend_with_gaps(keys, given, anchor)) > m:
                 w, d = resend_alignment(keys, given)
                 if w >= gapped:  # a plain run explains as much: what follows it was dropped (a regenerate)
                     return list(range(w, len(messages))), [i for i, _ in wide[len(wide) - d:]] if d else []

@@ -51,14 +51,15 @@ def take_turn(
     log: dict[str, Any] | None = None,
     follows: int = 0,
     identity: Callable[[Mapping[str, Any]], str | None] | None = None,
+    gaps: bool | None = None,
 ) -> Turn:
     """Store what ``messages`` (a resent history, parsed once by the caller) adds to ``mem``'s session, and
     build the context ``(query, budget)`` if asked, from one read of the session.
 
     ``replace``: a resend that drops at most this many stored messages at the end (a regenerated reply, an
     edited last question) replaces them (deleted, one more write), the session being one conversation; 0 never
-    deletes, and lines the resend up with its own messages where others lie between them (several chats in
-    one session: :meth:`~rdmem._session.SessionView.resent`'s ``gaps``). ``charge(new)``: a
+    deletes. ``gaps`` (default: ``not replace``): line the resend up with its own messages where others lie
+    between them (several chats in one session: :meth:`~rdmem._session.SessionView.resent`). ``charge(new)``: a
     context manager around the store's write of the new messages (a rate limit's charge). ``log``: a record
     for the session's compaction log, in the same write. The write is conditional on the version read (a
     session written by another process meanwhile is read and lined up again, :data:`~rdmem.manager._RETRIES`
@@ -78,10 +79,12 @@ def take_turn(
     (:meth:`~rdmem._session.SessionView.resent_by`): new are those after the last one the session holds; those before it that
     it does not hold are not stored (``Turn.inserted``); nothing is deleted.
     """
+    gaps = not replace if gaps is None else gaps
+    anchor = follows - 1 if follows else None  # the message the reply follows: stored by its own request
     with mem._lock:
         for attempt in range(_RETRIES):
             view = mem._sync()  # the one read: a version check, and what others wrote since, if anything
-            new, dropped = view.resent([m.chat for m in messages], gaps=not replace)
+            new, dropped = view.resent([m.chat for m in messages], gaps=gaps, anchor=anchor)
             inserted: list[int] = []
             if identity is not None and (dropped or (new[:1] == [0] and view.size[0])):  # not a plain resend
                 by_id = view.resent_by([m.original() for m in messages], identity)
@@ -94,7 +97,7 @@ def take_turn(
             if deleted:  # the client went on from an earlier point: its history is the one kept (rare)
                 view.store.delete(mem.session, dropped)
                 view = mem._sync()
-                new, _ = view.resent([m.chat for m in messages], gaps=not replace)
+                new, _ = view.resent([m.chat for m in messages], gaps=gaps, anchor=anchor)
             try:  # the one write, if no one wrote the session since the read (another process may have
                 # stored some of these messages meanwhile: they are lined up again)
                 ids = store_untrimmed(mem, [messages[i] for i in new], charge=charge, log=log,
@@ -118,12 +121,13 @@ def _answered(view: Any, first: str) -> bool:
 def store_following(
     mem: MemoryManager, history: Sequence[Message], messages: Sequence[Message], *,
     charge: Callable[[list[Message]], AbstractContextManager[object]] | None = None,
-    log: dict[str, Any] | None = None,
+    log: dict[str, Any] | None = None, gaps: bool = True,
 ) -> list[str]:
     """Store ``messages`` (a reply) after the resent ``history`` it follows, unless the session holds them
     there already (another server process stored them as resent messages first), lined up and written as
-    :func:`take_turn` does, with ``log`` in the same write. Returns the ids stored."""
-    return take_turn(mem, [*history, *messages], charge=charge, log=log, follows=len(history)).ids
+    :func:`take_turn` does (``gaps`` as the request was), with ``log`` in the same write. Returns the ids
+    stored."""
+    return take_turn(mem, [*history, *messages], charge=charge, log=log, follows=len(history), gaps=gaps).ids
 
 
 def store_untrimmed(

@@ -174,12 +174,13 @@ def resend_alignment(stored_tail: Sequence[Hashable], given: Sequence[Hashable])
     return best
 
 
-def resend_with_gaps(stored_tail: Sequence[Hashable], given: Sequence[Hashable]) -> int:
+def resend_with_gaps(stored_tail: Sequence[Hashable], given: Sequence[Hashable], anchor: int | None = None) -> int:
     """For a resend that does not line up with the end of what is stored (:func:`resend_alignment` found it
     diverged): how many messages at the start of ``given`` are stored in that order with other stored messages
     between them, as when one end user's chats interleave in one session, or a client deleted a message in
     the middle. Each run after a gap is at least two messages (a question and its answer, say), or the last
-    stored message, so that a new message equal to a stored one of another chat ("ok") is not taken for it.
+    stored message, or ``given[anchor]`` (a message known stored: the question a reply follows), so that a new
+    message equal to a stored one of another chat ("ok") is not taken for it.
 
     >>> resend_with_gaps(["a1", "A1", "b1", "B1", "a2", "A2"], ["a1", "A1", "a2", "A2", "a3"])
     4
@@ -192,7 +193,7 @@ def resend_with_gaps(stored_tail: Sequence[Hashable], given: Sequence[Hashable])
         while j < len(given) and i < n:
             if stored_tail[i] != given[j]:  # a gap: the run goes on where the next two given messages are stored
                 i = next((q for q in range(i + 1, n) if stored_tail[q] == given[j] and (
-                    q + 1 == n or (j + 1 < len(given) and stored_tail[q + 1] == given[j + 1]))), n)
+                    q + 1 == n or j == anchor or (j + 1 < len(given) and stored_tail[q + 1] == given[j + 1]))), n)
                 if i == n:
                     break
             i, j = i + 1, j + 1

@@ -56,6 +56,7 @@ class Prepared:
     saving: dict[str, Any] | None = None
     conv: tuple[Message, ...] = ()  # the request's messages as the session stores them (no system head), parsed
     note: str = ""  # why the request went on as sent though it does not fit (X-Rdmem-Warning)
+    shared: bool = False  # the session's name may be shared by several chats ('user', derived): session_of
 
 
 def session_of(headers: Mapping[str, str], body: Mapping[str, Any], tenant: str, derive: bool) -> tuple[str | None, bool]:
@@ -179,7 +180,8 @@ def prepare(state: Any, tenant: str | None, session: str | None, shared: bool, b
     before = early if early is not None and not skipped else tok.messages_tokens([m.chat for m in parsed])
     as_sent = went or budget <= 0 or before <= budget
     sent = Prepared(body["messages"], before, before, False, len(skipped),
-                    entry(before, before, False) if mem is not None else None, tuple(conv)) if as_sent else None
+                    entry(before, before, False) if mem is not None else None, tuple(conv), shared=shared) \
+        if as_sent else None
     if sent is not None and fits is not None:
         fits(sent)
     room = budget - tok.messages_tokens(head)
@@ -202,7 +204,7 @@ def prepare(state: Any, tenant: str | None, session: str | None, shared: bool, b
         return sent
     if recent_skip:
         return Prepared(body["messages"], before, before, False, len(skipped),
-                        entry(before, before, False) if mem is not None else None, tuple(conv),
+                        entry(before, before, False) if mem is not None else None, tuple(conv), shared=shared,
                         note=f"not compacted: message {recent_skip[0].index} of the latest exchange is one rdmem "
                              "cannot keep (a legacy function message, a tool message without tool_call_id, ...) and "
                              "would be left out of a compacted request; sent as given")
@@ -219,17 +221,18 @@ def prepare(state: Any, tenant: str | None, session: str | None, shared: bool, b
     state.metrics.count("rdmem_tokens_in_total", before)
     state.metrics.count("rdmem_tokens_out_total", after)
     return Prepared(head + ctx.messages, before, after, True, len(skipped),
-                    entry(before, after, True) if mem is not None else None, tuple(conv))
+                    entry(before, after, True) if mem is not None else None, tuple(conv), shared=shared)
 
 
 def store_reply(state: Any, tenant: str, session: str, budget: int, saving: dict[str, Any] | None,
-                message: dict[str, Any] | None, conv: tuple[Message, ...] = ()) -> None:
+                message: dict[str, Any] | None, conv: tuple[Message, ...] = (), shared: bool = False) -> None:
     """Store the assistant's reply and the request's record (``saving``) in one write, the working set's
     trim left to the embedding worker; without a reply, the record alone. A failure is one log line: the
     reply comes again with the next request, the record is only for looking back.
 
     A reply the session holds already after the request's messages ``conv`` is not stored again: the
-    client's next request reached another server process first, which stored it as a resent message."""
+    client's next request reached another server process first, which stored it as a resent message
+    (lined up as the request was: ``shared``, :func:`~rdmem._turn.take_turn`'s ``gaps``)."""
     reply = message if message and message.get("role") == "assistant" else None
     if reply is None and saving is None:
         return
@@ -237,7 +240,7 @@ def store_reply(state: Any, tenant: str, session: str, budget: int, saving: dict
         mem = state.pool.manager(tenant, session, budget=max(budget, 1), settled=False)  # it is the reply waited for
         new = [parse_message(chat_fields(reply), json_extras=True)] if reply is not None else []
         if new and conv:  # another process may have stored it as a resent message
-            store_following(mem, conv, new, charge=_charge(state, tenant, mem), log=saving)
+            store_following(mem, conv, new, charge=_charge(state, tenant, mem), log=saving, gaps=shared)
         else:
             store_untrimmed(mem, new, charge=_charge(state, tenant, mem), log=saving)
         if new:

@@ -173,14 +173,14 @@ def _store_later(state: Any, where: _Where, message: dict[str, Any] | None,
     async def run() -> None:
         try:
             conv: tuple[Message, ...] = ()
-            reply = message
+            reply, shared = message, False
             if after is not None:
                 await asyncio.wait({after})  # its outcome is the request's to report, not this store's
                 if not after.cancelled() and after.exception() is None and isinstance(after.result(), Prepared):
-                    conv = after.result().conv  # what the reply follows in the session
+                    conv, shared = after.result().conv, after.result().shared  # what the reply follows, and how
                 else:  # the request's messages were not stored (a limit, a store error): nor is the reply, which
                     reply = None  # would come before its question; the client's next request carries both
-            await loop.run_in_executor(None, store_reply, state, *where, reply, conv)
+            await loop.run_in_executor(None, store_reply, state, *where, reply, conv, shared)
         finally:
             state.pool.reply_done(tenant, session, done)
 
