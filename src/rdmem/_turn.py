@@ -76,8 +76,8 @@ def take_turn(
     ``identity``: the id a message carries of its own (a LangGraph message's), for a client that may edit the
     history it resends. When the resend is not the stored history followed by new messages (a message
     removed from the middle, a summary in place of the oldest), the messages are lined up by it instead
-    (:meth:`~rdmem._session.SessionView.resent_by`): new are those after the last one the session holds; those before it that
-    it does not hold are not stored (``Turn.inserted``); nothing is deleted.
+    (:meth:`~rdmem._session.SessionView.resent_by`): new are those after the last one the session holds;
+    those before it that it does not hold are not stored (``Turn.inserted``); nothing is deleted.
     """
     gaps = not replace if gaps is None else gaps
     anchor = follows - 1 if follows else None  # the message the reply follows: stored by its own request

@@ -13,7 +13,8 @@ from typing import Annotated, Any, Literal, Protocol
 
 from pydantic import Field
 
-from ..errors import DuplicateIdError, InvalidInput, InvalidType, MissingDependency, UnknownIdError, WriteOutcomeUnknown
+from ..errors import (DuplicateIdError, InvalidInput, InvalidType, MissingDependency, UnknownIdError,
+                      WriteOutcomeUnknown)
 
 try:
     from mcp.server.mcpserver import MCPServer

@@ -13,10 +13,10 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query, Request, Response
 from pydantic import BaseModel
 
+from ..errors import DuplicateIdError
 from ..limits import check_messages as check_limits, check_text
 from ..policies import POLICIES, get_policy
 from ..result import Compaction
-from ..errors import DuplicateIdError
 from ..sessions import policy_for, stored_as_given
 from .auth import Tenant
 from .errors import ApiError
@@ -106,8 +106,7 @@ def add_messages(session: SessionName, body: AddRequest, tenant: Tenant, request
     except DuplicateIdError:
         if (ids := stored_as_given(state.pool.manager(tenant, session).originals, messages)) is None:
             raise
-        return Response(AddResponse(session=session, ids=ids, already_stored=True).model_dump_json(),
-                        media_type="application/json")
+        return _send(AddResponse(session=session, ids=ids, already_stored=True))  # 200: nothing was created
     state.metrics.count("rdmem_messages_stored_total", len(ids))
     return AddResponse(session=session, ids=ids)
 
