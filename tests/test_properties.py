@@ -191,3 +191,20 @@ def test_a_reply_is_stored_when_other_chats_wrote_while_it_was_made():
     assert store_following(mem, asked, parse_messages([{"role": "assistant", "content": "A2"}]))
     assert [m["content"] for m in mem.history()] == ["a1", "A1", *[f"{x}{i}" for i in range(5) for x in "bB"],
                                                      "a2", "c1", "C1", "A2"]
+
+
+def test_a_new_chat_opening_as_an_older_one_did_is_stored():
+    """In a shared session, a new chat's first message equal to one stored 20 messages back ("Hi") was taken for
+    it by the wider search (it looks back 4n + 64 messages): the new chat's opening, and then its reply, were
+    not stored. One message alone is not enough to say a resend is stored; within the newest n + 8 the plain
+    alignment still decides, as before."""
+    from rdmem._turn import store_following, take_turn
+    from rdmem.messages import parse_messages
+
+    mem = rdmem.MemoryManager(budget=10_000, policy="window")
+    mem.extend([{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello!"}] +
+               [{"role": "user" if i % 2 == 0 else "assistant", "content": f"trip detail {i}"} for i in range(20)])
+    asked = parse_messages([{"role": "user", "content": "Hi"}])
+    assert take_turn(mem, asked).new == [0]
+    assert store_following(mem, asked, parse_messages([{"role": "assistant", "content": "Hello again!"}]))
+    assert [m["content"] for m in mem.history()][-2:] == ["Hi", "Hello again!"]

@@ -330,7 +330,8 @@ class SessionView:
         if gaps and (d or not m):
             wide = self._tail(4 * len(messages) + 64)
             keys = [k for _, k in wide]
-            if (gapped := resend_with_gaps(keys, given, anchor)) > m:
+            # two messages at least: one alone ("hi" opening a new chat) is too weak a sign that it is stored
+            if (gapped := resend_with_gaps(keys, given, anchor)) > max(m, 1):
                 w, d = resend_alignment(keys, given)
                 if w >= gapped:  # a plain run explains as much: what follows it was dropped (a regenerate)
                     return list(range(w, len(messages))), [i for i, _ in wide[len(wide) - d:]] if d else []
