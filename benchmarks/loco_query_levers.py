@@ -29,6 +29,9 @@ Signals (each computed from the question and the conversation only):
   win5_first_rank          the rank of win5_first among the turns
   wwinK                    the first-pass score plus 0.5 x the best first-pass score within K turns either side
   wsum                     the first-pass score plus 0.5 x the session's best first-pass score
+  sent_max                 the question's best cosine to one sentence of the turn (each sentence embedded
+                           alone), z-scored: a fact in one sentence of a longer turn, not diluted by the rest
+  sent_gain                sent_max less the whole turn's cosine z-score
 
 A variant may end with options, each after "@":
   spreadG   (G in (0, 1)) instead of the exact knapsack, a greedy by value per token that discounts a turn's
@@ -65,7 +68,7 @@ warnings.simplefilter("ignore", RuntimeWarning)
 from loco_value_model import _stack, locomo_setup, recall_weights  # noqa: E402
 from rdmem.features import content_words  # noqa: E402
 from rdmem.learn.train import salience_direction, training_rows, with_salience  # noqa: E402
-from rdmem.scoring import ScoringContext  # noqa: E402
+from rdmem.scoring import ScoringContext, embed_text  # noqa: E402
 from rdmem.scoring.lexical import Lexical  # noqa: E402
 from rdmem.scoring.logistic import LogisticModel  # noqa: E402
 from rdmem.scoring.value_features import (  # noqa: E402
@@ -107,7 +110,32 @@ def signals(ctx: ScoringContext) -> dict[str, np.ndarray]:
     out["ppr"] = _ppr(ctx, cos)
     sp = np.isin(spk, list(ents)).astype(float) if ents else np.zeros(n)
     out["spk_x_cosz"], out["spk_x_bm"] = sp * _z(cos), sp * (bm / bm.max() if bm.max() > 0 else bm)
+    out["sent_max"] = _z(_sentence_max(ctx, q))
+    out["sent_gain"] = out["sent_max"] - _z(cos)
     return out
+
+
+_SENTENCE = re.compile(r"(?<=[.!?])\s+")
+_SENTENCES: dict[int, tuple[np.ndarray, list[int]]] = {}
+
+
+def _sentence_max(ctx: ScoringContext, q: np.ndarray) -> np.ndarray:
+    """Each unit's best cosine to ``q`` over its sentences, each embedded alone (the embedder's disk cache
+    keeps them between runs); a unit of one sentence has its own cosine."""
+    key = id(ctx.units)  # one conversation's units serve all its questions
+    if key not in _SENTENCES:
+        texts, owner = [], []
+        for i, u in enumerate(ctx.units):
+            for part in _SENTENCE.split(embed_text(u)):
+                if part.strip():
+                    texts.append(part.strip())
+                    owner.append(i)
+        vecs = np.asarray(ctx._embedder.embed(texts), dtype=np.float32)
+        _SENTENCES[key] = (vecs / np.maximum(np.linalg.norm(vecs, axis=1, keepdims=True), 1e-9), owner)
+    vecs, owner = _SENTENCES[key]
+    best = np.full(len(ctx), -1.0)
+    np.maximum.at(best, np.asarray(owner, dtype=int), vecs @ (q / max(float(np.linalg.norm(q)), 1e-9)))
+    return best
 
 
 def _rm3(ctx: ScoringContext, top: np.ndarray, words: int = 10) -> np.ndarray:
