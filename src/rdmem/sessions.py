@@ -32,7 +32,7 @@ from typing import Any
 
 from .contract import Composed, Policy
 from .embed import Embedder, get_embedder
-from .errors import InvalidInput
+from .errors import DuplicateIdError, InvalidInput
 from .history import resend_key
 from .messages import chat_fields
 from .names import check_session_name
@@ -42,7 +42,7 @@ from .store import check_tenant
 from .tokens import content_text
 
 __all__ = ["MODES", "session_name", "policy_for", "needs_embedder", "embedder_for", "default_low", "first_unseen",
-           "stored_as_given", "tenant_store_name", "tenant_session_infos", "as_tenant_sees"]
+           "stored_as_given", "add_once", "tenant_store_name", "tenant_session_infos", "as_tenant_sees"]
 
 #: The task modes a front door may name instead of a policy (``qa`` is plain ``rd``).
 MODES: tuple[str, ...] = tuple(MODE_POLICIES)
@@ -130,13 +130,40 @@ def stored_as_given(originals: Callable[[list[str]], Mapping[str, Mapping[str, A
                     batch: Sequence[Mapping[str, Any]]) -> list[str] | None:
     """The ids of ``batch`` when each of its messages has an id and is stored under it as given (a retried write:
     a write is all or nothing, so a batch refused for a duplicate id either is stored whole or is not), by
-    ``originals`` (:meth:`rdmem.MemoryManager.originals`); ``None`` otherwise. What lets REST's add and MCP's
-    ``remember`` answer a retry with the ids it stored instead of a conflict or a second copy."""
-    if not all(isinstance(m.get("id"), str) for m in batch):
+    ``originals`` (:meth:`rdmem.MemoryManager.originals`); ``None`` otherwise. Values compare as JSON does, types
+    included (``true`` is not ``1``)."""
+    if not batch or not all(isinstance(m.get("id"), str) for m in batch):
         return None
     ids = [str(m["id"]) for m in batch]
     stored = originals(ids)
-    return ids if all(stored.get(i) == m for i, m in zip(ids, batch, strict=True)) else None
+    return ids if all(i in stored and _same(stored[i], m) for i, m in zip(ids, batch, strict=True)) else None
+
+
+def _same(a: Any, b: Any) -> bool:
+    """JSON equality: Python's ``==`` with ``True == 1`` and ``False == 0`` told apart."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return type(a) is type(b) and a == b
+    if isinstance(a, Mapping) and isinstance(b, Mapping):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    return bool(a == b)
+
+
+def add_once(extend: Callable[[], list[str]], originals: Callable[[list[str]], Mapping[str, Mapping[str, Any]]],
+             batch: Sequence[Mapping[str, Any]]) -> tuple[list[str], bool]:
+    """``(ids, already_stored)``: ``batch`` written by ``extend()``, unless it is stored already under its own ids,
+    as given (:func:`stored_as_given`: a retried write; looked for first, so a retry is neither charged to a rate
+    limit nor refused by one, and again when the write is refused for a duplicate id, which a concurrent retry
+    may have stored meanwhile)."""
+    if (ids := stored_as_given(originals, batch)) is not None:
+        return ids, True
+    try:
+        return extend(), False
+    except DuplicateIdError:
+        if (ids := stored_as_given(originals, batch)) is None:
+            raise
+        return ids, True
 
 
 #: The service's name in the store for a tenant's session: ``t/<tenant>/<session>`` (REST, the proxy, mem0, ``/mcp``

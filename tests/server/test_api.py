@@ -70,6 +70,28 @@ def test_an_add_retried_with_its_ids_is_stored_once(api):
     assert other.status_code == 409 == partly.status_code
     stored = api.get("/v1/sessions/pay/messages").json()
     assert [m["content"] for m in stored["messages"]] == ["Pay invoice 42", "Paid."]
+    # values compare as JSON does: true is not 1 (Python's == said it was: "already stored" for other content)
+    flagged = {"role": "user", "content": "flag", "id": "f1", "meta": {"ok": True, "n": [False]}}
+    assert api.post("/v1/sessions/pay/messages", json={"messages": [flagged]}).status_code == 201
+    assert api.post("/v1/sessions/pay/messages", json={"messages": [{**flagged, "meta": {"ok": 1, "n": [False]}}]}
+                    ).status_code == 409
+    assert api.post("/v1/sessions/pay/messages", json={"messages": [{**flagged, "meta": {"ok": True, "n": [0]}}]}
+                    ).status_code == 409
+    assert api.post("/v1/sessions/pay/messages", json={"messages": [flagged]}).json()["already_stored"] is True
+
+
+def test_a_retry_is_answered_though_the_token_limit_is_spent(serve, tmp_path, hashing_embedder):
+    """A retry stores nothing, so it costs nothing: it was charged first and refused 429 (Retry-After 38 s) once
+    the add it repeats had spent the tenant's tokens, just when a client whose add timed out needs its answer."""
+    live = serve(create_app(ServerSettings(store=f"sqlite:///{tmp_path / 'r.db'}", rate_tokens=300),
+                            embedder=hashing_embedder))
+    big = {"role": "user", "content": "the quarterly report, in full: " + "numbers and words " * 60, "id": "r1"}
+    with httpx.Client(base_url=live.url, timeout=30) as client:
+        assert client.post("/v1/sessions/s/messages", json={"messages": [big]}).status_code == 201
+        other = client.post("/v1/sessions/s/messages", json={"messages": [{**big, "id": "r2"}]})
+        assert other.status_code == 429  # the limit is spent: a new add waits
+        again = [client.post("/v1/sessions/s/messages", json={"messages": [big]}) for _ in range(3)]
+    assert [(r.status_code, r.json()["already_stored"]) for r in again] == [(200, True)] * 3
 
 
 def test_sessions_are_listed_shown_paged_and_deleted(api):

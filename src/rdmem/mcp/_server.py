@@ -13,8 +13,7 @@ from typing import Annotated, Any, Literal, Protocol
 
 from pydantic import Field
 
-from ..errors import (DuplicateIdError, InvalidInput, InvalidType, MissingDependency, UnknownIdError,
-                      WriteOutcomeUnknown)
+from ..errors import InvalidInput, InvalidType, MissingDependency, UnknownIdError, WriteOutcomeUnknown
 
 try:
     from mcp.server.mcpserver import MCPServer
@@ -32,8 +31,8 @@ from ._models import Decision, Explanation, Forgotten, Hit, ModelContext, Recall
 from ..embed import Embedder
 from ..limits import Limits, check_messages, check_text, load_json, read_body
 from ..manager import MemoryManager
-from ..sessions import (as_tenant_sees, embedder_for, policy_for, session_name, stored_as_given,
-                        tenant_session_infos, tenant_store_name)
+from ..sessions import (add_once, as_tenant_sees, embedder_for, policy_for, session_name, tenant_session_infos,
+                        tenant_store_name)
 from ..store import SessionInfo, Store, StoreError, check_tenant, open_store
 from ..tokens import check_budget
 
@@ -132,14 +131,11 @@ def _user_errors() -> Iterator[None]:
 
 
 def _remember(access: SessionAccess, name: str, batch: list[dict[str, Any]]) -> Remembered:
-    """Store ``batch`` in session ``name``; a batch stored already under its own ids, as given (a retried write,
-    which is all or nothing), is answered with them, ``already_stored``."""
-    try:
-        return Remembered(session=name, ids=access.extend(name, batch))
-    except DuplicateIdError:
-        if (ids := stored_as_given(access.manager(name).originals, batch)) is None:
-            raise
-        return Remembered(session=name, ids=ids, already_stored=True)
+    """Store ``batch`` in session ``name``; a batch stored already under its own ids, as given (a retried write),
+    is answered with them, ``already_stored`` (:func:`~rdmem.sessions.add_once`)."""
+    ids, already = add_once(lambda: access.extend(name, batch), lambda ids: access.manager(name).originals(ids),
+                            batch)
+    return Remembered(session=name, ids=ids, already_stored=already)
 
 
 def _caller() -> str | None:

@@ -13,11 +13,10 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query, Request, Response
 from pydantic import BaseModel
 
-from ..errors import DuplicateIdError
 from ..limits import check_messages as check_limits, check_text
 from ..policies import POLICIES, get_policy
 from ..result import Compaction
-from ..sessions import policy_for, stored_as_given
+from ..sessions import add_once, policy_for
 from .auth import Tenant
 from .errors import ApiError
 from .limits import LimitedRoute
@@ -101,11 +100,9 @@ def add_messages(session: SessionName, body: AddRequest, tenant: Tenant, request
     given = body.messages if isinstance(body.messages, list) else [body.messages]
     messages = [message_dict(m) for m in given]
     check_messages(messages, state.settings)
-    try:
-        ids = state.pool.extend(tenant, session, messages)
-    except DuplicateIdError:
-        if (ids := stored_as_given(state.pool.manager(tenant, session).originals, messages)) is None:
-            raise
+    ids, already = add_once(lambda: state.pool.extend(tenant, session, messages),
+                            lambda ids: state.pool.manager(tenant, session).originals(ids), messages)
+    if already:
         return _send(AddResponse(session=session, ids=ids, already_stored=True))  # 200: nothing was created
     state.metrics.count("rdmem_messages_stored_total", len(ids))
     return AddResponse(session=session, ids=ids)
