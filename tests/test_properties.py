@@ -208,3 +208,28 @@ def test_a_new_chat_opening_as_an_older_one_did_is_stored():
     assert take_turn(mem, asked).new == [0]
     assert store_following(mem, asked, parse_messages([{"role": "assistant", "content": "Hello again!"}]))
     assert [m["content"] for m in mem.history()][-2:] == ["Hi", "Hello again!"]
+
+
+@pytest.mark.parametrize("shared", [False, True])
+def test_the_reply_to_a_question_edited_further_back_is_stored(shared):
+    """A client edits its second question of four and goes on from there: the edit is stored after the newest
+    turn (further back than the replace-the-last-turn rule reaches), and its reply, whose history no longer lined
+    up, was taken for a superseded one and lost. A reply to the session's newest message is stored after it."""
+    from rdmem._turn import store_following, take_turn
+    from rdmem.messages import parse_messages
+
+    mem = rdmem.MemoryManager(budget=10_000, policy="window")
+    history: list[dict] = []
+    for i in range(1, 5):
+        history.append({"role": "user", "content": f"q{i}"})
+        asked = parse_messages(history)
+        take_turn(mem, asked, replace=0 if shared else 4)
+        store_following(mem, asked, parse_messages([{"role": "assistant", "content": f"a{i}"}]), gaps=shared)
+        history.append({"role": "assistant", "content": f"a{i}"})
+    edited = parse_messages([*history[:2], {"role": "user", "content": "q2, edited"}])
+    assert take_turn(mem, edited, replace=0 if shared else 4).new == [2]
+    assert store_following(mem, edited, parse_messages([{"role": "assistant", "content": "a2, edited"}]), gaps=shared)
+    assert [m["content"] for m in mem.history()][-3:] == ["a4", "q2, edited", "a2, edited"]
+    # a late reply to the question before the edit is still not stored: it answers a history the client left
+    assert not store_following(mem, parse_messages(history[:3]), parse_messages([{"role": "assistant", "content":
+                                                                                 "a2, late"}]), gaps=shared)

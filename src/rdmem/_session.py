@@ -338,6 +338,10 @@ class SessionView:
                 return list(range(gapped, len(messages))), []
         return list(range(m, len(messages))), [i for i, _ in tail[len(tail) - d:]] if d else []
 
+    def newest_is(self, message: Mapping[str, Any]) -> bool:
+        """Whether the session's newest message is ``message``, compared on the fields sent to the model."""
+        return bool(self.units) and self._key(self.units[-1]) == _digest(resend_key(message))
+
     def _tail(self, want: int) -> list[tuple[str, bytes]]:
         """The ids and resend digests of the session's newest ``want`` messages (as held; the places before
         the view's read from the store only when it holds fewer)."""

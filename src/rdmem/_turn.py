@@ -71,7 +71,9 @@ def take_turn(
     a history the client abandoned (storing it put the abandoned messages back after the edit). When the
     session holds the whole history followed by another reply (the client retried the request, and the
     retry's reply was stored first), nothing is stored either: one question, one reply (the later one, which
-    the client went on with).
+    the client went on with). A reply whose question is the session's newest message is stored after it,
+    however the rest of the history lines up (a question edited further back than ``replace`` is stored
+    after the newest turn, and its reply was lost).
 
     ``identity``: the id a message carries of its own (a LangGraph message's), for a client that may edit the
     history it resends. When the resend is not the stored history followed by new messages (a message
@@ -90,6 +92,8 @@ def take_turn(
                 by_id = view.resent_by([m.original() for m in messages], identity)
                 if by_id is not None:
                     (new, inserted), dropped = by_id, []
+            if follows and new and view.newest_is(messages[follows - 1].chat):  # it answers the newest message
+                new, dropped = list(range(follows, len(messages))), []
             if follows and dropped and new and (new[0] < follows or _answered(view, dropped[0])):  # superseded
                 store_untrimmed(mem, [], log=log)  # the request's record alone
                 return Turn([], [], dropped)
