@@ -71,8 +71,9 @@ def test_policies_lists_every_policy():
 BAD = [
     ("invalid.json", '[{"role": "user", "content": "hi"', [], r"invalid\.json: invalid JSON at line 1"),
     ("invalid.jsonl", '{"role": "user", "content": "a"}\nnot json\n', [], r"invalid\.jsonl: line 2: invalid JSON"),
-    ("object.json", '{"messages": [{"role": "user", "content": "hi"}]}', [],
-     "expected a JSON list of messages or JSONL .*got a JSON object"),
+    ("object.json", '{"history": [{"role": "user", "content": "hi"}]}', [],
+     "expected a JSON list of messages, JSONL .*or an object with a \"messages\" list, got a JSON object"),
+    ("body.json", '{"model": "m", "messages": [{"role": "user", "content": "hi"}, 3]}', [], "message 1 is not an object"),
     ("number.json", "42", [], "got a JSON number"),
     ("items.json", '[1, 2]', [], "message 0 is not an object"),
     ("norole.json", '[{"content": "hi"}]', [], r"message 0: invalid role None"),
@@ -131,6 +132,19 @@ def test_o200k_offline_is_a_clean_error_or_works(history_file):
         assert json.loads(proc.stdout)["tokens"] <= 100
     else:
         _check_error(proc.returncode, proc.stderr, "tokenizer 'o200k_base' could not be loaded")
+
+
+def test_a_request_body_and_compacts_own_output_are_read_for_their_messages(history_file, agent_history):
+    body = json.dumps({"model": "gpt-4o", "temperature": 0, "messages": agent_history})
+    proc = run_cli(["compact", "-", "--budget", "150", "--policy", "window"], stdin=body)
+    assert proc.returncode == 0, proc.stderr
+    first = json.loads(proc.stdout)
+    assert [d["id"] for d in first["report"]] == [m["id"] for m in agent_history]
+    again = run_cli(["compact", "-", "--budget", "80", "--policy", "window"], stdin=proc.stdout)  # a pipe
+    assert again.returncode == 0, again.stderr
+    out = json.loads(again.stdout)
+    assert 0 < out["tokens"] <= 80
+    assert [d["id"] for d in out["report"]] == [m.get("id") or f"m{i}" for i, m in enumerate(first["messages"])]
 
 
 def test_one_line_message_is_one_line_jsonl(tmp_path, capsys):

@@ -52,7 +52,8 @@ _JSON_TYPES = {dict: "object", str: "string", int: "number", float: "number", bo
 
 
 def read_messages(path: str) -> list[dict[str, Any]]:
-    """Messages from a JSON list or JSONL file (``-`` for stdin); errors name the file and line."""
+    """Messages from a JSON list, a JSONL file or an object with a ``messages`` list (``-`` for stdin); errors name
+    the file and line."""
     if path == "-":
         text, name = sys.stdin.read(), "<stdin>"
     else:
@@ -79,12 +80,15 @@ def read_messages(path: str) -> list[dict[str, Any]]:
             whole = json.loads(stripped)
         except json.JSONDecodeError:
             whole = None
-        # One JSON value that is not a message (an object without a role, a string, a number) is
-        # neither a list nor JSONL of messages; a single message on one line is one-line JSONL.
+        # An object whose "messages" is a list is a chat request's body (or this command's own output): its
+        # messages. Any other JSON value that is not a message (an object without a role, a string, a number)
+        # is neither a list nor JSONL of messages; a single message on one line is one-line JSONL.
+        if isinstance(whole, dict) and isinstance(whole.get("messages"), list):
+            return _objects(name, whole["messages"])
         if whole is not None and not (isinstance(whole, dict) and "role" in whole and "\n" not in stripped):
             raise CLIError(
-                f"{name}: expected a JSON list of messages or JSONL (one message per line), "
-                f"got a JSON {_JSON_TYPES.get(type(whole), type(whole).__name__)}"
+                f"{name}: expected a JSON list of messages, JSONL (one message per line) or an object with a "
+                f"\"messages\" list, got a JSON {_JSON_TYPES.get(type(whole), type(whole).__name__)}"
             )
         data = []
         for lineno, line in enumerate(text.splitlines(), 1):
@@ -96,6 +100,10 @@ def read_messages(path: str) -> list[dict[str, Any]]:
                 raise CLIError(f"{name}: line {lineno}: invalid JSON ({exc.msg})") from None
     if not isinstance(data, list):
         raise CLIError(f"{name}: expected a JSON list of messages, got a JSON {_JSON_TYPES.get(type(data), type(data).__name__)}")
+    return _objects(name, data)
+
+
+def _objects(name: str, data: list[Any]) -> list[dict[str, Any]]:
     for i, m in enumerate(data):
         if not isinstance(m, dict):
             raise CLIError(f"{name}: message {i} is not an object")

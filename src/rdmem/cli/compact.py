@@ -82,7 +82,7 @@ def _cmd_policies(args: argparse.Namespace) -> int:
 
 
 def _add_common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("file", help="JSON list or JSONL of chat messages; '-' for stdin")
+    p.add_argument("file", help="JSON list or JSONL of chat messages, or an object with a \"messages\" list; '-' for stdin")
     p.add_argument("--budget", type=positive_int, required=True, help="token budget (per-message overhead included)")
     p.add_argument("--policy", default="rd", help="policy name (see 'rdmem policies'); default rd")
     p.add_argument("--query", default=None, help="the next question, for query-aware selection")
