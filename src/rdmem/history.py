@@ -209,7 +209,25 @@ def resend_key(message: Mapping[str, Any]) -> str:
     chat = chat_fields(message)
     if len(chat) == 2 and chat.get("role") in VALID_ROLES and isinstance(chat["content"], str):  # the common case, fast
         return f"{chat['role']}\x00{chat['content']}"  # never a JSON object's text, which starts with '{'
+    calls = chat.get("tool_calls")
+    if isinstance(calls, list):  # as the model sent them: a client's accumulation of a stream adds each call's
+        chat = {**chat, "tool_calls": [_call_key(c) for c in calls]}  # "index", and may send "" for no content
+        if chat.get("content") == "":
+            chat["content"] = None
     return json.dumps(chat, sort_keys=True, ensure_ascii=False, default=str)
+
+
+def _call_key(call: Any) -> Any:
+    """A tool call's fields that say what was called (``id``, ``type``, the function's or custom tool's name and
+    input), without what a client adds while it accumulates a stream."""
+    if not isinstance(call, Mapping):
+        return call
+    out: dict[str, Any] = {k: call[k] for k in ("id", "type") if k in call}
+    for kind, fields in (("function", ("name", "arguments")), ("custom", ("name", "input"))):
+        body = call.get(kind)
+        if isinstance(body, Mapping):
+            out[kind] = {k: body[k] for k in fields if k in body}
+    return out
 
 
 def validate_history(messages: Sequence[Mapping[str, Any]]) -> list[str]:

@@ -97,23 +97,42 @@ def test_streaming_is_relayed_chunk_by_chunk_and_the_reply_is_stored(proxy, cl10
                                  "content": "Try the pastel de nata at Belem."}
 
 
+CHUNK = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 0, "model": "fake-model"}
+
+
 def test_a_streamed_tool_call_is_stored_whole(proxy):
     live, upstream = proxy
-    events = [json.dumps({"choices": [{"index": 0, "delta": {"role": "assistant", "tool_calls": [
+    events = [json.dumps({**CHUNK, "choices": [{"index": 0, "delta": {"role": "assistant", "tool_calls": [
                   {"index": 0, "id": "call_9", "type": "function", "function": {"name": "weather", "arguments": ""}}]}}]}),
-              json.dumps({"choices": [{"index": 0, "delta": {"tool_calls": [
+              json.dumps({**CHUNK, "choices": [{"index": 0, "delta": {"tool_calls": [
                   {"index": 0, "function": {"arguments": '{"city": '}}]}}]}),
-              json.dumps({"choices": [{"index": 0, "delta": {"tool_calls": [
+              json.dumps({**CHUNK, "choices": [{"index": 0, "delta": {"tool_calls": [
                   {"index": 0, "function": {"arguments": '"Lisbon"}'}}]}}]}),
-              json.dumps({"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]}), "[DONE]"]
+              json.dumps({**CHUNK, "choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]}), "[DONE]"]
     upstream.respond = lambda req: Reply(events=events)
-    list(client(live).chat.completions.create(model="fake-model", stream=True, user="tools",
-                                              messages=[{"role": "user", "content": "Weather?"}]))
+    oai = client(live)
+    history: list[dict] = [{"role": "user", "content": "Weather?"}]
+    with oai.chat.completions.stream(model="fake-model", user="tools", messages=history) as stream:
+        list(stream)
+        call = stream.get_final_completion().choices[0].message.model_dump(exclude_none=True, exclude={"parsed"})
     mem = live.app.state.rdmem.pool.manager("default", "tools", budget=WINDOW - 1024)
     settled(lambda: mem.history()[-1]["role"] == "assistant")
     stored = mem.history()[-1]
     assert stored["tool_calls"] == [{"id": "call_9", "type": "function",
                                      "function": {"name": "weather", "arguments": '{"city": "Lisbon"}'}}]
+    # The SDK's accumulation of the stream adds each call's "index" (and a client may send "" for no content):
+    # resent, it is the stored call, not a new message, in a session shared by a user's chats too.
+    assert call["tool_calls"][0]["index"] == 0
+    upstream.respond = None
+    upstream.text = "Sunny."
+    for content in (None, ""):
+        history = [{"role": "user", "content": "Weather?"}, {**call, **({"content": content} if content == "" else {})},
+                   {"role": "tool", "tool_call_id": "call_9", "content": "22 C"}]
+        oai.chat.completions.create(model="fake-model", user="tools", messages=history)
+        settled(lambda: mem.history()[-1]["content"] == "Sunny.")
+        mem = live.app.state.rdmem.pool.manager("default", "tools", budget=WINDOW - 1024)  # the request's store done
+        assert [(m["role"], m.get("content")) for m in mem.history()] == [
+            ("user", "Weather?"), ("assistant", None), ("tool", "22 C"), ("assistant", "Sunny.")]
 
 
 def test_when_compaction_fails_the_original_request_is_forwarded(proxy, caplog):
