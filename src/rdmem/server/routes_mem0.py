@@ -98,7 +98,7 @@ def _parse_id(memory_id: str) -> tuple[str, str]:
         session, uid, *made = json.loads(base64.urlsafe_b64decode(memory_id + "=" * (-len(memory_id) % 4)))
         if isinstance(session, str) and isinstance(uid, str) and session.startswith(_PREFIX) and len(made) <= 1:
             return session, uid  # a third part: the time an id of 2026-12-05's rdmem carried
-    except (ValueError, TypeError):
+    except (ValueError, TypeError, RecursionError):  # RecursionError: JSON nested thousands deep
         pass
     raise ApiError(404, f"Memory with id {memory_id} not found")
 
