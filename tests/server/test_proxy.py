@@ -357,3 +357,41 @@ def test_a_user_s_two_chats_at_once_store_each_message_once(proxy):
             chats[chat].append({"role": "assistant", "content": reply.choices[0].message.content})
     assert stored(live, "dana") == [f"chat {chat}, {kind} {turn}" for turn in range(3) for chat in ("A", "B")
                                     for kind in ("question", "answer")]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("named", ["header", "user"])
+def test_a_session_deleted_while_its_request_is_answered_stays_deleted(proxy, stream, named):
+    """The reply of a request in flight when its session was deleted was stored after the delete, lined up
+    against the emptied session: the whole history (a PIN included) came back without the client sending
+    anything more."""
+    import threading
+
+    live, upstream = proxy
+    oai = client(live)
+    how = {"extra_headers": {"X-Rdmem-Session": "pin"}} if named == "header" else {"user": "pin"}
+    history = [{"role": "user", "content": "My card PIN is 4321."}]
+    upstream.text = "Noted."
+    oai.chat.completions.create(model="fake-model", messages=history, **how)
+    history += [{"role": "assistant", "content": "Noted."}, {"role": "user", "content": "What is my PIN?"}]
+    assert stored(live, "pin") == ["My card PIN is 4321.", "Noted."]
+    upstream.respond = lambda req: Reply(body=completion("4321."), delay=1.5) if not stream else \
+        Reply(events=chunks("4321."), delay=1.5)
+    answered: list[object] = []
+
+    def ask() -> None:
+        out = oai.chat.completions.create(model="fake-model", messages=history, stream=stream, **how)
+        answered.append(list(out) if stream else out)
+
+    asking = threading.Thread(target=ask)
+    asking.start()
+    rest = httpx.Client(base_url=live.url, timeout=30)
+    settled(lambda: rest.get("/v1/sessions/pin/messages").json().get("messages", [{}])[-1].get("content")
+            == "What is my PIN?")  # the question is stored; the model is still answering
+    assert rest.delete("/v1/sessions/pin").status_code == 204
+    asking.join(30)
+    assert answered  # the client got its answer
+    time.sleep(0.5)  # the reply's store, after the answer
+    live.app.state.rdmem.pool.manager("default", "pin", budget=100)  # waits for any store of this session
+    assert rest.get("/v1/sessions/pin/messages").status_code == 404
+    assert rest.get("/v1/sessions/pin").status_code == 404

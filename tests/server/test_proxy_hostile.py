@@ -373,9 +373,9 @@ def test_a_streamed_reply_stored_off_the_relay_is_stored_once_when_the_next_requ
 
     slow = routes_proxy.store_reply
 
-    def store_reply(*args):  # a store slower than the client's next request
+    def store_reply(*args, **kw):  # a store slower than the client's next request
         time.sleep(0.5)
-        slow(*args)
+        slow(*args, **kw)
 
     monkeypatch.setattr(routes_proxy, "store_reply", store_reply)
     oai = client(open_proxy)

@@ -433,13 +433,13 @@ def test_a_reply_another_server_stored_first_is_not_stored_again(serve, fake_ope
     release, first, done = threading.Event(), threading.Event(), threading.Event()
     original = routes_proxy.store_reply
 
-    def late(*args):  # the first reply's store (server A's) waits until server B has stored the next request
+    def late(*args, **kw):  # the first reply's store (server A's) waits until server B has stored the next request
         if first.is_set():
-            return original(*args)
+            return original(*args, **kw)
         first.set()
         release.wait(60)
         try:
-            return original(*args)
+            return original(*args, **kw)
         finally:
             done.set()
 
@@ -487,13 +487,13 @@ class _TwoServers:
         self.release, self.held, self.done = threading.Event(), threading.Event(), threading.Event()
         original = routes_proxy.store_reply
 
-        def late(*args):
+        def late(*args, **kw):
             if not (args[5] and args[5].get("content") == hold):
-                return original(*args)
+                return original(*args, **kw)
             self.held.set()
             self.release.wait(60)
             try:
-                return original(*args)
+                return original(*args, **kw)
             finally:
                 self.done.set()
 

@@ -225,16 +225,25 @@ def prepare(state: Any, tenant: str | None, session: str | None, shared: bool, b
 
 
 def store_reply(state: Any, tenant: str, session: str, budget: int, saving: dict[str, Any] | None,
-                message: dict[str, Any] | None, conv: tuple[Message, ...] = (), shared: bool = False) -> None:
+                message: dict[str, Any] | None, conv: tuple[Message, ...] = (), shared: bool = False, *,
+                mark: int | None = None) -> None:
     """Store the assistant's reply and the request's record (``saving``) in one write, the working set's
     trim left to the embedding worker; without a reply, the record alone. A failure is one log line: the
     reply comes again with the next request, the record is only for looking back.
 
     A reply the session holds already after the request's messages ``conv`` is not stored again: the
     client's next request reached another server process first, which stored it as a resent message
-    (lined up as the request was: ``shared``, :func:`~rdmem._turn.take_turn`'s ``gaps``)."""
+    (lined up as the request was: ``shared``, :func:`~rdmem._turn.take_turn`'s ``gaps``).
+
+    Nothing is stored when the session was deleted since the request began (``mark``, the session's
+    :meth:`~rdmem.server.sessions.SessionPool.deletions` then): lined up against the emptied session, the
+    request's history would all be stored again with its reply."""
     reply = message if message and message.get("role") == "assistant" else None
     if reply is None and saving is None:
+        return
+    if mark is not None and state.pool.deletions(tenant, session) != mark:
+        log.info("rdmem proxy: session %r was deleted while its request was answered; its reply is not stored",
+                 session)
         return
     try:
         mem = state.pool.manager(tenant, session, budget=max(budget, 1), settled=False)  # it is the reply waited for

@@ -150,8 +150,8 @@ def _budget(state: Any, body: dict[str, Any], headers: dict[str, str]) -> int:
     return budget
 
 
-#: Where a reply goes: (tenant, session, budget, the request's record for the session's log or None).
-_Where = tuple[str, str, int, "dict[str, Any] | None"]
+#: Where a reply goes: (tenant, session, budget, the request's record or None, ``pool.deletions`` as it began).
+_Where = tuple[str, str, int, "dict[str, Any] | None", int]
 
 
 #: The reply stores under way, by (server, tenant, session): the session's next request starts its memory work
@@ -180,7 +180,8 @@ def _store_later(state: Any, where: _Where, message: dict[str, Any] | None,
                     conv, shared = after.result().conv, after.result().shared  # what the reply follows, and how
                 else:  # the request's messages were not stored (a limit, a store error): nor is the reply, which
                     reply = None  # would come before its question; the client's next request carries both
-            await loop.run_in_executor(None, store_reply, state, *where, reply, conv, shared)
+            await loop.run_in_executor(None, functools.partial(store_reply, state, *where[:4], reply, conv, shared,
+                                                               mark=where[4]))
         finally:
             state.pool.reply_done(tenant, session, done)
 
@@ -294,6 +295,7 @@ async def chat_completions(request: Request, tenant: ProxyTenant) -> Response:
         headers["X-Rdmem-Warning"] = ("'user' is not a session name (1-256 characters, no control characters): "
                                       "no memory for this request; name one with X-Rdmem-Session")
     budget = _budget(state, body, headers)
+    mark = state.pool.deletions(tenant, session) if tenant is not None and session else 0
     forward, saving, memory = body, None, None
     job: asyncio.Future[Prepared] | None = None
     try:
@@ -325,7 +327,7 @@ async def chat_completions(request: Request, tenant: ProxyTenant) -> Response:
             saving = _applied(await memory.counted(), headers)
         except Exception as exc:
             _failed_open(state, session, exc, headers)
-    where: _Where | None = (tenant, session, budget, saving) if tenant is not None and session else None
+    where: _Where | None = (tenant, session, budget, saving, mark) if tenant is not None and session else None
     try:
         resp = await upstream
     except Exception as exc:

@@ -117,6 +117,9 @@ def tenant_sessions(store: Store, tenant: str, within: str = "") -> list[tuple[s
     return tenant_session_infos(store, tenant, within)
 
 
+#: Sessions whose deletion this process remembers (:meth:`SessionPool.deletions`).
+DELETES_KEPT = 65_536
+
 #: Tenants whose query vectors a server keeps cached (least recently used dropped), and vectors per tenant.
 TENANT_CACHES, TENANT_CACHE_ITEMS = 256, 20_000
 
@@ -137,6 +140,8 @@ class SessionPool:
         self._managers: OrderedDict[tuple[str, str, int], MemoryManager] = OrderedDict()
         self._lock = threading.Lock()
         self._replies: dict[str, list[threading.Event]] = {}  # store session -> replies being stored after their answer
+        self._deletes: OrderedDict[str, int] = OrderedDict()  # store session -> the count of deletes at its last
+        self._deleted = 0
         self.worker = EmbeddingWorker(store, self.embedder, on_landed=self._landed)
 
     def embedder_for(self, tenant: str) -> Embedder:
@@ -241,8 +246,21 @@ class SessionPool:
         return self.store.version(store_session(tenant, session)) > 0
 
     def forget(self, tenant: str, session: str) -> None:
-        """Drop the pooled managers of a session (it was deleted)."""
+        """Drop the pooled managers of a session (it was deleted), and change its :meth:`deletions` mark."""
         name = store_session(tenant, session)
         with self._lock:
             for key in [k for k in self._managers if k[0] == name]:
                 del self._managers[key]
+            self._deleted += 1
+            self._deletes[name] = self._deleted
+            self._deletes.move_to_end(name)
+            while len(self._deletes) > DELETES_KEPT:
+                self._deletes.popitem(last=False)
+
+    def deletions(self, tenant: str, session: str) -> int:
+        """A mark that changes whenever this process deletes the session (:meth:`forget`): a proxy request that
+        began before a delete stores no reply after it (its reply would bring the deleted history back). Marks of
+        the :data:`DELETES_KEPT` sessions deleted last are kept; an older one reads as 0, which differs from
+        every mark a request can have read since."""
+        with self._lock:
+            return self._deletes.get(store_session(tenant, session), 0)
