@@ -109,3 +109,36 @@ def test_a_cancelled_add_still_stores_and_a_retry_with_its_id_is_refused():
         return [m["content"] for m in await mem.history()]
 
     assert asyncio.run(main()) == ["pay invoice 7"]
+
+
+def test_a_session_stuck_on_its_store_holds_up_its_own_calls_only(tmp_path):
+    """Every call went to asyncio's default executor, where a manager's calls waited on its lock: twelve calls
+    on a session whose SQLite file another connection had locked held every thread of the executor, so an
+    unrelated ``asyncio.to_thread`` (a DNS lookup, another session) waited for the lock too. Now a manager's
+    calls queue on the event loop: one thread waits for the store, the others stay free."""
+    import concurrent.futures
+    import sqlite3
+
+    from rdmem.store.sqlite import SQLiteStore
+
+    path = tmp_path / "alice.db"
+    alice = AsyncMemoryManager(budget=500, policy="window", store=SQLiteStore(path, timeout=30), session="alice")
+
+    async def main() -> list[str]:
+        asyncio.get_running_loop().set_default_executor(concurrent.futures.ThreadPoolExecutor(2))
+        await alice.add(role="user", content="warm")
+        locker = sqlite3.connect(path, isolation_level=None)
+        locker.execute("BEGIN EXCLUSIVE")  # another writer holds the file
+        try:
+            adds = [asyncio.create_task(alice.add(role="user", content=f"note {i}")) for i in range(12)]
+            await asyncio.sleep(0.3)
+            # an unrelated call finds a free thread (before: both were waiting for alice's file, up to 30 s)
+            assert await asyncio.wait_for(asyncio.to_thread(lambda: "free"), 10) == "free"
+            assert not any(a.done() for a in adds)
+        finally:
+            locker.execute("ROLLBACK")
+            locker.close()
+        await asyncio.gather(*adds)
+        return [m["content"] for m in await alice.history()]
+
+    assert asyncio.run(main()) == ["warm", *(f"note {i}" for i in range(12))]  # each once, in the order called

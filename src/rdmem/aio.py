@@ -9,9 +9,15 @@ serialises its own calls (each runs under its lock, on the session as the
 store has it at that moment), and several managers of one session, in this
 process or others, meet in the store, which orders their writes.
 
+A manager's calls wait their turn on the event loop, not in threads: however
+many coroutines call one manager at once, at most one thread of asyncio's
+default executor (shared with the whole process: DNS lookups, other sessions,
+other libraries) works or waits for it, so a session stuck on its store (a
+locked SQLite file, a PostgreSQL restart) holds up that session's calls only.
+
 A cancelled call (``asyncio.wait_for``'s timeout, a task cancelled) stops
-waiting, but its thread cannot be stopped: the call still runs to its end, and
-an ``add`` still stores its message. To retry a write safely, give the
+waiting, but its thread cannot be stopped: the call still runs to its end (the
+manager's next call begins after it), and an ``add`` still stores its message. To retry a write safely, give the
 message an ``id``: the retry of a message already stored is then a
 :class:`~rdmem.errors.DuplicateIdError` instead of a second copy.
 
@@ -27,8 +33,11 @@ message an ``id``: the retry of a message already stored is then a
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+import contextvars
+import functools
+import weakref
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, TypeVar
 
 from .errors import InvalidType
 from .contract import Policy
@@ -40,6 +49,31 @@ from .summarize import Summarizer
 from .tokens import Tokenizer
 
 __all__ = ["AsyncMemoryManager"]
+
+T = TypeVar("T")
+
+
+class OneAtATime:
+    """Run blocking calls in asyncio's default executor one after another, queued on the event loop: at most one
+    thread works or waits for them at a time, and a cancelled caller's call (which goes on in its thread) ends
+    before the next begins. One queue per event loop (a lock is bound to its loop)."""
+
+    def __init__(self) -> None:
+        self._locks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = weakref.WeakKeyDictionary()
+
+    async def __call__(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
+        loop = asyncio.get_running_loop()
+        lock = self._locks.get(loop)
+        if lock is None:
+            lock = self._locks[loop] = asyncio.Lock()
+        await lock.acquire()
+        try:  # as asyncio.to_thread: the caller's context variables go with the call
+            done = loop.run_in_executor(None, functools.partial(contextvars.copy_context().run, fn, *args, **kwargs))
+        except BaseException:
+            lock.release()
+            raise
+        done.add_done_callback(lambda f: (lock.release(), f.cancelled() or f.exception()))  # nobody may await it
+        return await asyncio.shield(done)
 
 
 class AsyncMemoryManager:
@@ -55,6 +89,7 @@ class AsyncMemoryManager:
         if manager is not None and not isinstance(manager, MemoryManager):
             raise InvalidType(f"expected a MemoryManager, got {type(manager).__name__}")
         self.sync = manager if manager is not None else MemoryManager(**settings)
+        self._queue = OneAtATime()  # the manager's calls, one thread at a time
 
     # The manager's settings, read as its attributes (``tests/test_aio.py`` keeps the two faces in step).
     @property
@@ -103,60 +138,65 @@ class AsyncMemoryManager:
         """The session's tokenizer (the first read opens the session's store, as with ``MemoryManager``)."""
         return self.sync.tokenizer
 
+    async def call(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
+        """``fn(*args, **kwargs)`` in a thread, in its turn among this manager's calls: for a step that uses
+        :attr:`sync` several times and must not be split by another call (an adapter's read-then-write)."""
+        return await self._queue(fn, *args, **kwargs)
+
     async def add(self, message: Mapping[str, Any] | None = None, /, **fields: Any) -> str:
-        return await asyncio.to_thread(self.sync.add, message, **fields)
+        return await self._queue(self.sync.add, message, **fields)
 
     async def extend(self, messages: Sequence[Mapping[str, Any]]) -> list[str]:
-        return await asyncio.to_thread(self.sync.extend, messages)
+        return await self._queue(self.sync.extend, messages)
 
     async def delete(self, ids: Sequence[str]) -> list[str]:
-        return await asyncio.to_thread(self.sync.delete, ids)
+        return await self._queue(self.sync.delete, ids)
 
     async def context(self, query: str | None = None, *, budget: int | None = None, warn: bool = True) -> Compaction:
-        return await asyncio.to_thread(self.sync.context, query, budget=budget, warn=warn)
+        return await self._queue(self.sync.context, query, budget=budget, warn=warn)
 
     async def messages(self, query: str | None = None) -> list[dict[str, Any]]:
-        return await asyncio.to_thread(self.sync.messages, query)
+        return await self._queue(self.sync.messages, query)
 
     async def search(self, query: str, *, k: int = 10, tier: str | None = None) -> list[dict[str, Any]]:
-        return await asyncio.to_thread(self.sync.search, query, k=k, tier=tier)
+        return await self._queue(self.sync.search, query, k=k, tier=tier)
 
     async def history(self, *, offset: int = 0, limit: int | None = None) -> list[dict[str, Any]]:
-        return await asyncio.to_thread(self.sync.history, offset=offset, limit=limit)
+        return await self._queue(self.sync.history, offset=offset, limit=limit)
 
     async def originals(self, ids: Iterable[str]) -> dict[str, dict[str, Any]]:
-        return await asyncio.to_thread(self.sync.originals, ids)
+        return await self._queue(self.sync.originals, ids)
 
     async def unseen(self, messages: Sequence[Mapping[str, Any]]) -> list[int]:
-        return await asyncio.to_thread(self.sync.unseen, messages)
+        return await self._queue(self.sync.unseen, messages)
 
     async def resent(self, messages: Sequence[Mapping[str, Any]]) -> tuple[list[int], list[str]]:
-        return await asyncio.to_thread(self.sync.resent, messages)
+        return await self._queue(self.sync.resent, messages)
 
     async def maintain(self) -> None:
-        return await asyncio.to_thread(self.sync.maintain)
+        return await self._queue(self.sync.maintain)
 
     async def working_ids(self) -> list[str]:
-        return await asyncio.to_thread(self.sync.working_ids)
+        return await self._queue(self.sync.working_ids)
 
     async def archived_ids(self) -> list[str]:
-        return await asyncio.to_thread(self.sync.archived_ids)
+        return await self._queue(self.sync.archived_ids)
 
     async def stats(self) -> dict[str, Any]:
-        return await asyncio.to_thread(self.sync.stats)
+        return await self._queue(self.sync.stats)
 
     async def feedback(self, ids: Sequence[str], reward: float, *, learning_rate: float = 0.5,
                        max_shift: float = 2.0) -> None:
-        await asyncio.to_thread(self.sync.feedback, ids, reward, learning_rate=learning_rate, max_shift=max_shift)
+        await self._queue(self.sync.feedback, ids, reward, learning_rate=learning_rate, max_shift=max_shift)
 
     async def reset_feedback(self) -> None:
-        await asyncio.to_thread(self.sync.reset_feedback)
+        await self._queue(self.sync.reset_feedback)
 
     async def clear(self) -> None:
-        await asyncio.to_thread(self.sync.clear)
+        await self._queue(self.sync.clear)
 
     async def close(self) -> None:
-        await asyncio.to_thread(self.sync.close)
+        await self._queue(self.sync.close)
 
     async def __aenter__(self) -> AsyncMemoryManager:
         return self

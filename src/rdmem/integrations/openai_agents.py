@@ -29,7 +29,6 @@ Needs ``pip install 'rdmem[openai-agents]'``.
 
 from __future__ import annotations
 
-import asyncio
 import copy
 import json
 import threading
@@ -323,16 +322,16 @@ class RdmemSession:
         """Store items at the end of the session (one atomic write; compacts the working set if needed)."""
         messages = items_to_messages(items)
         if messages:
-            await asyncio.to_thread(self._locked, self._add, messages)
+            await self.memory.call(self._locked, self._add, messages)
 
     async def pop_item(self) -> dict[str, Any] | None:
         """Remove the newest item and return it (``None`` on an empty session); a message made of several
         items keeps the others."""
-        return await asyncio.to_thread(self._locked, self._pop)
+        return await self.memory.call(self._locked, self._pop)
 
     async def clear_session(self) -> None:
         """Delete every item of the session, for good."""
-        await asyncio.to_thread(self._locked, self._clear)
+        await self.memory.call(self._locked, self._clear)
 
     # -- beyond the protocol ------------------------------------------------------------------
     async def all_items(self) -> list[dict[str, Any]]:
@@ -408,7 +407,7 @@ class RdmemSession:
 
     async def _tail(self, n: int) -> list[dict[str, Any]]:
         """The newest ``n`` stored messages."""
-        total = await asyncio.to_thread(len, self.memory.sync)
+        total = await self.memory.call(len, self.memory.sync)
         return await self.memory.history(offset=max(0, total - n)) if total and n > 0 else []
 
     async def _context_items(self, query: str | None, budget: int | None = None) -> list[dict[str, Any]]:
@@ -423,7 +422,7 @@ class RdmemSession:
         the runner stored them first, the new question when it stores it after the call (a streamed run),
         what follows the resent history in a run without this session."""
         if messages:
-            await asyncio.to_thread(self._locked, self._mirror_unseen, messages)
+            await self.memory.call(self._locked, self._mirror_unseen, messages)
 
     def _mirror_unseen(self, messages: list[dict[str, Any]]) -> None:
         """What :meth:`_store_unseen` stores, found and written in one step (under ``_writes``): two model calls
