@@ -607,6 +607,71 @@ def test_an_agent_run_as_a_tool_neither_sees_nor_joins_the_session():
         ["My private note: my PIN is 4711.", "Noted.", "Say hello in French", "In French: Bonjour"]
 
 
+def test_a_run_beginning_while_another_runs_an_agent_as_a_tool_does_not_give_it_the_session():
+    """Each read of the session's items (a run beginning) made the next agent the filter met the session's:
+    a sub-agent of run A (an agent made a tool) reaching the filter just after run B began was given alice's
+    history and its input stored in her session, and B's own agent was passed through unfitted. The SDK's
+    steps in that order: A begins, A's agent calls the model, B begins, A's sub-agent calls the model, then
+    B's agent."""
+    async def go():
+        session = window_session("alice", budget=300)
+        await session.add_items([{"role": "user", "content": "My private note: my PIN is 4711."},
+                                 {"role": "assistant", "content": "Noted."},
+                                 *({"role": "user", "content": f"Note {i} about the ferry."} for i in range(40))])
+        boss, translator = Agent(name="boss"), Agent(name="translator")
+
+        async def call(agent, input_items):
+            data = CallModelData(model_data=ModelInputData(input=input_items, instructions=None), agent=agent,
+                                 context=None)
+            return (await session.call_model_input_filter(data)).input
+
+        a_items = await session.get_items()
+        await call(boss, [*a_items, {"role": "user", "content": "Say hello in French"}])
+        b_items = await session.get_items()
+        with pytest.warns(RuntimeWarning, match="agent 'translator' is not one of this session's agents"):
+            sub = await call(translator, [{"role": "user", "content": "Hello"}])
+        b_input = await call(boss, [*b_items, {"role": "user", "content": "word " * 400}])
+        return sub, b_input, await session.all_items()
+
+    sub, b_input, stored = run(go())
+    assert sub == [{"role": "user", "content": "Hello"}]  # passed through: neither fitted nor stored
+    assert "Hello" not in [i.get("content") for i in stored]
+    assert tokens(to_chat(b_input)) <= 300  # B's own agent is fitted
+
+
+def test_a_cancelled_streamed_run_leaves_the_next_run_s_question_stored_once():
+    """A streamed run cancelled between the filter (which stores its question) and the runner's add left the
+    filter's entry waiting first in line; the next run's question, added by its runner, did not match it and
+    was stored twice."""
+    from agents import RunHooks
+
+    class SlowStart(RunHooks):  # anything that awaits between the model-input filter and the input's save
+        async def on_llm_start(self, context, agent, system_prompt, input_items):
+            await asyncio.sleep(0.5)
+
+    async def go():
+        session = window_session("cancelled", budget=2000)
+        config = RunConfig(call_model_input_filter=session.call_model_input_filter, tracing_disabled=True)
+        agent = Agent(name="guide", model=ScriptedModel([[assistant_message("Answer 1")]]))
+        result = Runner.run_streamed(agent, "Question 1", session=session, run_config=config, hooks=SlowStart())
+
+        async def consume():
+            async for _ in result.stream_events():
+                pass
+
+        task = asyncio.create_task(consume())
+        await asyncio.sleep(0.2)
+        result.cancel()
+        await task
+        agent.model = ScriptedModel([[assistant_message("Answer 2")]])
+        result = Runner.run_streamed(agent, "Question 2", session=session, run_config=config)
+        async for _ in result.stream_events():
+            pass
+        return [_text(i.get("content")) for i in await session.all_items()]
+
+    assert run(go()) == ["Question 1", "Question 2", "Answer 2"]
+
+
 def test_an_agent_handed_off_to_shares_the_session():
     async def go():
         session = window_session("bob")

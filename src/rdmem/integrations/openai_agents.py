@@ -7,23 +7,17 @@
     config = RunConfig(call_model_input_filter=session.call_model_input_filter)
     result = await Runner.run(agent, "Which restaurant is safe for me?", session=session, run_config=config)
 
-The session stores every item the runner gives it, whole (each chat message
-carries the SDK items it was made from), and answers ``get_items()`` with
-what fits the budget: rdmem's context, the stored items where a message is
-sent verbatim. ``call_model_input_filter`` does the same before *every*
-model call of a run (a tool loop grows the input between two of them), with
-the newest user message as the query and the budget less the instructions,
-so archived facts come back when the question needs them.
-``get_items(limit)`` returns the newest ``limit`` items as stored, as
-``SQLiteSession`` does (the runner reads the tail that way);
-:meth:`RdmemSession.all_items` returns all of them.
+The session stores every item the runner gives it, whole (each chat message carries the SDK items it was made from),
+and answers ``get_items()`` with what fits the budget: rdmem's context, the stored items where a message is sent
+verbatim. ``call_model_input_filter`` does the same before *every* model call of a run (a tool loop grows the input
+between two of them), with the newest user message as the query and the budget less the instructions, so archived
+facts come back when the question needs them. ``get_items(limit)`` returns the newest ``limit`` items as stored, as
+``SQLiteSession`` does (the runner reads the tail that way); :meth:`RdmemSession.all_items` returns all of them.
 
-Items become chat messages this way: a user, system, developer or assistant
-message is one message (its text parts joined; other parts named, as
-``[input_image]``); consecutive ``function_call`` (or ``custom_tool_call``)
-items are one assistant message with their tool calls, and each output a
-tool message; a ``reasoning`` item travels with the item after it; any other
-item (a hosted tool's call or output) is a message that names its type.
+Items become chat messages this way: a user, system, developer or assistant message is one message (its text parts
+joined; other parts named, as ``[input_image]``); consecutive ``function_call`` (or ``custom_tool_call``) items are
+one assistant message with their tool calls, and each output a tool message; a ``reasoning`` item travels with the
+item after it; any other item (a hosted tool's call or output) is a message that names its type.
 Needs ``pip install 'rdmem[openai-agents]'``.
 """
 
@@ -250,13 +244,11 @@ def _last_user_text(messages: Sequence[Mapping[str, Any]]) -> str | None:
 class RdmemSession:
     """An Agents SDK session (the ``Session`` protocol) whose items live in an rdmem session.
 
-    ``store`` (``None``: in memory; ``"sqlite:///path.db"``; a PostgreSQL URL),
-    ``budget`` (tokens of what the model is given; default 4000), ``policy``
-    (default ``"rd"``) and any other :class:`~rdmem.MemoryManager` keyword
-    configure it; or pass a ``manager`` of the session ``session_id``
-    instead. ``session_settings`` are the SDK's (``limit``: the runner then
-    reads the newest items as stored, uncompacted). Safe to share between
-    coroutines; several processes meet in the store.
+    ``store`` (``None``: in memory; ``"sqlite:///path.db"``; a PostgreSQL URL), ``budget`` (tokens of what the model
+    is given; default 4000), ``policy`` (default ``"rd"``) and any other :class:`~rdmem.MemoryManager` keyword
+    configure it; or pass a ``manager`` of the session ``session_id`` instead. ``session_settings`` are the SDK's
+    (``limit``: the runner then reads the newest items as stored, uncompacted). Safe to share between coroutines;
+    several processes meet in the store.
     """
 
     def __init__(self, session_id: str, *, store: Any = None, budget: int | None = None,
@@ -281,13 +273,15 @@ class RdmemSession:
             if session_settings is not None else sdk_settings.SessionSettings()
         self.memory = AsyncMemoryManager(manager)
         self._writes = threading.Lock()  # a pop (read the last message, delete it) is not split by a write
-        self._mirrored: list[str] = []  # messages the filter stored that the runner has yet to add
+        self._mirrored: list[tuple[int, str]] = []  # messages the filter stored that the runner has yet to add
+        self._runs = 0  # the runs begun (context reads), the first element of each entry of _mirrored
         self._rendered: frozenset[str] = frozenset()  # the last context's messages (their resend keys)
         # The agents whose model calls the filter fits (names): those given, else the first it serves; with
         # the agents each of them hands off to. Another's call (an agent run as a tool) passes through.
         self._given = {_agent_name(a) for a in agents} if agents is not None else None
         self._agents: set[str] | None = set(self._given) if self._given is not None else None
         self._passed: set[str] = set()  # agents already warned about
+        self._openings: list[str | None] = []  # the first message of the contexts the last runs read (resend keys)
 
     @property
     def session_id(self) -> str:
@@ -309,10 +303,11 @@ class RdmemSession:
         items as stored, oldest first (all of them for a negative one, as ``SQLiteSession``)."""
         sdk_settings, _ = _sdk()
         limit = sdk_settings.resolve_session_limit(limit, self.session_settings)
-        if self._given is None:  # a run begins (an agent run as a tool has no session): its agent is learned anew
-            self._agents = None
         if limit is None:
-            return await self._context_items(_last_user_text(await self._tail(64)))
+            await self.memory.call(self._locked, self._run_begins)
+            items = await self._context_items(_last_user_text(await self._tail(64)))
+            self._openings = [*self._openings, resend_key(items_to_messages(items)[0]) if items else None][-8:]
+            return items
         if limit < 0:
             return await self.all_items()
         items = [i for m in await self._tail(limit) for i in message_items(m)]
@@ -339,18 +334,17 @@ class RdmemSession:
         return [i for m in await self.memory.history() for i in message_items(m)]
 
     async def call_model_input_filter(self, data: Any) -> Any:
-        """For ``RunConfig(call_model_input_filter=...)``: the input of this model call replaced by the
-        session's context for its newest user message, within the budget less the instructions.
+        """For ``RunConfig(call_model_input_filter=...)``: the input of this model call replaced by the session's
+        context for its newest user message, within the budget less the instructions.
 
-        The input's items the session does not have yet are stored first, so the context holds them: the
-        new question of a streamed run (whose runner stores it after the call, and is then not stored
-        twice), every item of a run without this session (a resent history is recognised).
-        """
+        The input's items the session does not have yet are stored first, so the context holds them: the new
+        question of a streamed run (whose runner stores it after the call, and is then not stored twice), every
+        item of a run without this session (a resent history is recognised)."""
         _, model_input = _sdk()
         model_data = data.model_data
-        if not self._serves(data.agent):
-            return model_data
         messages = items_to_messages(list(model_data.input))
+        if not self._serves(data.agent, messages):
+            return model_data
         await self._store_unseen(messages)
         reserve = 0
         if model_data.instructions:
@@ -362,15 +356,18 @@ class RdmemSession:
         return model_input(input=items, instructions=model_data.instructions)
 
     # -- helpers --------------------------------------------------------------------------------
-    def _serves(self, agent: Any) -> bool:
+    def _serves(self, agent: Any, messages: list[dict[str, Any]]) -> bool:
         """Whether the filter fits ``agent``'s model call: one of the session's agents (``agents=``, else the
-        first agent the filter was given since the session's items were last read: a run's first), or one they
-        hand off to. The SDK runs an agent made a tool
+        first agent the filter serves and each whose call begins with the context a run read: a run's first),
+        or one they hand off to. The SDK runs an agent made a tool
         (``Agent.as_tool``) with its caller's ``RunConfig``, so its calls reach this filter too: their input
         is another conversation's, passed through untouched (neither fitted nor stored), with a warning."""
         name = _agent_name(agent)
-        if self._agents is None:
-            self._agents = {name}
+        # A run's first call begins with the context the run read (get_items); an agent's run as a tool, with its
+        # own input (another conversation), whenever it comes, also while another run of the session begins.
+        opens = bool(messages) and resend_key(messages[0]) in self._openings
+        if self._agents is None or (self._given is None and name not in self._agents and opens):
+            self._agents = {*(self._agents or ()), name}
         if name not in self._agents:
             if name not in self._passed:
                 self._passed.add(name)
@@ -425,23 +422,29 @@ class RdmemSession:
             await self.memory.call(self._locked, self._mirror_unseen, messages)
 
     def _mirror_unseen(self, messages: list[dict[str, Any]]) -> None:
-        """What :meth:`_store_unseen` stores, found and written in one step (under ``_writes``): two model calls
-        of the session at once with one input stored its new question twice."""
+        """:meth:`_store_unseen`'s find and write, one step under ``_writes`` (two calls at once stored it twice)."""
         mem = self.memory.sync
         total = len(mem)
         newest = mem.history(offset=total - 1)[-1] if total else None
         start = first_unseen(messages, newest, mem.unseen, self._rendered)
         if start < len(messages):
             mem.extend(messages[start:])
-            self._mirrored += [resend_key(m) for m in messages[start:]]
+            self._mirrored += [(self._runs, resend_key(m)) for m in messages[start:]]
 
     def _add(self, messages: list[dict[str, Any]]) -> None:
-        """Store messages, less those the filter already stored for the runner (it adds them after the
-        call in a streamed run): the first ones, in order."""
-        keys = [resend_key(m) for m in messages]
-        k = 0
-        while k < min(len(keys), len(self._mirrored)) and keys[k] == self._mirrored[k]:
-            k += 1
-        self._mirrored = self._mirrored[k:] if k else []  # the runner adds in order: anything else is stale
-        if messages[k:]:
-            self.memory.sync.extend(messages[k:])
+        """Store messages, less those the filter stored for the runner (which adds them after the call in a
+        streamed run), each matched once wherever it waits: two runs at once add theirs in either order."""
+        new = []
+        for m, key in zip(messages, map(resend_key, messages)):
+            held = next((i for i, (_, k) in enumerate(self._mirrored) if k == key), None)
+            if held is None:
+                new.append(m)
+            else:
+                del self._mirrored[held]
+        if new:
+            self.memory.sync.extend(new)
+
+    def _run_begins(self) -> None:
+        """A run reads the context: the filter's entries from before the last run began (a cancelled run's) go."""
+        self._runs += 1
+        self._mirrored = [(run, key) for run, key in self._mirrored if run >= self._runs - 1]
