@@ -58,15 +58,21 @@ class HasLimits(Protocol):
     def max_message_chars(self) -> int: ...
 
 
+#: The fields of content parts that carry a file's bytes (an image as a data URL, audio, a file, base64): bounded by
+#: the body's size alone, as the model's API bounds them; they are neither counted as text nor embedded.
+_PAYLOADS = re.compile(r"content\[\d+\]\.(?:image_url\.url|input_audio\.data|file\.file_data)")
+
+
 def largest_field(message: Any) -> tuple[str, int]:
     """The path of a message's longest string (``"content"``, ``"tool_calls[0].function.arguments"``,
-    ``"metadata.note"``; a key below the message's own counts too) and its characters (``("", 0)``: none)."""
+    ``"metadata.note"``; a key below the message's own counts too) and its characters (``("", 0)``: none).
+    A content part's file (an image's data URL, audio, a file's data) is not a string that counts."""
     where, largest = "", 0
     stack: list[tuple[Any, str]] = [(message, "")]
     while stack:  # iterative: a deeply nested field cannot exhaust the interpreter's stack
         value, path = stack.pop()
         if isinstance(value, str):
-            if len(value) > largest:
+            if len(value) > largest and not _PAYLOADS.fullmatch(path):
                 where, largest = path, len(value)
         elif isinstance(value, dict):
             for key, item in value.items():

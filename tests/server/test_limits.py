@@ -65,6 +65,30 @@ def test_the_proxy_refuses_what_the_limits_say_and_forwards_nothing(live, api, m
     assert upstream.requests == [] and "p" not in stored(api)
 
 
+def test_a_photo_or_a_recording_is_bounded_by_the_body_alone(live, api):
+    """A photo as a data URL (any over about 146 KB: 200,000 base64 characters), audio or a file's data was
+    refused as a string over max_message_chars, even by the proxy without a session: a vision request could not
+    go through. Their bytes are bounded by the body's size, as the model's API bounds them; the text beside them
+    is counted as before."""
+    server, upstream = live
+    upstream.reset()
+    blob = "A" * 400_000
+    parts = [{"type": "text", "text": "What is in this picture?"},
+             {"type": "image_url", "image_url": {"url": f"data:image/jpeg;base64,{blob}"}},
+             {"type": "input_audio", "input_audio": {"data": blob, "format": "wav"}},
+             {"type": "file", "file": {"file_data": f"data:application/pdf;base64,{blob}", "filename": "a.pdf"}}]
+    oai = openai.OpenAI(base_url=f"{server.url}/v1", api_key="sk-upstream", max_retries=0)
+    for headers in ({}, {"X-Rdmem-Session": "photo"}):
+        oai.chat.completions.create(model="fake-model", messages=[{"role": "user", "content": parts}],
+                                    extra_headers=headers)
+        assert upstream.requests[-1]["body"]["messages"][0]["content"] == parts
+    stored_parts = api.get("/v1/sessions/photo/messages").json()["messages"][0]["content"]
+    assert stored_parts == parts
+    r = api.post("/v1/sessions/photo/messages", json={"messages": [{"role": "user", "content": [
+        {"type": "text", "text": "x" * 300_000}, parts[1]]}]})
+    refused(r, "messages[0].content[0].text: 300000 characters", "max_message_chars")
+
+
 def test_the_proxy_refuses_deeply_nested_json_with_a_400(live, api):
     body = '{"model": "m", "messages": [{"role": "user", "content": "x", "metadata": ' + "[" * 200_000 + "]" * 200_000 \
         + "}]}"
