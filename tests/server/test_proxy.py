@@ -395,3 +395,46 @@ def test_a_session_deleted_while_its_request_is_answered_stays_deleted(proxy, st
     live.app.state.rdmem.pool.manager("default", "pin", budget=100)  # waits for any store of this session
     assert rest.get("/v1/sessions/pin/messages").status_code == 404
     assert rest.get("/v1/sessions/pin").status_code == 404
+
+
+def test_with_n_choices_the_one_the_client_goes_on_with_is_stored(proxy):
+    """With ``n=2`` the proxy stored the first choice, and the client's next request, going on with the second,
+    added it after: two replies to one question, one the client never chose."""
+    live, upstream = proxy
+    body = completion("Whiskers")
+    body["choices"].append({"index": 1, "message": {"role": "assistant", "content": "Mittens"}, "finish_reason": "stop"})
+    upstream.respond = lambda req: Reply(body=body)
+    oai = client(live)
+    history = [{"role": "user", "content": "A name for my cat?"}]
+    for how in ({"user": "cats"}, {"extra_headers": {"X-Rdmem-Session": "cats-x"}}):
+        answer = oai.chat.completions.create(model="fake-model", messages=history, n=2, **how)
+        chosen = answer.choices[1].message.content
+        upstream.respond = None
+        upstream.text = "It suits a calm cat."
+        oai.chat.completions.create(model="fake-model", **how, messages=[
+            *history, {"role": "assistant", "content": chosen}, {"role": "user", "content": "Why that one?"}])
+        name = how.get("user") or "cats-x"
+        settled(lambda: stored(live, name)[-1] == "It suits a calm cat.")
+        assert stored(live, name) == ["A name for my cat?", "Mittens", "Why that one?", "It suits a calm cat."]
+        upstream.respond = lambda req: Reply(body=body)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_reply_the_client_gave_up_on_is_not_stored(proxy, stream):
+    """A client that timed out before the first byte retries: the reply it never saw was stored (and in a session
+    a user's chats share, the retry's reply after it: two replies to one question)."""
+    live, upstream = proxy
+    upstream.respond = lambda req: Reply(body=completion("ANSWER 1"), delay=1.5) if not stream else \
+        Reply(events=chunks("ANSWER 1"), delay=1.5)
+    question = [{"role": "user", "content": "Is 91 prime?"}]
+    with pytest.raises(openai.APITimeoutError):
+        out = client(live, timeout=0.5).chat.completions.create(model="fake-model", messages=question,
+                                                                 stream=stream, user="gave-up")
+        list(out) if stream else None
+    time.sleep(1.5)  # the model answers the proxy after the client left
+    upstream.respond = None
+    upstream.text = "ANSWER 2"
+    answer = client(live).chat.completions.create(model="fake-model", messages=question, user="gave-up")
+    assert answer.choices[0].message.content == "ANSWER 2"
+    settled(lambda: stored(live, "gave-up")[-1] == "ANSWER 2")
+    assert stored(live, "gave-up") == ["Is 91 prime?", "ANSWER 2"]

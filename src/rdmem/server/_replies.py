@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import json
+import logging
 from typing import Any
 
+log = logging.getLogger("rdmem.server")
 
-__all__ = ["ReplyCollector"]
+__all__ = ["ReplyCollector", "collect", "whole_events"]
 
 
 class ReplyCollector:
     """Reads the server-sent events of a streamed chat completion as they pass, and puts the assistant's
-    message back together (its text and its tool calls): the first choice's, as a reply that is not streamed
-    stores ``choices[0]`` (with ``n > 1`` each event carries one choice, by its ``index``).
+    message back together (its text and its tool calls): the first choice's (with ``n > 1`` each event carries
+    one choice, by its ``index``; the proxy then stores none: the client's next request carries its choice).
 
     Events are read as the ``openai`` client reads them: an event ends at a blank line, its ``data:`` lines
     joined by newlines (an event never ended is never read). A reply is :attr:`done` once ``[DONE]`` came,
@@ -111,3 +113,27 @@ def _first_choice(choices: Any) -> dict[str, Any] | None:
         if choice.get("index", 0) == 0:
             return choice
     return None
+
+
+def whole_events(data: bytes) -> tuple[bytes, bytes]:
+    r"""``data`` cut after its last complete server-sent event (a blank line ends one), and the rest.
+
+    >>> whole_events(b"data: 1\n\ndata: 2\r\n\r\ndata: 3")
+    (b'data: 1\n\ndata: 2\r\n\r\n', b'data: 3')
+    >>> whole_events(b"data: half")
+    (b'', b'data: half')
+    """
+    ends = [i + len(sep) for sep in (b"\n\n", b"\r\n\r\n") if (i := data.rfind(sep)) >= 0]
+    end = max(ends, default=0)
+    return data[:end], data[end:]
+
+
+def collect(collector: ReplyCollector, chunk: bytes, where: Any) -> ReplyCollector | None:
+    """Feed the collector; ``None`` once it cannot follow the stream (nothing is stored then, the relay goes on)."""
+    try:
+        collector.feed(chunk)
+        return collector
+    except Exception as exc:
+        log.warning("rdmem proxy: cannot read the streamed reply of session %r (%s: %s); it is not stored",
+                    where[1], type(exc).__name__, exc)
+        return None

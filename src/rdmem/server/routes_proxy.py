@@ -31,7 +31,7 @@ import functools
 import json
 import logging
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 from urllib.parse import quote
 
@@ -42,7 +42,7 @@ from ..errors import InvalidInput
 from ..limits import HasLimits, Limits, read_chat_body
 from ..messages import Message
 from ._proxy_memory import SESSION_HEADER, Prepared, prepare, session_of, store_reply, surely_fits
-from ._replies import ReplyCollector
+from ._replies import ReplyCollector, collect, whole_events
 from .auth import ProxyTenant
 from .errors import ApiError, error_body
 from .protocol import ErrorResponse
@@ -334,8 +334,8 @@ async def chat_completions(request: Request, tenant: ProxyTenant) -> Response:
         _record_only(state, where, job)
         return _upstream_failure(exc, headers)
     if stream:
-        return await _stream(state, resp, headers, where, job)
-    if where is not None and resp.is_success:
+        return await _stream(state, resp, headers, where, job, lambda: _keeps(request, body))
+    if where is not None and resp.is_success and await _keeps(request, body):
         try:
             reply = resp.json()["choices"][0]["message"]
         except (ValueError, KeyError, IndexError, TypeError):
@@ -346,6 +346,14 @@ async def chat_completions(request: Request, tenant: ProxyTenant) -> Response:
     return Response(resp.content, status_code=resp.status_code, headers={**_passed_back(resp), **headers})
 
 
+async def _keeps(request: Request, body: dict[str, Any]) -> bool:
+    """Whether the session keeps the model's reply: one choice asked for (of ``n``, the client goes on with the
+    one it chose, which its next request carries), and a client still there to read it (one that gave up, a
+    timeout before the first byte, goes on from a retry or not at all)."""
+    n = body.get("n")
+    return not (isinstance(n, int) and n > 1) and not await request.is_disconnected()
+
+
 def _record_only(state: Any, where: _Where | None, after: asyncio.Future[Any] | None) -> None:
     """No reply to store: the request's record alone, off the relay."""
     if where is not None and where[3] is not None:
@@ -353,10 +361,10 @@ def _record_only(state: Any, where: _Where | None, after: asyncio.Future[Any] | 
 
 
 async def _stream(state: Any, resp: Any, headers: dict[str, str], where: _Where | None,
-                  after: asyncio.Future[Any] | None) -> Response:
+                  after: asyncio.Future[Any] | None, keeps: Callable[[], Awaitable[bool]]) -> Response:
     """Relay the upstream's server-sent events chunk by chunk, as sent (decoded: the upstream may compress
     them, as the proxy's client accepts, and the client is answered without a ``Content-Encoding``); store the
-    reply once it is complete."""
+    reply once it is complete, if the session ``keeps()`` it."""
     if not resp.is_success:
         _record_only(state, where, after)
         content = await resp.aread()
@@ -372,19 +380,19 @@ async def _stream(state: Any, resp: Any, headers: dict[str, str], where: _Where 
         try:
             async for chunk in resp.aiter_bytes():
                 if collector is not None:
-                    collector = _collect(collector, chunk, where)
+                    collector = collect(collector, chunk, where)
                     if collector is not None and collector.done:
                         assert where is not None
-                        _store_later(state, where, collector.message(), after)
+                        _store_later(state, where, collector.message() if await keeps() else None, after)
                         collector, stored = None, True
-                whole, tail = _whole_events(tail + chunk)
+                whole, tail = whole_events(tail + chunk)
                 if whole:
                     yield whole
             if tail:  # the stream ended without a blank line after its last event: as sent
                 yield tail
             if collector is not None and collector.end():  # ended after its finish_reason, without [DONE]
                 assert where is not None
-                _store_later(state, where, collector.message(), after)
+                _store_later(state, where, collector.message() if await keeps() else None, after)
                 collector, stored = None, True
             elif collector is not None and collector.failed:
                 log.warning("rdmem proxy: the model's stream for session %r carried an error; the partial reply "
@@ -402,30 +410,6 @@ async def _stream(state: Any, resp: Any, headers: dict[str, str], where: _Where 
     return StreamingResponse(relay(), status_code=resp.status_code,
                              media_type=resp.headers.get("content-type", "text/event-stream"),
                              headers={**_passed_back(resp, content_type=False), **headers})
-
-
-def _whole_events(data: bytes) -> tuple[bytes, bytes]:
-    r"""``data`` cut after its last complete server-sent event (a blank line ends one), and the rest.
-
-    >>> _whole_events(b"data: 1\n\ndata: 2\r\n\r\ndata: 3")
-    (b'data: 1\n\ndata: 2\r\n\r\n', b'data: 3')
-    >>> _whole_events(b"data: half")
-    (b'', b'data: half')
-    """
-    ends = [i + len(sep) for sep in (b"\n\n", b"\r\n\r\n") if (i := data.rfind(sep)) >= 0]
-    end = max(ends, default=0)
-    return data[:end], data[end:]
-
-
-def _collect(collector: ReplyCollector, chunk: bytes, where: Any) -> ReplyCollector | None:
-    """Feed the collector; ``None`` once it cannot follow the stream (nothing is stored then, the relay goes on)."""
-    try:
-        collector.feed(chunk)
-        return collector
-    except Exception as exc:
-        log.warning("rdmem proxy: cannot read the streamed reply of session %r (%s: %s); it is not stored",
-                    where[1], type(exc).__name__, exc)
-        return None
 
 
 @router.get("/models", operation_id="models", responses={401: _ERRORS[401]})
