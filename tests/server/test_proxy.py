@@ -438,3 +438,28 @@ def test_a_reply_the_client_gave_up_on_is_not_stored(proxy, stream):
     assert answer.choices[0].message.content == "ANSWER 2"
     settled(lambda: stored(live, "gave-up")[-1] == "ANSWER 2")
     assert stored(live, "gave-up") == ["Is 91 prime?", "ANSWER 2"]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_message_the_model_refused_is_not_kept_to_be_refused_again(proxy, stream):
+    """The model refused a request (a 400: a bad image); the client dropped that message and went on, as chat
+    apps do. In a session a user's chats share the message stayed stored, and every compacted request that
+    brought it back into the context was refused too."""
+    live, upstream = proxy
+    oai = client(live)
+    bad = {"role": "user", "content": [{"type": "text", "text": "Look at this."},
+                                       {"type": "image_url", "image_url": {"url": "https://example.invalid/x.png"}}]}
+    history = [{"role": "user", "content": "Hello."}, {"role": "assistant", "content": "Hi."}]
+    upstream.text = "Hi."
+    oai.chat.completions.create(model="fake-model", messages=history[:1], user="poison")
+    error = {"error": {"message": "Invalid image URL.", "type": "invalid_request_error", "code": "invalid_image_url"}}
+    upstream.respond = lambda req: Reply(status=400, body=error)
+    with pytest.raises(openai.BadRequestError):
+        out = oai.chat.completions.create(model="fake-model", messages=[*history, bad], user="poison", stream=stream)
+        list(out) if stream else None
+    upstream.respond = None
+    upstream.text = "Sure."
+    oai.chat.completions.create(model="fake-model", messages=[*history, {"role": "user", "content": "Go on."}],
+                                user="poison")
+    settled(lambda: stored(live, "poison")[-1] == "Sure.")
+    assert stored(live, "poison") == ["Hello.", "Hi.", "Go on.", "Sure."]

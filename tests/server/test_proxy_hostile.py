@@ -144,9 +144,10 @@ def test_a_chunk_the_collector_cannot_read_is_relayed_as_sent_and_nothing_is_sto
     assert all(m["role"] != "assistant" for m in stored)
 
 
-def test_a_streamed_reply_of_several_choices_stores_the_first_choice_only(open_proxy, fake_openai):
+def test_a_streamed_reply_of_several_choices_stores_the_one_the_client_goes_on_with(open_proxy, fake_openai):
     """With ``n=2`` each event carries one choice by its index: both were appended into one stored reply that
-    the model never gave ("A0 B0 A1 B1"); now the first choice is stored, as a reply not streamed stores it."""
+    the model never gave ("A0 B0 A1 B1"); then the first choice was stored, though the client may go on with
+    the other. Now no choice is stored with its request: the client's next request carries the one it chose."""
     def event(i: int, text: str) -> str:
         return json.dumps({"id": "c", "object": "chat.completion.chunk", "choices": [
             {"index": i, "delta": {"content": text}, "finish_reason": None}]})
@@ -155,9 +156,14 @@ def test_a_streamed_reply_of_several_choices_stores_the_first_choice_only(open_p
     body = {"model": "fake-model", "stream": True, "n": 2, "messages": [{"role": "user", "content": "capital?"}],
             "user": "two-choices"}
     assert httpx.post(f"{open_proxy.url}/v1/chat/completions", json=body, timeout=30).status_code == 200
+    fake_openai.respond = None
+    fake_openai.text = "It is."
+    body = {**body, "stream": False, "n": 1, "messages": [*body["messages"], {"role": "assistant", "content":
+            "Lyon maybe."}, {"role": "user", "content": "Sure?"}]}
+    assert httpx.post(f"{open_proxy.url}/v1/chat/completions", json=body, timeout=30).status_code == 200
     mem = open_proxy.app.state.rdmem.pool.manager("default", "two-choices", budget=100)
-    settled(lambda: any(m["role"] == "assistant" for m in mem.history()))
-    assert [m["content"] for m in mem.history() if m["role"] == "assistant"] == ["Paris is it."]
+    settled(lambda: mem.history()[-1]["content"] == "It is.")
+    assert [m["content"] for m in mem.history()] == ["capital?", "Lyon maybe.", "Sure?", "It is."]
 
 
 def test_a_compressed_stream_is_relayed_decoded_and_its_reply_stored(open_proxy, fake_openai):

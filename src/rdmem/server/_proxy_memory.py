@@ -19,7 +19,7 @@ import hashlib
 import json
 import logging
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, NamedTuple
 
 from ..errors import InvalidInput, RdmemError
@@ -57,6 +57,7 @@ class Prepared:
     conv: tuple[Message, ...] = ()  # the request's messages as the session stores them (no system head), parsed
     note: str = ""  # why the request went on as sent though it does not fit (X-Rdmem-Warning)
     shared: bool = False  # the session's name may be shared by several chats ('user', derived): session_of
+    stored: tuple[str, ...] = ()  # the ids of the messages the request stored (deleted again if the model refuses it)
 
 
 def session_of(headers: Mapping[str, str], body: Mapping[str, Any], tenant: str, derive: bool) -> tuple[str | None, bool]:
@@ -163,7 +164,7 @@ def prepare(state: Any, tenant: str | None, session: str | None, shared: bool, b
     (:func:`_tokens_as_sent`): the caller may forward it while this parses and stores. ``fits(sent)`` is
     called once it is parsed and counted, with what this returns then (before anything is stored): the caller
     may answer with it while this stores what is new."""
-    named, ctx = tenant is not None and session is not None, None
+    named, ctx, stored = tenant is not None and session is not None, None, ()
     # not settled here: the route starts this after the session's previous reply is stored (routes_proxy._pending)
     mem = state.pool.manager(tenant, session, budget=max(budget, 1), settled=False) if named else None
     tok = mem.tokenizer if mem is not None else get_tokenizer("cl100k_base")  # the managers' tokenizer
@@ -199,12 +200,13 @@ def prepare(state: Any, tenant: str | None, session: str | None, shared: bool, b
         if turn.new:
             state.pool.worker.wake()
             state.metrics.count("rdmem_messages_stored_total", len(turn.new))
-        ctx = turn.context
+        ctx, stored = turn.context, tuple(turn.ids)
     if sent is not None:
-        return sent
+        return replace(sent, stored=stored) if stored else sent
     if recent_skip:
         return Prepared(body["messages"], before, before, False, len(skipped),
                         entry(before, before, False) if mem is not None else None, tuple(conv), shared=shared,
+                        stored=stored,
                         note=f"not compacted: message {recent_skip[0].index} of the latest exchange is one rdmem "
                              "cannot keep (a legacy function message, a tool message without tool_call_id, ...) and "
                              "would be left out of a compacted request; sent as given")
@@ -221,12 +223,13 @@ def prepare(state: Any, tenant: str | None, session: str | None, shared: bool, b
     state.metrics.count("rdmem_tokens_in_total", before)
     state.metrics.count("rdmem_tokens_out_total", after)
     return Prepared(head + ctx.messages, before, after, True, len(skipped),
-                    entry(before, after, True) if mem is not None else None, tuple(conv), shared=shared)
+                    entry(before, after, True) if mem is not None else None, tuple(conv), shared=shared,
+                    stored=stored)
 
 
 def store_reply(state: Any, tenant: str, session: str, budget: int, saving: dict[str, Any] | None,
                 message: dict[str, Any] | None, conv: tuple[Message, ...] = (), shared: bool = False, *,
-                mark: int | None = None) -> None:
+                mark: int | None = None, refused: tuple[str, ...] = ()) -> None:
     """Store the assistant's reply and the request's record (``saving``) in one write, the working set's
     trim left to the embedding worker; without a reply, the record alone. A failure is one log line: the
     reply comes again with the next request, the record is only for looking back.
@@ -237,9 +240,14 @@ def store_reply(state: Any, tenant: str, session: str, budget: int, saving: dict
 
     Nothing is stored when the session was deleted since the request began (``mark``, the session's
     :meth:`~rdmem.server.sessions.SessionPool.deletions` then): lined up against the emptied session, the
-    request's history would all be stored again with its reply."""
+    request's history would all be stored again with its reply.
+
+    ``refused``: the messages the request stored, which the model refused (a 400, 413 or 422: something in the
+    request it will not take, a bad image say): they are deleted, or every later request that brings them back
+    into the context is refused too (a client drops such a message and goes on; in a session several chats
+    share, its resend does not replace it). The client's next request stores again what it still sends."""
     reply = message if message and message.get("role") == "assistant" else None
-    if reply is None and saving is None:
+    if reply is None and saving is None and not refused:
         return
     if mark is not None and state.pool.deletions(tenant, session) != mark:
         log.info("rdmem proxy: session %r was deleted while its request was answered; its reply is not stored",
@@ -247,6 +255,8 @@ def store_reply(state: Any, tenant: str, session: str, budget: int, saving: dict
         return
     try:
         mem = state.pool.manager(tenant, session, budget=max(budget, 1), settled=False)  # it is the reply waited for
+        if refused:
+            mem.delete(list(refused))
         new = [parse_message(chat_fields(reply), json_extras=True)] if reply is not None else []
         if new and conv:  # another process may have stored it as a resent message
             store_following(mem, conv, new, charge=_charge(state, tenant, mem), log=saving, gaps=shared)

@@ -161,7 +161,7 @@ _pending: dict[tuple[int, str, str], asyncio.Future[Any]] = {}
 
 
 def _store_later(state: Any, where: _Where, message: dict[str, Any] | None,
-                 after: asyncio.Future[Any] | None = None) -> None:
+                 after: asyncio.Future[Any] | None = None, refused: bool = False) -> None:
     """Store the reply in a worker thread, off the relay, once ``after`` (the request's own memory work,
     however it ended) is done: the client's answer never waits on the store. The session's next request waits
     for it (:data:`_pending`); its other readers and writers in this process (REST, mem0, MCP) too, within
@@ -173,15 +173,16 @@ def _store_later(state: Any, where: _Where, message: dict[str, Any] | None,
     async def run() -> None:
         try:
             conv: tuple[Message, ...] = ()
-            reply, shared = message, False
+            reply, shared, forget = message, False, ()
             if after is not None:
                 await asyncio.wait({after})  # its outcome is the request's to report, not this store's
                 if not after.cancelled() and after.exception() is None and isinstance(after.result(), Prepared):
                     conv, shared = after.result().conv, after.result().shared  # what the reply follows, and how
+                    forget = after.result().stored if refused else ()
                 else:  # the request's messages were not stored (a limit, a store error): nor is the reply, which
                     reply = None  # would come before its question; the client's next request carries both
             await loop.run_in_executor(None, functools.partial(store_reply, state, *where[:4], reply, conv, shared,
-                                                               mark=where[4]))
+                                                               mark=where[4], refused=forget))
         finally:
             state.pool.reply_done(tenant, session, done)
 
@@ -342,7 +343,7 @@ async def chat_completions(request: Request, tenant: ProxyTenant) -> Response:
             reply = None
         _store_later(state, where, reply, job)
     elif where is not None:
-        _record_only(state, where, job)
+        _record_only(state, where, job, resp.status_code)
     return Response(resp.content, status_code=resp.status_code, headers={**_passed_back(resp), **headers})
 
 
@@ -354,10 +355,12 @@ async def _keeps(request: Request, body: dict[str, Any]) -> bool:
     return not (isinstance(n, int) and n > 1) and not await request.is_disconnected()
 
 
-def _record_only(state: Any, where: _Where | None, after: asyncio.Future[Any] | None) -> None:
-    """No reply to store: the request's record alone, off the relay."""
-    if where is not None and where[3] is not None:
-        _store_later(state, where, None, after)
+def _record_only(state: Any, where: _Where | None, after: asyncio.Future[Any] | None, status: int = 0) -> None:
+    """No reply to store: the request's record alone, off the relay; the messages it stored deleted again when
+    the model refused them (``status`` 400, 413 or 422, :func:`~rdmem.server._proxy_memory.store_reply`)."""
+    refused = status in (400, 413, 422)
+    if where is not None and (where[3] is not None or refused):
+        _store_later(state, where, None, after, refused)
 
 
 async def _stream(state: Any, resp: Any, headers: dict[str, str], where: _Where | None,
@@ -366,7 +369,7 @@ async def _stream(state: Any, resp: Any, headers: dict[str, str], where: _Where 
     them, as the proxy's client accepts, and the client is answered without a ``Content-Encoding``); store the
     reply once it is complete, if the session ``keeps()`` it."""
     if not resp.is_success:
-        _record_only(state, where, after)
+        _record_only(state, where, after, resp.status_code)
         content = await resp.aread()
         await resp.aclose()
         return Response(content, status_code=resp.status_code,
