@@ -7,6 +7,7 @@ import copy
 import pytest
 
 from rdmem.tokens import get_tokenizer
+from rdmem.history import validate_history
 from rdmem.units import encode_units, group_indices, normalize_messages
 
 
@@ -72,6 +73,8 @@ def _deep(depth: int) -> list:
         ([{"role": "assistant", "tool_calls": [{"id": "c1", "function": {"name": "f", "arguments": 5}}]}],
          ValueError, r"message 0: tool_calls\[0\]\.function\.arguments must be a JSON string, got int"),
         ([{"role": "tool", "content": "x"}], ValueError, "message 0: a tool message needs a string 'tool_call_id'"),
+        ([{"role": "assistant", "tool_calls": [{"id": "c1", "type": "custom", "custom": {"name": "sh"}}]}], ValueError,
+         r"message 0: tool_calls\[0\]\.custom must be a dict with the strings 'name' and 'input', got dict"),
         ([{"role": "user", "content": "x", "tool_calls": [call("c")]}], ValueError,
          "message 0: only assistant messages may carry 'tool_calls'"),
         ([{"role": "assistant", "content": "x", "tool_calls": [{"function": {}}]}], ValueError,
@@ -92,6 +95,20 @@ def _deep(depth: int) -> list:
 def test_bad_messages_name_the_problem(messages, exc, match):
     with pytest.raises(exc, match=match):
         normalize_messages(messages)
+
+
+def test_a_custom_tool_s_call_is_a_call_its_input_counted(cl100k):
+    """OpenAI's custom tools (free-form input, ``type: "custom"``) were refused as calls without a function: an
+    agent that used one was never stored, and its loop never compacted (review 20)."""
+    call = {"role": "assistant", "content": None,
+            "tool_calls": [{"id": "c1", "type": "custom", "custom": {"name": "shell", "input": "ls -la /var/log"}}]}
+    result = {"role": "tool", "tool_call_id": "c1", "content": "syslog auth.log"}
+    units = encode_units([call, result], tokenizer=cl100k)
+    assert units[0].message["tool_calls"] == call["tool_calls"]
+    bare = cl100k.message_tokens({"role": "assistant", "content": None,
+                                  "tool_calls": [{"id": "c1", "type": "custom", "custom": {"name": "", "input": ""}}]})
+    assert units[0].tokens > bare  # the name and the input are what the model reads
+    assert validate_history([call, result]) == []
 
 
 def test_costs_and_features(cl100k):

@@ -121,6 +121,13 @@ def _check_tool_calls(calls: object, where: str) -> None:
             raise InvalidInput(f"{at} must be a dict with 'id', 'type' and 'function', got {_kind(call)}")
         if not isinstance(call.get("id"), str) or not call["id"]:
             raise InvalidInput(f"{at}.id must be a non-empty string, got {_kind(call.get('id'))}")
+        if call.get("type") == "custom":  # a custom tool's call (free-form input): {"name": ..., "input": ...}
+            body = call.get("custom")
+            if not isinstance(body, Mapping) or not isinstance(body.get("name"), str) \
+                    or not isinstance(body.get("input"), str):
+                raise InvalidInput(f"{at}.custom must be a dict with the strings 'name' and 'input', got {_kind(body)}")
+            _check_json(call, at)
+            continue
         fn = call.get("function")
         if not isinstance(fn, Mapping):
             raise InvalidInput(f"{at}.function must be a dict with 'name' and 'arguments', got {_kind(fn)}")

@@ -185,6 +185,9 @@ def message_payload(message: Mapping[str, Any]) -> str:
             pieces.append(str(fn.get("name") or ""))
             args = fn.get("arguments")
             pieces.append(args if isinstance(args, str) else json.dumps(args, ensure_ascii=False))
+        custom = call.get("custom") if isinstance(call, Mapping) else None
+        if isinstance(custom, Mapping):  # a custom tool's call: its name and free-form input
+            pieces += [str(custom.get("name") or ""), str(custom.get("input") or "")]
     return "\n".join(p for p in pieces if p)
 
 

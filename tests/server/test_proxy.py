@@ -463,3 +463,34 @@ def test_a_message_the_model_refused_is_not_kept_to_be_refused_again(proxy, stre
                                 user="poison")
     settled(lambda: stored(live, "poison")[-1] == "Sure.")
     assert stored(live, "poison") == ["Hello.", "Hi.", "Go on.", "Sure."]
+
+
+def test_an_agent_loop_of_custom_tool_calls_is_stored_and_compacted(proxy, cl100k):
+    """OpenAI's custom tools (``type: "custom"``, free-form input): every call was skipped as invalid, so
+    nothing but their results was stored and the loop was never compacted (a skipped message of the latest
+    exchange keeps a request as sent), over the window at every step."""
+    live, upstream = proxy
+    history: list[dict] = [{"role": "user", "content": "Tidy the logs, step by step."}]
+    for i in range(60):
+        history += [{"role": "assistant", "content": None, "tool_calls": [
+                        {"id": f"call_{i}", "type": "custom", "custom": {"name": "shell", "input": f"gzip /var/log/app.{i}"}}]},
+                    {"role": "tool", "tool_call_id": f"call_{i}", "content": f"compressed app.{i}: " + "ok " * 20}]
+    events = [json.dumps({**CHUNK, "choices": [{"index": 0, "delta": {"role": "assistant", "tool_calls": [
+                  {"index": 0, "id": "call_x", "type": "custom", "custom": {"name": "shell", "input": ""}}]}}]}),
+              json.dumps({**CHUNK, "choices": [{"index": 0, "delta": {"tool_calls": [
+                  {"index": 0, "custom": {"input": "ls /var/"}}]}}]}),
+              json.dumps({**CHUNK, "choices": [{"index": 0, "delta": {"tool_calls": [
+                  {"index": 0, "custom": {"input": "log"}}]}}]}),
+              json.dumps({**CHUNK, "choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]}), "[DONE]"]
+    upstream.respond = lambda req: Reply(events=events)
+    raw = client(live).chat.completions.with_raw_response.create(
+        model="fake-model", messages=history, stream=True, extra_headers={"X-Rdmem-Session": "custom"})
+    list(raw.parse())
+    assert raw.headers["x-rdmem-compacted"] == "true" and "x-rdmem-skipped" not in raw.headers
+    sent = upstream.requests[-1]["body"]["messages"]
+    assert cl100k.messages_tokens(sent) <= WINDOW - RESERVE and not history_problems(sent)
+    mem = live.app.state.rdmem.pool.manager("default", "custom", budget=WINDOW - RESERVE)
+    settled(lambda: len(mem.history()) == len(history) + 1)
+    assert [m.get("tool_calls") for m in mem.history()[:-1]] == [m.get("tool_calls") for m in history]
+    assert mem.history()[-1]["tool_calls"] == [{"id": "call_x", "type": "custom",
+                                                "custom": {"name": "shell", "input": "ls /var/log"}}]

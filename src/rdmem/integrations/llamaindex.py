@@ -77,6 +77,9 @@ def _call(call: Any, i: int) -> dict[str, Any]:
         cid = getattr(call, "tool_call_id", None) or getattr(call, "tool_id", None)
         return _function(cid or f"call_{i}", call.tool_name, call.tool_kwargs)
     raw = call if isinstance(call, Mapping) else call.model_dump() if hasattr(call, "model_dump") else None
+    if raw is not None and isinstance(raw.get("custom"), Mapping):  # a custom tool's call: its input as one argument
+        return _function(raw.get("id") or f"call_{i}", raw["custom"].get("name", ""),
+                         json.dumps({"input": raw["custom"].get("input", "")}))
     if raw is None or not isinstance(raw.get("function"), Mapping):
         raise InvalidType(f"a tool call is a ToolCallBlock, a ToolSelection or an OpenAI tool call, got {call!r}")
     return _function(raw.get("id") or f"call_{i}", raw["function"].get("name", ""), raw["function"].get("arguments"))
@@ -128,8 +131,10 @@ def from_openai(message: Mapping[str, Any]) -> ChatMessage:
     text = content_text(message.get("content"))
     calls = message.get("tool_calls") or ()
     blocks: list[Any] = [TextBlock(text=text)] if text or not calls else []
-    blocks += [ToolCallBlock(tool_call_id=c["id"], tool_name=c["function"]["name"],
-                             tool_kwargs=c["function"].get("arguments") or "{}") for c in calls]
+    blocks += [ToolCallBlock(tool_call_id=c["id"], tool_name=c["custom"]["name"],  # a custom tool's: one argument
+                             tool_kwargs=json.dumps({"input": c["custom"]["input"]})) if c.get("type") == "custom"
+               else ToolCallBlock(tool_call_id=c["id"], tool_name=c["function"]["name"],
+                                  tool_kwargs=c["function"].get("arguments") or "{}") for c in calls]
     kwargs = {"tool_call_id": message["tool_call_id"]} if message.get("role") == "tool" else {}
     return ChatMessage(role=message["role"], blocks=blocks, additional_kwargs=kwargs)
 

@@ -187,8 +187,8 @@ def message_items(message: Mapping[str, Any]) -> list[dict[str, Any]]:
     if message["role"] == "tool":
         return [{"type": "function_call_output", "call_id": message["tool_call_id"],
                  "output": content_text(message.get("content"))}]
-    calls = [{"type": "function_call", "call_id": c["id"], "name": c["function"]["name"],
-              "arguments": c["function"]["arguments"]} for c in message.get("tool_calls") or ()]
+    calls = [{"type": "custom_tool_call", "call_id": c["id"], **c["custom"]} if c.get("type") == "custom" else
+             {"type": "function_call", "call_id": c["id"], **c["function"]} for c in message.get("tool_calls") or ()]
     text = content_text(message.get("content"))
     role = message["role"] if message["role"] in _ROLES else "user"
     return ([{"role": role, "content": text}] if text or not calls else []) + calls

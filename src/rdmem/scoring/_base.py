@@ -248,7 +248,8 @@ def _embed_text(text: str, message: Mapping[str, Any]) -> str:
     if text:
         return text
     calls = message.get("tool_calls") or ()
-    return " ".join(str((c.get("function") or {}).get("name", "")) for c in calls) or str(message.get("role"))
+    return " ".join(str((c.get("function") or c.get("custom") or {}).get("name", "")) for c in calls) \
+        or str(message.get("role"))
 
 
 @runtime_checkable

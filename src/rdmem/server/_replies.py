@@ -89,13 +89,18 @@ class ReplyCollector:
                 self._merge_call(call)
 
     def _merge_call(self, call: dict[str, Any]) -> None:
-        slot = self._calls.setdefault(int(call.get("index", len(self._calls))),
-                                      {"id": "", "type": "function", "function": {"name": "", "arguments": ""}})
+        index = int(call.get("index", len(self._calls)))
+        if index not in self._calls:  # a function's call, or a custom tool's (its free-form input)
+            custom = call.get("type") == "custom" or isinstance(call.get("custom"), dict)
+            self._calls[index] = {"id": "", "type": "custom", "custom": {"name": "", "input": ""}} if custom else \
+                {"id": "", "type": "function", "function": {"name": "", "arguments": ""}}
+        slot = self._calls[index]
         if call.get("id"):
             slot["id"] = call["id"]
-        fn = call.get("function") or {}
-        slot["function"]["name"] += fn.get("name") or ""
-        slot["function"]["arguments"] += fn.get("arguments") or ""
+        kind, text = ("custom", "input") if slot["type"] == "custom" else ("function", "arguments")
+        part = call.get(kind) or {}
+        slot[kind]["name"] += part.get("name") or ""
+        slot[kind][text] += part.get(text) or ""
 
     def message(self) -> dict[str, Any] | None:
         if not self._content and not self._calls:
