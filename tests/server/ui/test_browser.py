@@ -297,3 +297,28 @@ def test_after_sign_out_the_back_button_shows_no_tenant_page(chromium, site):
         assert DIRECTIVE[:30] not in page.content() and 'id="login"' in page.content()
     finally:
         context.close()
+
+
+def test_deleting_a_tool_call_leaves_its_results_shown_as_they_stay_stored(acme, site):
+    """A call's results are shown under it: deleting the call took them off the page, though they stay stored
+    (and came back on reload), so the user believed a result holding an account number gone."""
+    from playwright.sync_api import expect
+
+    call = {"role": "assistant", "content": None, "id": "call-msg",
+            "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "balance", "arguments": "{}"}}]}
+    with api(site) as http:
+        assert http.post("/v1/sessions/bank/messages", json={"messages": [
+            {"role": "user", "content": "My balance?", "id": "ask"}, call,
+            {"role": "tool", "tool_call_id": "c1", "content": "account 9912-4431, balance 12,400", "id": "result"}],
+        }).status_code == 201
+    acme.goto("/ui/session?name=bank")
+    acme.locator("#msg-call-msg").get_by_role("button", name="Delete…").first.click()
+    dialog = acme.get_by_role("dialog")
+    expect(dialog).to_contain_text("Its tool results stay")
+    dialog.get_by_role("button", name="Delete permanently").click()
+    expect(acme.locator("#msg-call-msg")).to_have_count(0)
+    expect(acme.locator("#msg-result")).to_contain_text("account 9912-4431")  # still shown: still stored
+    with api(site) as http:
+        assert [m["id"] for m in http.get("/v1/sessions/bank/messages").json()["messages"]] == ["ask", "result"]
+    acme.reload()
+    expect(acme.locator("#msg-result")).to_contain_text("account 9912-4431")

@@ -31,8 +31,10 @@
     button.addEventListener("click", () => {
       const { session, id } = button.dataset;
       pending = { session, id: id || null, button };
+      const results = id && document.getElementById("msg-" + id)?.querySelector(":scope > ol.results");
       dialog.querySelector("#confirm-text").textContent = id
         ? `Delete message \u2068${id}\u2069 of session “\u2068${session}\u2069”? It leaves the session, its search index and every future context.`
+          + (results ? " Its tool results stay: delete each of them too to remove them." : "")
         : `Delete session “\u2068${session}\u2069” and every message in it?`;
       dialog.querySelector("#confirm-error").textContent = "";
       dialog.showModal();
@@ -50,7 +52,11 @@
     dialog.close();
     if (!what.id) { location.href = base + "/?deleted=" + encodeURIComponent(what.session); return; }
     const row = document.getElementById("msg-" + what.id);
-    if (row) row.remove();
+    if (row) {  // a tool call's results stay stored: they stay shown, where the page shows them on its next load
+      const results = row.querySelector(":scope > ol.results");
+      if (results) row.after(...results.children);
+      row.remove();
+    }
     say(`Deleted message \u2068${what.id}\u2069.`);
   });
 
