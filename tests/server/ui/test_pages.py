@@ -144,6 +144,14 @@ def test_actions_take_json_from_this_origin_only(keyed):
         cross = http.post("/ui/api/delete", json={"session": "trip", "id": "m0"}, headers={"Sec-Fetch-Site": "cross-site"})
         assert cross.status_code == 403
         assert http.post("/ui/api/delete", json={"session": "trip", "id": "nope"}).status_code == 404
+        # An https page of this host behind a proxy that ends TLS without saying so (no X-Forwarded-Proto): the
+        # request arrives as http; it was refused as "another origin", so no one could sign in or delete there.
+        host = f"127.0.0.1:{keyed.port}"
+        behind = http.post("/ui/api/delete", json={"session": "trip", "id": "nope"}, headers={"Origin": f"https://{host}"})
+        assert behind.status_code == 404
+        other = http.post("/ui/api/delete", json={"session": "trip", "id": "m0"},
+                          headers={"Origin": f"https://{host}.attacker.example"})
+        assert other.status_code == 403
     assert keyed.http.get("/v1/sessions/trip/messages").json()["messages"][0]["id"] == "m0"
 
 

@@ -50,8 +50,10 @@ def same_origin(request: Request) -> None:
     kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if kind != "application/json":
         raise ApiError(415, f"the inspector's actions take application/json, got {kind or 'no content type'!r}")
-    origin = request.headers.get("origin")
-    if origin is not None and origin != f"{request.url.scheme}://{request.headers.get('host', '')}":
+    origin, host = request.headers.get("origin"), request.headers.get("host", "")
+    # An https page of this host is this server's behind a proxy that ends TLS and does not say so (nginx sets no
+    # X-Forwarded-Proto unless told to, and uvicorn trusts one from 127.0.0.1 only): the request arrives as http.
+    if origin is not None and origin not in (f"{request.url.scheme}://{host}", f"https://{host}"):
         raise ApiError(403, f"a request from another origin ({origin}) may not change anything here")
     if request.headers.get("sec-fetch-site", "same-origin") not in ("same-origin", "none"):
         raise ApiError(403, "a request from another site may not change anything here")
