@@ -211,6 +211,16 @@ def test_with_derive_sessions_a_conversation_without_a_name_is_recognised(serve,
     # Stored once each (the first reply came back in the second request), and the second reply; the system
     # prompt comes with every request and is not stored.
     assert [h["content"] for h in mem.history()] == [m["content"] for m in later[1:]] + ["ok"]
+    # A system prompt that carries the date and time: one session still (each request was a new session,
+    # storing the whole history again).
+    names = set()
+    for t, when in enumerate(("Sunday, December 6, 2026, 10:01", "Sunday, December 6, 2026, 10:02",
+                              "Monday, December 7, 2026, 09:00")):
+        chat = [{"role": "system", "content": f"Be brief. It is {when}."}, *later[1:], *(
+            [{"role": "assistant", "content": "ok"}, {"role": "user", "content": f"Then {t}?"}])]
+        names.add(oai.chat.completions.with_raw_response.create(model="fake-model", messages=chat)
+                  .headers["x-rdmem-session"])
+    assert len(names) == 1 and names != {a.headers["x-rdmem-session"]}  # another prompt is another session
 
 
 def settled(check, timeout: float = 30) -> None:

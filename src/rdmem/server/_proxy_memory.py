@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, NamedTuple
@@ -91,8 +92,16 @@ def session_of(headers: Mapping[str, str], body: Mapping[str, Any], tenant: str,
     msgs = body.get("messages") or []
     system = [m.get("content") for m in msgs if isinstance(m, dict) and m.get("role") in ("system", "developer")]
     first = next((m.get("content") for m in msgs if isinstance(m, dict) and m.get("role") == "user"), None)
-    digest = hashlib.sha256(json.dumps([tenant, system, first], sort_keys=True, default=str).encode()).hexdigest()
+    # the date and time a system prompt may carry do not count (a prompt that says the time made every request a
+    # new session, each storing the whole history again)
+    prompt = _WHEN.sub("#", json.dumps(system, sort_keys=True, default=str))
+    digest = hashlib.sha256(json.dumps([tenant, prompt, first], sort_keys=True, default=str).encode()).hexdigest()
     return f"chat-{digest[:16]}", True
+
+
+#: What of a system prompt says when (digits, the names of days and months): not part of a derived session's name.
+_WHEN = re.compile(r"\d+|\b(?:(?:Mon|Tues|Wednes|Thurs|Fri|Satur|Sun)day|January|February|March|April|May|June|July"
+                   r"|August|September|October|November|December)\b")
 
 
 def surely_fits(raw: bytes, messages: list[Any], budget: int) -> bool:
