@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import time
 
+import httpx
 import openai
 import pytest
 
@@ -565,3 +566,38 @@ def test_a_late_reply_to_a_request_retried_on_another_server_is_not_stored_after
         two.release.set()
         assert two.done.wait(30)
         assert two.stored(store, 4) == want
+
+
+@pytest.mark.slow  # starts servers
+@pytest.mark.parametrize("named", ["header", "user"])
+def test_a_session_deleted_through_another_server_while_a_request_waits_stays_deleted(
+        serve, fake_openai, hashing_embedder, tmp_path, named):
+    """Two servers on one store (``--workers 2``): the delete went to B while A's request waited for the model;
+    A's reply, lined up against the emptied session, stored the whole history again (a PIN came back)."""
+    import threading
+
+    from .._fake_openai import Reply, completion
+
+    url = f"sqlite:///{tmp_path / 'shared.db'}"
+    a, b = (serve(create_app(ServerSettings(upstream=fake_openai.url, memory_timeout=60, store=url),
+                             embedder=hashing_embedder)) for _ in range(2))
+    how = {"extra_headers": {"X-Rdmem-Session": "pin"}} if named == "header" else {"user": "pin"}
+    oai = openai.OpenAI(base_url=f"{a.url}/v1", api_key="sk-x", max_retries=0)
+    history = [{"role": "user", "content": "My card PIN is 4321."}]
+    fake_openai.text = "Noted."
+    oai.chat.completions.create(model="m", messages=history, **how)
+    history += [{"role": "assistant", "content": "Noted."}, {"role": "user", "content": "What is my PIN?"}]
+    fake_openai.respond = lambda req: Reply(body=completion("4321."), delay=1.5)
+    asking = threading.Thread(target=lambda: oai.chat.completions.create(model="m", messages=history, **how))
+    asking.start()
+    rest = httpx.Client(base_url=b.url, timeout=30)
+    deadline = time.monotonic() + 30
+    while (r := rest.get("/v1/sessions/pin/messages")).status_code != 200 or \
+            r.json()["messages"][-1]["content"] != "What is my PIN?":
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    assert rest.delete("/v1/sessions/pin").status_code == 204
+    asking.join(30)
+    time.sleep(0.5)  # A stores its reply after the answer
+    a.app.state.rdmem.pool.manager("default", "pin", budget=100)  # waits for A's store of the session
+    assert rest.get("/v1/sessions/pin").status_code == 404

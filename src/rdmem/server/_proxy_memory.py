@@ -248,7 +248,8 @@ def store_reply(state: Any, tenant: str, session: str, budget: int, saving: dict
     (lined up as the request was: ``shared``, :func:`~rdmem._turn.take_turn`'s ``gaps``).
 
     Nothing is stored when the session was deleted since the request began (``mark``, the session's
-    :meth:`~rdmem.server.sessions.SessionPool.deletions` then): lined up against the emptied session, the
+    :meth:`~rdmem.server.sessions.SessionPool.deletions` then; or no longer in the store, where the request's
+    messages ``conv`` were: deleted through another server process): lined up against the emptied session, the
     request's history would all be stored again with its reply.
 
     ``refused``: the messages the request stored, which the model refused (a 400, 413 or 422: something in the
@@ -258,7 +259,8 @@ def store_reply(state: Any, tenant: str, session: str, budget: int, saving: dict
     reply = message if message and message.get("role") == "assistant" else None
     if reply is None and saving is None and not refused:
         return
-    if mark is not None and state.pool.deletions(tenant, session) != mark:
+    if mark is not None and (state.pool.deletions(tenant, session) != mark  # deleted here, or by another process:
+                             or bool(conv) and not state.pool.exists(tenant, session)):  # the request had stored it
         log.info("rdmem proxy: session %r was deleted while its request was answered; its reply is not stored",
                  session)
         return
