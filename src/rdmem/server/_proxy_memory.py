@@ -259,12 +259,12 @@ def store_reply(state: Any, tenant: str, session: str, budget: int, saving: dict
     reply = message if message and message.get("role") == "assistant" else None
     if reply is None and saving is None and not refused:
         return
-    if mark is not None and (state.pool.deletions(tenant, session) != mark  # deleted here, or by another process:
-                             or bool(conv) and not state.pool.exists(tenant, session)):  # the request had stored it
-        log.info("rdmem proxy: session %r was deleted while its request was answered; its reply is not stored",
-                 session)
-        return
     try:
+        if mark is not None and (state.pool.deletions(tenant, session) != mark  # deleted here, or elsewhere:
+                                 or bool(conv) and not state.pool.exists(tenant, session)):  # the request stored it
+            log.info("rdmem proxy: session %r was deleted while its request was answered; its reply is not stored",
+                     session)
+            return
         mem = state.pool.manager(tenant, session, budget=max(budget, 1), settled=False)  # it is the reply waited for
         if refused:
             mem.delete(list(refused))
