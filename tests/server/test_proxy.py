@@ -221,6 +221,11 @@ def test_with_derive_sessions_a_conversation_without_a_name_is_recognised(serve,
         names.add(oai.chat.completions.with_raw_response.create(model="fake-model", messages=chat)
                   .headers["x-rdmem-session"])
     assert len(names) == 1 and names != {a.headers["x-rdmem-session"]}  # another prompt is another session
+    # Any other number still tells two prompts apart (an account's: two end users of one key who open alike)
+    accounts = {oai.chat.completions.with_raw_response.create(model="fake-model", messages=[
+        {"role": "system", "content": f"You help the holder of account {n}. It is 10:0{n % 10}."},
+        {"role": "user", "content": "Hi"}]).headers["x-rdmem-session"] for n in (48213, 99120)}
+    assert len(accounts) == 2
 
 
 def settled(check, timeout: float = 30) -> None:

@@ -99,9 +99,16 @@ def session_of(headers: Mapping[str, str], body: Mapping[str, Any], tenant: str,
     return f"chat-{digest[:16]}", True
 
 
-#: What of a system prompt says when (digits, the names of days and months): not part of a derived session's name.
-_WHEN = re.compile(r"\d+|\b(?:(?:Mon|Tues|Wednes|Thurs|Fri|Satur|Sun)day|January|February|March|April|May|June|July"
-                   r"|August|September|October|November|December)\b")
+_MONTH = (r"(?:January|February|March|April|May|June|July|August|September|October|November|December"
+          r"|(?:Jan|Feb|Mar|Apr|Jun|Jul|Aug|Sept?|Oct|Nov|Dec)\.?)")
+_DAY = r"(?:[0-3]?\d(?:st|nd|rd|th)?)"
+#: What of a system prompt says when: a date (ISO, with slashes, a month's name and its day or year), a time, a
+#: day's name. Not part of a derived session's name; any other number is (an account's, a customer's).
+_WHEN = re.compile(
+    rf"\b(?:\d{{4}}-\d{{2}}-\d{{2}}(?:[T ]\d{{1,2}}:\d{{2}}(?::\d{{2}}(?:\.\d+)?)?(?:Z|[+-]\d{{2}}:?\d{{2}})?)?"
+    rf"|\d{{1,2}}/\d{{1,2}}/\d{{2,4}}|\d{{1,2}}:\d{{2}}(?::\d{{2}})?(?:\s?[AaPp]\.?[Mm]\.?)?"
+    rf"|{_MONTH}\s+{_DAY}(?:,?\s+\d{{4}})?|{_DAY}\s+{_MONTH}(?:,?\s+\d{{4}})?|{_MONTH}\s+\d{{4}}"
+    rf"|(?:Mon|Tues|Wednes|Thurs|Fri|Satur|Sun)day|(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun)\b\.?)\b")
 
 
 def surely_fits(raw: bytes, messages: list[Any], budget: int) -> bool:
