@@ -23,7 +23,7 @@ from .errors import VersionConflict
 from .manager import _RETRIES, MemoryManager
 from .messages import Message
 
-__all__ = ["Turn", "take_turn", "store_following", "store_untrimmed"]
+__all__ = ["Turn", "take_turn", "store_following", "store_untrimmed", "forget_newest"]
 
 
 @dataclass(frozen=True)
@@ -148,3 +148,19 @@ def store_untrimmed(
         return []
     with mem._lock, charge(list(messages)) if charge is not None else nullcontext():
         return mem._write(list(messages), trim=False, log=log, expect=expect)
+
+
+def forget_newest(mem: MemoryManager, ids: Sequence[str]) -> bool:
+    """Delete the messages ``ids`` if they are still the session's newest, in order (nothing was stored after
+    them since); whether they were. For a request's new messages that the model refused: once another request
+    has gone on from them (a chat of a shared session that opened alike, a retry the model answered), they are
+    that request's history too, and stay."""
+    if not ids:
+        return False
+    with mem._lock:
+        view = mem._sync()
+        if [u.id for u in view.units[-len(ids):]] != list(ids):
+            return False
+        view.store.delete(mem.session, list(ids))
+        mem._sync()
+        return True

@@ -509,3 +509,34 @@ def test_an_agent_loop_of_custom_tool_calls_is_stored_and_compacted(proxy, cl100
     assert [m.get("tool_calls") for m in mem.history()[:-1]] == [m.get("tool_calls") for m in history]
     assert mem.history()[-1]["tool_calls"] == [{"id": "call_x", "type": "custom",
                                                 "custom": {"name": "shell", "input": "ls /var/log"}}]
+
+
+def test_a_refused_request_s_messages_stay_once_another_request_went_on_from_them(proxy):
+    """Two chats of one user open alike; the model refuses the first slowly (a 400 after a while) and answers the
+    second, which lined up with the first's stored question. Deleting the refused request's messages then took
+    the question from under the second chat's answer (stored alone, then twice)."""
+    import threading
+
+    live, upstream = proxy
+    error = {"error": {"message": "Timeout while downloading image", "type": "invalid_request_error"}}
+    upstream.respond = lambda req: Reply(status=400, body=error, delay=1.5) if req["body"]["model"] == "x" else \
+        Reply(body=completion("Day 1: Belem."))
+    oai = client(live)
+    opener = [{"role": "user", "content": "Plan a 3-day trip to Lisbon."}]
+    refused: list[int] = []
+
+    def chat_x() -> None:
+        try:
+            oai.chat.completions.create(model="x", messages=opener, user="ana")
+        except openai.BadRequestError as exc:
+            refused.append(exc.status_code)
+
+    x = threading.Thread(target=chat_x)
+    x.start()
+    settled(lambda: stored(live, "ana") == ["Plan a 3-day trip to Lisbon."])
+    oai.chat.completions.create(model="y", messages=opener, user="ana")
+    x.join(30)
+    assert refused == [400]
+    time.sleep(0.5)  # the refused request's messages, looked at after its answer
+    live.app.state.rdmem.pool.manager("default", "ana", budget=100)  # its store done
+    assert stored(live, "ana") == ["Plan a 3-day trip to Lisbon.", "Day 1: Belem."]

@@ -26,7 +26,7 @@ from typing import Any, NamedTuple
 from ..errors import InvalidInput, RdmemError
 from ..messages import Message, chat_fields, parse_message
 from ..names import check_session_name
-from .._turn import store_following, store_untrimmed, take_turn
+from .._turn import forget_newest, store_following, store_untrimmed, take_turn
 from ..tokens import content_text, get_tokenizer
 from .errors import ApiError
 from .savings import entry
@@ -260,9 +260,11 @@ def store_reply(state: Any, tenant: str, session: str, budget: int, saving: dict
     request's history would all be stored again with its reply.
 
     ``refused``: the messages the request stored, which the model refused (a 400, 413 or 422: something in the
-    request it will not take, a bad image say): they are deleted, or every later request that brings them back
-    into the context is refused too (a client drops such a message and goes on; in a session several chats
-    share, its resend does not replace it). The client's next request stores again what it still sends."""
+    request it will not take, a bad image say): they are deleted while still the session's newest, or every
+    later request that brings them back into the context is refused too (a client drops such a message and goes
+    on; in a session several chats share, its resend does not replace it). The client's next request stores
+    again what it still sends; once another request went on from them (:func:`~rdmem._turn.forget_newest`),
+    they stay."""
     reply = message if message and message.get("role") == "assistant" else None
     if reply is None and saving is None and not refused:
         return
@@ -273,8 +275,9 @@ def store_reply(state: Any, tenant: str, session: str, budget: int, saving: dict
                      session)
             return
         mem = state.pool.manager(tenant, session, budget=max(budget, 1), settled=False)  # it is the reply waited for
-        if refused:
-            mem.delete(list(refused))
+        if refused and not forget_newest(mem, refused):
+            log.info("rdmem proxy: a request of session %r was refused by the model, but another went on from its "
+                     "messages: they stay", session)
         new = [parse_message(chat_fields(reply), json_extras=True)] if reply is not None else []
         if new and conv:  # another process may have stored it as a resent message
             store_following(mem, conv, new, charge=_charge(state, tenant, mem), log=saving, gaps=shared)
