@@ -712,6 +712,58 @@ def test_each_run_s_first_agent_is_the_session_s():
     assert tokens(to_chat(billing_input)) <= budget  # fitted: two 200-word questions are over the budget
 
 
+@pytest.mark.parametrize("kind", ["limit", "callback", "cleared"])
+def test_a_second_agent_is_the_session_s_with_a_read_limit_an_input_callback_or_after_a_clear(kind):
+    """A second top-level agent on a long-lived session was passed through unfitted, with a warning, when the
+    runner read the session with a limit, an input callback kept only the history's end, or the session had been
+    cleared (review 21)."""
+    from agents.memory import SessionSettings
+
+    async def go():
+        session = window_session(f"two-{kind}", budget=300)
+        extra: dict[str, Any] = {}
+        if kind == "limit":
+            extra["session_settings"] = SessionSettings(limit=50)
+        if kind == "callback":
+            extra["session_input_callback"] = lambda history, new: history[-1:] + new
+        config = RunConfig(call_model_input_filter=session.call_model_input_filter, tracing_disabled=True, **extra)
+        for name in ("general", "billing"):
+            if kind == "cleared" and name == "billing":
+                await session.clear_session()
+            model = ScriptedModel([[assistant_message(f"{name}: ok")]])
+            with warnings.catch_warnings():
+                warnings.simplefilter("error", RuntimeWarning)
+                await Runner.run(Agent(name=name, model=model), "word " * 200, session=session, run_config=config)
+        return model.calls[0].input
+
+    assert tokens(to_chat(run(go()))) <= 300  # fitted
+
+
+def test_reading_the_session_while_a_streamed_run_works_stores_its_question_once():
+    """App code reading the session (get_items) twice while a streamed run was between the filter and the
+    runner's add expired the run's entry: its question was stored twice (review 21)."""
+    from agents import RunHooks
+
+    async def go():
+        session = window_session("ui-reads", budget=2000)
+        config = RunConfig(call_model_input_filter=session.call_model_input_filter, tracing_disabled=True)
+        agent = Agent(name="guide", model=ScriptedModel([[assistant_message("Answer 1")]]))
+        await Runner.run(agent, "Question 1", session=session, run_config=config)
+
+        class UiPoll(RunHooks):  # another task of the app reads the conversation while the model works
+            async def on_llm_start(self, context, agent, system_prompt, input_items):
+                for _ in range(2):
+                    await session.get_items()
+
+        agent.model = ScriptedModel([[assistant_message("Answer 2")]])
+        result = Runner.run_streamed(agent, "Question 2", session=session, run_config=config, hooks=UiPoll())
+        async for _ in result.stream_events():
+            pass
+        return [_text(i.get("content")) for i in await session.all_items()]
+
+    assert run(go()) == ["Question 1", "Answer 1", "Question 2", "Answer 2"]
+
+
 def test_instructions_over_the_budget_are_refused_not_sent_without_input():
     async def go():
         session = window_session("b", budget=1000)

@@ -273,15 +273,14 @@ class RdmemSession:
             if session_settings is not None else sdk_settings.SessionSettings()
         self.memory = AsyncMemoryManager(manager)
         self._writes = threading.Lock()  # a pop (read the last message, delete it) is not split by a write
-        self._mirrored: list[tuple[int, str]] = []  # messages the filter stored that the runner has yet to add
-        self._runs = 0  # the runs begun (context reads), the first element of each entry of _mirrored
+        self._mirrored: list[str] = []  # messages the filter stored that the runner has yet to add (the newest 64)
         self._rendered: frozenset[str] = frozenset()  # the last context's messages (their resend keys)
         # The agents whose model calls the filter fits (names): those given, else the first it serves; with
         # the agents each of them hands off to. Another's call (an agent run as a tool) passes through.
         self._given = {_agent_name(a) for a in agents} if agents is not None else None
         self._agents: set[str] | None = set(self._given) if self._given is not None else None
         self._passed: set[str] = set()  # agents already warned about
-        self._openings: list[str | None] = []  # the first message of the contexts the last runs read (resend keys)
+        self._openings: list[frozenset[str]] = []  # the messages the last runs read (resend keys)
 
     @property
     def session_id(self) -> str:
@@ -304,14 +303,13 @@ class RdmemSession:
         sdk_settings, _ = _sdk()
         limit = sdk_settings.resolve_session_limit(limit, self.session_settings)
         if limit is None:
-            await self.memory.call(self._locked, self._run_begins)
             items = await self._context_items(_last_user_text(await self._tail(64)))
-            self._openings = [*self._openings, resend_key(items_to_messages(items)[0]) if items else None][-8:]
-            return items
-        if limit < 0:
-            return await self.all_items()
-        items = [i for m in await self._tail(limit) for i in message_items(m)]
-        return items[-limit:] if limit else []
+        elif limit < 0:
+            items = await self.all_items()
+        else:
+            items = [i for m in await self._tail(limit) for i in message_items(m)][-limit:] if limit else []
+        self._openings = [*self._openings, frozenset(map(resend_key, items_to_messages(items)))][-8:]
+        return items
 
     async def add_items(self, items: list[Any]) -> None:
         """Store items at the end of the session (one atomic write; compacts the working set if needed)."""
@@ -363,9 +361,9 @@ class RdmemSession:
         (``Agent.as_tool``) with its caller's ``RunConfig``, so its calls reach this filter too: their input
         is another conversation's, passed through untouched (neither fitted nor stored), with a warning."""
         name = _agent_name(agent)
-        # A run's first call begins with the context the run read (get_items); an agent's run as a tool, with its
-        # own input (another conversation), whenever it comes, also while another run of the session begins.
-        opens = bool(messages) and resend_key(messages[0]) in self._openings
+        # A run's first call begins with what the run read (get_items), then its new input; an agent's run as a
+        # tool, with its own input alone (another conversation), whenever it comes, also while a run begins.
+        opens = len(messages) > 1 and any(resend_key(messages[0]) in read for read in self._openings)
         if self._agents is None or (self._given is None and name not in self._agents and opens):
             self._agents = {*(self._agents or ()), name}
         if name not in self._agents:
@@ -388,7 +386,8 @@ class RdmemSession:
 
     def _clear(self) -> None:
         self.memory.sync.clear()
-        self._mirrored = []
+        self._mirrored = []  # a session begun again: its agent learned again, as a new session's
+        self._agents, self._openings = set(self._given) if self._given is not None else None, []
 
     def _pop(self) -> dict[str, Any] | None:
         mem = self.memory.sync
@@ -429,22 +428,16 @@ class RdmemSession:
         start = first_unseen(messages, newest, mem.unseen, self._rendered)
         if start < len(messages):
             mem.extend(messages[start:])
-            self._mirrored += [(self._runs, resend_key(m)) for m in messages[start:]]
+            self._mirrored = [*self._mirrored, *(resend_key(m) for m in messages[start:])][-64:]
 
     def _add(self, messages: list[dict[str, Any]]) -> None:
         """Store messages, less those the filter stored for the runner (which adds them after the call in a
         streamed run), each matched once wherever it waits: two runs at once add theirs in either order."""
         new = []
         for m, key in zip(messages, map(resend_key, messages)):
-            held = next((i for i, (_, k) in enumerate(self._mirrored) if k == key), None)
-            if held is None:
-                new.append(m)
+            if key in self._mirrored:
+                self._mirrored.remove(key)
             else:
-                del self._mirrored[held]
+                new.append(m)
         if new:
             self.memory.sync.extend(new)
-
-    def _run_begins(self) -> None:
-        """A run reads the context: the filter's entries from before the last run began (a cancelled run's) go."""
-        self._runs += 1
-        self._mirrored = [(run, key) for run, key in self._mirrored if run >= self._runs - 1]
