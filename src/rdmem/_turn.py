@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .compaction import Compaction
-from .errors import VersionConflict
+from .errors import StoreError, VersionConflict
 from .manager import _RETRIES, MemoryManager
 from .messages import Message
 
@@ -52,6 +52,7 @@ def take_turn(
     follows: int = 0,
     identity: Callable[[Mapping[str, Any]], str | None] | None = None,
     gaps: bool | None = None,
+    abandon: Callable[[], bool] | None = None,
 ) -> Turn:
     """Store what ``messages`` (a resent history, parsed once by the caller) adds to ``mem``'s session, and
     build the context ``(query, budget)`` if asked, from one read of the session.
@@ -80,12 +81,18 @@ def take_turn(
     removed from the middle, a summary in place of the oldest), the messages are lined up by it instead
     (:meth:`~rdmem._session.SessionView.resent_by`): new are those after the last one the session holds;
     those before it that it does not hold are not stored (``Turn.inserted``); nothing is deleted.
+
+    ``abandon()``, asked after each read of the session, says the session was deleted since the caller began:
+    nothing is written then (:class:`~rdmem.errors.StoreError`), rather than the history lined up against the
+    emptied session and stored again.
     """
     gaps = not replace if gaps is None else gaps
     anchor = follows - 1 if follows else None  # the message the reply follows: stored by its own request
     with mem._lock:
         for attempt in range(_RETRIES):
             view = mem._sync()  # the one read: a version check, and what others wrote since, if anything
+            if abandon is not None and abandon():
+                raise StoreError(f"session {mem.session!r} was deleted meanwhile: nothing is stored")
             new, dropped = view.resent([m.chat for m in messages], gaps=gaps, anchor=anchor)
             inserted: list[int] = []
             if identity is not None and (dropped or (new[:1] == [0] and view.size[0])):  # not a plain resend
@@ -125,13 +132,14 @@ def _answered(view: Any, first: str) -> bool:
 def store_following(
     mem: MemoryManager, history: Sequence[Message], messages: Sequence[Message], *,
     charge: Callable[[list[Message]], AbstractContextManager[object]] | None = None,
-    log: dict[str, Any] | None = None, gaps: bool = True,
+    log: dict[str, Any] | None = None, gaps: bool = True, abandon: Callable[[], bool] | None = None,
 ) -> list[str]:
     """Store ``messages`` (a reply) after the resent ``history`` it follows, unless the session holds them
     there already (another server process stored them as resent messages first), lined up and written as
-    :func:`take_turn` does (``gaps`` as the request was), with ``log`` in the same write. Returns the ids
-    stored."""
-    return take_turn(mem, [*history, *messages], charge=charge, log=log, follows=len(history), gaps=gaps).ids
+    :func:`take_turn` does (``gaps`` as the request was, ``abandon``), with ``log`` in the same write. Returns
+    the ids stored."""
+    return take_turn(mem, [*history, *messages], charge=charge, log=log, follows=len(history), gaps=gaps,
+                     abandon=abandon).ids
 
 
 def store_untrimmed(

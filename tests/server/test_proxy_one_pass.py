@@ -601,3 +601,43 @@ def test_a_session_deleted_through_another_server_while_a_request_waits_stays_de
     time.sleep(0.5)  # A stores its reply after the answer
     a.app.state.rdmem.pool.manager("default", "pin", budget=100)  # waits for A's store of the session
     assert rest.get("/v1/sessions/pin").status_code == 404
+
+
+def test_a_session_deleted_while_its_request_is_stored_is_not_brought_back(hashing_embedder):
+    """A delete that landed while a long request was being lined up and written (its write, made for the
+    version read before the delete, conflicted and was lined up again against the emptied session) stored the
+    whole history again: the PIN the user had just deleted came back (review 21)."""
+    import threading
+
+    from rdmem.errors import StoreError
+
+    entered, release = threading.Event(), threading.Event()
+
+    class HeldStore(MemoryStore):
+        def append(self, session, units, **kw):
+            if len(units) > 10 and not entered.is_set():  # the long request's write waits for the delete
+                entered.set()
+                release.wait(30)
+            return super().append(session, units, **kw)
+
+    store = HeldStore()
+    state = _state(store, hashing_embedder)
+    first = [{"role": "user", "content": "My bank PIN is 4711."}]
+    prepare(state, "default", "pin", False, {"messages": first}, WINDOW - RESERVE)
+    history = [*first, {"role": "assistant", "content": "Noted."}, *conversation(60)]
+    mark, failed = state.pool.deletes, []
+
+    def request() -> None:
+        try:
+            prepare(state, "default", "pin", False, {"messages": history}, 10**6, mark)
+        except StoreError as exc:
+            failed.append(str(exc))
+
+    t = threading.Thread(target=request)
+    t.start()
+    assert entered.wait(30)
+    state.pool.delete_session("default", "pin")
+    release.set()
+    t.join(30)
+    assert failed and "was deleted meanwhile" in failed[0]
+    assert store.version("t/default/pin") == 0  # still deleted

@@ -166,7 +166,7 @@ def readable_messages(messages: list[Any]) -> tuple[list[Message], list[Skipped]
 
 
 def prepare(state: Any, tenant: str | None, session: str | None, shared: bool, body: dict[str, Any],
-            budget: int, *, fits: Callable[[Prepared], object] | None = None,
+            budget: int, mark: int | None = None, *, fits: Callable[[Prepared], object] | None = None,
             go: Callable[[], object] | None = None) -> Prepared:
     """Store what is new and compact if needed, in one pass (:func:`rdmem._turn.take_turn`): one read of the
     session, one write of what is new, the context from the same view; the working set is trimmed later,
@@ -179,7 +179,8 @@ def prepare(state: Any, tenant: str | None, session: str | None, shared: bool, b
     ``go()`` is called as soon as the request is known to fit as sent, counted before its messages are parsed
     (:func:`_tokens_as_sent`): the caller may forward it while this parses and stores. ``fits(sent)`` is
     called once it is parsed and counted, with what this returns then (before anything is stored): the caller
-    may answer with it while this stores what is new."""
+    may answer with it while this stores what is new. ``mark``: :attr:`~rdmem.server.sessions.SessionPool.deletes`
+    when the request began (the session deleted since: nothing is stored)."""
     named, ctx, stored = tenant is not None and session is not None, None, ()
     # not settled here: the route starts this after the session's previous reply is stored (routes_proxy._pending)
     mem = state.pool.manager(tenant, session, budget=max(budget, 1), settled=False) if named else None
@@ -212,7 +213,7 @@ def prepare(state: Any, tenant: str | None, session: str | None, shared: bool, b
         assert tenant is not None
         turn = take_turn(mem, conv, replace=0 if shared else _REPLACEABLE,
                          context=None if as_sent or room <= 0 or recent_skip else (query or None, room),
-                         charge=_charge(state, tenant, mem))
+                         charge=_charge(state, tenant, mem), abandon=_deleted(state, tenant, session, mark))
         if turn.new:
             state.pool.worker.wake()
             state.metrics.count("rdmem_messages_stored_total", len(turn.new))
@@ -254,8 +255,8 @@ def store_reply(state: Any, tenant: str, session: str, budget: int, saving: dict
     client's next request reached another server process first, which stored it as a resent message
     (lined up as the request was: ``shared``, :func:`~rdmem._turn.take_turn`'s ``gaps``).
 
-    Nothing is stored when the session was deleted since the request began (``mark``, the session's
-    :meth:`~rdmem.server.sessions.SessionPool.deletions` then; or no longer in the store, where the request's
+    Nothing is stored when the session was deleted since the request began (``mark``, the pool's
+    :attr:`~rdmem.server.sessions.SessionPool.deletes` then; or no longer in the store, where the request's
     messages ``conv`` were: deleted through another server process): lined up against the emptied session, the
     request's history would all be stored again with its reply.
 
@@ -269,7 +270,7 @@ def store_reply(state: Any, tenant: str, session: str, budget: int, saving: dict
     if reply is None and saving is None and not refused:
         return
     try:
-        if mark is not None and (state.pool.deletions(tenant, session) != mark  # deleted here, or elsewhere:
+        if mark is not None and (state.pool.deleted_since(tenant, session, mark)  # deleted here, or elsewhere:
                                  or bool(conv) and not state.pool.exists(tenant, session)):  # the request stored it
             log.info("rdmem proxy: session %r was deleted while its request was answered; its reply is not stored",
                      session)
@@ -280,7 +281,8 @@ def store_reply(state: Any, tenant: str, session: str, budget: int, saving: dict
                      "messages: they stay", session)
         new = [parse_message(chat_fields(reply), json_extras=True)] if reply is not None else []
         if new and conv:  # another process may have stored it as a resent message
-            store_following(mem, conv, new, charge=_charge(state, tenant, mem), log=saving, gaps=shared)
+            store_following(mem, conv, new, charge=_charge(state, tenant, mem), log=saving, gaps=shared,
+                            abandon=_deleted(state, tenant, session, mark))
         else:
             store_untrimmed(mem, new, charge=_charge(state, tenant, mem), log=saving)
         if new:
@@ -288,6 +290,11 @@ def store_reply(state: Any, tenant: str, session: str, budget: int, saving: dict
             state.metrics.count("rdmem_messages_stored_total")
     except Exception as exc:
         log.warning("rdmem proxy: could not store the reply in session %r: %s", session, exc)
+
+
+def _deleted(state: Any, tenant: str, session: str | None, mark: int | None) -> Callable[[], bool] | None:
+    """Whether the session was deleted since the request began (``mark``): then nothing more is stored."""
+    return None if mark is None or session is None else lambda: state.pool.deleted_since(tenant, session, mark)
 
 
 def _charge(state: Any, tenant: str, mem: Any) -> Any:

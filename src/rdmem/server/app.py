@@ -33,7 +33,7 @@ from .metrics import BodyLimitMiddleware, Metrics, MetricsMiddleware
 from .ratelimit import RateLimiter
 from .protocol import ErrorResponse
 from .routes_proxy import drain
-from .sessions import SessionPathMiddleware, SessionPool, store_session, tenant_sessions
+from .sessions import DeletesMiddleware, SessionPathMiddleware, SessionPool, store_session, tenant_sessions
 from .settings import ServerSettings
 
 __all__ = ["ServerState", "app_from_env", "create_app"]
@@ -180,6 +180,7 @@ def _edge(app: FastAPI, settings: ServerSettings, metrics: Metrics, hosts: HostR
     # A session's "/" (sent as %2F) does not split its path segment; outside the metrics': they see the route.
     app.add_middleware(SessionPathMiddleware)
     app.add_middleware(BodyLimitMiddleware, limit=settings.max_body_bytes)
+    app.add_middleware(DeletesMiddleware)  # before the body is read: when the request began
     app.add_middleware(JsonOnlyMiddleware)  # before the body is read
     app.add_middleware(HostGuardMiddleware, rule=hosts)  # a foreign Host gets nothing else
     app.add_middleware(NoFramingMiddleware)  # outermost: every answer, refusals too, says no frame may show it
@@ -229,8 +230,7 @@ class _TenantSessions:
         with _tool_error():
             if not self.pool.exists(self.tenant, session):
                 return False
-            self.pool.store.delete_session(store_session(self.tenant, session))
-        self.pool.forget(self.tenant, session)
+            self.pool.delete_session(self.tenant, session)
         return True
 
 

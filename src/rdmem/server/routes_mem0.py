@@ -237,6 +237,5 @@ def delete_memories(tenant: Tenant, request: Request, user_id: _Id = None, agent
     scope = _scope({"user_id": user_id, "agent_id": agent_id, "run_id": run_id})
     state = request.app.state.rdmem
     for session, _ in _matching(request, tenant, scope):
-        state.store.delete_session(store_session(tenant, session))
-        state.pool.forget(tenant, session)
+        state.pool.delete_session(tenant, session)
     return {"message": "All relevant memories deleted"}

@@ -249,8 +249,7 @@ def session_search(state: Any, tenant: str, session: str, query: str, *, k: int 
 def remove_session(state: Any, tenant: str, session: str) -> None:
     """Delete a session and everything in it, for good."""
     _must_exist(state, tenant, session)
-    state.store.delete_session(store_session(tenant, session))
-    state.pool.forget(tenant, session)
+    state.pool.delete_session(tenant, session)
 
 
 def remove_message(state: Any, tenant: str, session: str, message_id: str) -> None:

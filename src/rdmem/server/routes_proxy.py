@@ -46,6 +46,7 @@ from ._replies import ReplyCollector, collect, whole_events
 from .auth import ProxyTenant
 from .errors import ApiError, error_body
 from .protocol import ErrorResponse
+from .sessions import DELETES_AT_START
 
 __all__ = ["router", "FORWARDED_HEADERS", "PASSED_BACK_HEADERS", "read_request"]
 
@@ -150,7 +151,7 @@ def _budget(state: Any, body: dict[str, Any], headers: dict[str, str]) -> int:
     return budget
 
 
-#: Where a reply goes: (tenant, session, budget, the request's record or None, ``pool.deletions`` as it began).
+#: Where a reply goes: (tenant, session, budget, the request's record or None, ``pool.deletes`` as it began).
 _Where = tuple[str, str, int, "dict[str, Any] | None", int]
 
 
@@ -283,6 +284,7 @@ def _failed_open(state: Any, session: str | None, exc: Exception, headers: dict[
 async def chat_completions(request: Request, tenant: ProxyTenant) -> Response:
     """An OpenAI chat completion, through rdmem: the history compacted when it does not fit the model."""
     state = request.app.state.rdmem
+    mark = request.scope.get(DELETES_AT_START, state.pool.deletes)  # a delete from then on came after it
     raw = await request.body()
     body = read_request(raw, state.settings)  # the limits: a 400 naming limit and field
     session, shared = (None, False) if tenant is None else \
@@ -296,13 +298,12 @@ async def chat_completions(request: Request, tenant: ProxyTenant) -> Response:
         headers["X-Rdmem-Warning"] = ("'user' is not a session name (1-256 characters, no control characters): "
                                       "no memory for this request; name one with X-Rdmem-Session")
     budget = _budget(state, body, headers)
-    mark = state.pool.deletions(tenant, session) if tenant is not None and session else 0
     forward, saving, memory = body, None, None
     job: asyncio.Future[Prepared] | None = None
     try:
         if tenant is None:
             raise RuntimeError("the rdmem key could not be checked")
-        memory = _Memory(state, (state, tenant, session, shared, body, budget),
+        memory = _Memory(state, (state, tenant, session, shared, body, budget, mark),
                          _pending.get((id(state), tenant, session or "")))
         job = memory.job  # however memory ends for this request (late, failed, storing), its reply goes after it
         # fits as sent (surely, by its size; or once counted): the model is called while memory works

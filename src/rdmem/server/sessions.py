@@ -104,6 +104,25 @@ class SessionPathMiddleware:
         await self.app(scope, receive, send)
 
 
+#: The scope's key for :attr:`SessionPool.deletes` as the request's headers arrived (:class:`DeletesMiddleware`).
+DELETES_AT_START = "rdmem.deletes"
+
+
+class DeletesMiddleware:
+    """Notes in each request's scope, as its headers arrive (before its body is read), how many sessions this
+    process has deleted (:attr:`SessionPool.deletes`): a proxy request stores nothing in a session deleted after
+    it began, also while its body was still coming in."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        state = getattr(getattr(scope.get("app"), "state", None), "rdmem", None)
+        if scope["type"] == "http" and state is not None:
+            scope[DELETES_AT_START] = state.pool.deletes
+        await self.app(scope, receive, send)
+
+
 def store_session(tenant: str, session: str, field: str = "session") -> str:
     """The store's name for ``tenant``'s session ``session`` (checked: a clear 400 if it is not a name)."""
     try:
@@ -117,7 +136,7 @@ def tenant_sessions(store: Store, tenant: str, within: str = "") -> list[tuple[s
     return tenant_session_infos(store, tenant, within)
 
 
-#: Sessions whose deletion this process remembers (:meth:`SessionPool.deletions`).
+#: Sessions whose deletion this process remembers (:meth:`SessionPool.deleted_since`).
 DELETES_KEPT = 65_536
 
 #: Tenants whose query vectors a server keeps cached (least recently used dropped), and vectors per tenant.
@@ -245,22 +264,29 @@ class SessionPool:
     def exists(self, tenant: str, session: str) -> bool:
         return self.store.version(store_session(tenant, session)) > 0
 
-    def forget(self, tenant: str, session: str) -> None:
-        """Drop the pooled managers of a session (it was deleted), and change its :meth:`deletions` mark."""
+    def delete_session(self, tenant: str, session: str) -> None:
+        """Delete a session for good (every front door's delete): noted first (:meth:`deleted_since`: a proxy
+        request under way stores nothing after it), then deleted in the store, its pooled managers dropped."""
         name = store_session(tenant, session)
         with self._lock:
-            for key in [k for k in self._managers if k[0] == name]:
-                del self._managers[key]
             self._deleted += 1
             self._deletes[name] = self._deleted
             self._deletes.move_to_end(name)
             while len(self._deletes) > DELETES_KEPT:
                 self._deletes.popitem(last=False)
-
-    def deletions(self, tenant: str, session: str) -> int:
-        """A mark that changes whenever this process deletes the session (:meth:`forget`): a proxy request that
-        began before a delete stores no reply after it (its reply would bring the deleted history back). Marks of
-        the :data:`DELETES_KEPT` sessions deleted last are kept; an older one reads as 0, which differs from
-        every mark a request can have read since."""
+        self.store.delete_session(name)
         with self._lock:
-            return self._deletes.get(store_session(tenant, session), 0)
+            for key in [k for k in self._managers if k[0] == name]:
+                del self._managers[key]
+
+    @property
+    def deletes(self) -> int:
+        """How many sessions this process has deleted: what a proxy request notes as it begins."""
+        return self._deleted
+
+    def deleted_since(self, tenant: str, session: str, deletes: int) -> bool:
+        """Whether this process deleted the session after :attr:`deletes` was ``deletes``: a proxy request that
+        began before a delete stores nothing after it (its history and reply would bring the deleted session
+        back). The :data:`DELETES_KEPT` sessions deleted last are remembered."""
+        with self._lock:
+            return self._deletes.get(store_session(tenant, session), 0) > deletes
