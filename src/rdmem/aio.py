@@ -56,7 +56,9 @@ T = TypeVar("T")
 class OneAtATime:
     """Run blocking calls in asyncio's default executor one after another, queued on the event loop: at most one
     thread works or waits for them at a time, and a cancelled caller's call (which goes on in its thread) ends
-    before the next begins. One queue per event loop (a lock is bound to its loop)."""
+    before the next begins. One queue per event loop (a lock is bound to its loop). A call must not wait, from
+    its thread, for another call of the same queue through the loop (``run_coroutine_threadsafe``): that call
+    waits for this one to end."""
 
     def __init__(self) -> None:
         self._locks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = weakref.WeakKeyDictionary()
