@@ -597,10 +597,18 @@ def test_a_session_deleted_through_another_server_while_a_request_waits_stays_de
         assert time.monotonic() < deadline
         time.sleep(0.05)
     assert rest.delete("/v1/sessions/pin").status_code == 204
+    if named == "user":  # a new chat of the session through B, before A's reply is stored: the session is back
+        fake_openai.respond = None
+        fake_openai.text = "Hello again."
+        openai.OpenAI(base_url=f"{b.url}/v1", api_key="sk-x", max_retries=0).chat.completions.create(
+            model="m", messages=[{"role": "user", "content": "Hi, a new chat."}], **how)
     asking.join(30)
     time.sleep(0.5)  # A stores its reply after the answer
     a.app.state.rdmem.pool.manager("default", "pin", budget=100)  # waits for A's store of the session
-    assert rest.get("/v1/sessions/pin").status_code == 404
+    b.app.state.rdmem.pool.manager("default", "pin", budget=100)
+    after = rest.get("/v1/sessions/pin/messages")
+    assert after.status_code == 404 if named == "header" else \
+        [m["content"] for m in after.json()["messages"]] == ["Hi, a new chat.", "Hello again."]
 
 
 def test_a_session_deleted_while_its_request_is_stored_is_not_brought_back(hashing_embedder):

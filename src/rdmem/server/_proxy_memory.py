@@ -256,9 +256,9 @@ def store_reply(state: Any, tenant: str, session: str, budget: int, saving: dict
     (lined up as the request was: ``shared``, :func:`~rdmem._turn.take_turn`'s ``gaps``).
 
     Nothing is stored when the session was deleted since the request began (``mark``, the pool's
-    :attr:`~rdmem.server.sessions.SessionPool.deletes` then; or no longer in the store, where the request's
-    messages ``conv`` were: deleted through another server process): lined up against the emptied session, the
-    request's history would all be stored again with its reply.
+    :attr:`~rdmem.server.sessions.SessionPool.deletes` then; through another server process: the history
+    ``conv`` is no longer all in the session, :func:`~rdmem._turn.take_turn`'s ``follows``): lined up against
+    the emptied session, the request's history would all be stored again with its reply.
 
     ``refused``: the messages the request stored, which the model refused (a 400, 413 or 422: something in the
     request it will not take, a bad image say): they are deleted while still the session's newest, or every
@@ -270,8 +270,7 @@ def store_reply(state: Any, tenant: str, session: str, budget: int, saving: dict
     if reply is None and saving is None and not refused:
         return
     try:
-        if mark is not None and (state.pool.deleted_since(tenant, session, mark)  # deleted here, or elsewhere:
-                                 or bool(conv) and not state.pool.exists(tenant, session)):  # the request stored it
+        if mark is not None and state.pool.deleted_since(tenant, session, mark):  # (elsewhere: take_turn's follows)
             log.info("rdmem proxy: session %r was deleted while its request was answered; its reply is not stored",
                      session)
             return
