@@ -540,3 +540,28 @@ def test_a_refused_request_s_messages_stay_once_another_request_went_on_from_the
     time.sleep(0.5)  # the refused request's messages, looked at after its answer
     live.app.state.rdmem.pool.manager("default", "ana", budget=100)  # its store done
     assert stored(live, "ana") == ["Plan a 3-day trip to Lisbon.", "Day 1: Belem."]
+
+
+def test_a_new_session_deleted_or_read_right_after_its_first_answer(serve, fake_openai, hashing_embedder):
+    """The proxy answers once it has counted a request, while it stores its messages: a DELETE or a read right
+    after the first answer of a new session found no session (404), and the session appeared after."""
+    class SlowStore(MemoryStore):  # a store that takes its time to write (a busy database)
+        def append(self, session, units, **kw):
+            time.sleep(0.5)
+            return super().append(session, units, **kw)
+
+    live = serve(create_app(ServerSettings(upstream=fake_openai.url, context_window=WINDOW, memory_timeout=30),
+                            store=SlowStore(), embedder=hashing_embedder))
+    oai = client(live)
+    rest = httpx.Client(base_url=live.url, timeout=30)
+    fake_openai.text = "Noted."
+    for i in range(2):
+        oai.chat.completions.create(model="fake-model", messages=[{"role": "user", "content": "My PIN is 4711."}],
+                                    extra_headers={"X-Rdmem-Session": f"new-{i}"})
+        if i:
+            assert [m["content"] for m in rest.get(f"/v1/sessions/new-{i}/messages").json()["messages"]][:1] == [
+                "My PIN is 4711."]
+        else:
+            assert rest.delete(f"/v1/sessions/new-{i}").status_code == 204
+            time.sleep(1.5)  # the reply's store, after the answer
+            assert rest.get(f"/v1/sessions/new-{i}").status_code == 404

@@ -166,9 +166,9 @@ def _store_later(state: Any, where: _Where, message: dict[str, Any] | None,
     """Store the reply in a worker thread, off the relay, once ``after`` (the request's own memory work,
     however it ended) is done: the client's answer never waits on the store. The session's next request waits
     for it (:data:`_pending`); its other readers and writers in this process (REST, mem0, MCP) too, within
-    ``memory_timeout`` (:meth:`SessionPool.reply_begins`), so the answer's reader finds it."""
+    ``memory_timeout`` (:meth:`SessionPool.store_begins`), so the answer's reader finds it."""
     tenant, session = where[0], where[1]
-    done = state.pool.reply_begins(tenant, session)
+    done = state.pool.store_begins(tenant, session)
     loop = asyncio.get_running_loop()
 
     async def run() -> None:
@@ -185,7 +185,7 @@ def _store_later(state: Any, where: _Where, message: dict[str, Any] | None,
             await loop.run_in_executor(None, functools.partial(store_reply, state, *where[:4], reply, conv, shared,
                                                                mark=where[4], refused=forget))
         finally:
-            state.pool.reply_done(tenant, session, done)
+            state.pool.store_done(tenant, session, done)
 
     key = (id(state), tenant, session)
     task = _pending[key] = asyncio.ensure_future(run())
@@ -306,6 +306,9 @@ async def chat_completions(request: Request, tenant: ProxyTenant) -> Response:
         memory = _Memory(state, (state, tenant, session, shared, body, budget, mark),
                          _pending.get((id(state), tenant, session or "")))
         job = memory.job  # however memory ends for this request (late, failed, storing), its reply goes after it
+        if session:  # the session's readers through this process wait for what it stores (answered once counted)
+            begun = state.pool.store_begins(tenant, session)
+            job.add_done_callback(lambda _: state.pool.store_done(tenant, session, begun))
         # fits as sent (surely, by its size; or once counted): the model is called while memory works
         if not (surely_fits(raw, body["messages"], budget) or await memory.fits()):
             # compacted (or late): the model waits for it, within the bound

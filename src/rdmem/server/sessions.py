@@ -158,7 +158,7 @@ class SessionPool:
         self._caches_lock = threading.Lock()
         self._managers: OrderedDict[tuple[str, str, int], MemoryManager] = OrderedDict()
         self._lock = threading.Lock()
-        self._replies: dict[str, list[threading.Event]] = {}  # store session -> replies being stored after their answer
+        self._replies: dict[str, list[threading.Event]] = {}  # store session -> what the proxy is storing in it
         self._deletes: OrderedDict[str, int] = OrderedDict()  # store session -> the count of deletes at its last
         self._deleted = 0
         self.worker = EmbeddingWorker(store, self.embedder, on_landed=self._landed)
@@ -195,10 +195,10 @@ class SessionPool:
                 settled: bool = True) -> MemoryManager:
         """The pooled manager of ``tenant``'s ``session`` for ``policy`` and ``budget`` (the server's by default).
 
-        ``settled``: first wait (``memory_timeout`` at most) for the session's replies that the proxy is
-        storing after their answer (:meth:`reply_begins`), so that whoever reads the session after an answer
-        finds its reply; the proxy passes ``False`` (it orders its requests and replies itself, and a reply's
-        store must not wait for itself)."""
+        ``settled``: first wait (``memory_timeout`` at most) for what the proxy is storing in the session off
+        its requests' path (:meth:`store_begins`: a request's messages, a reply after its answer), so that
+        whoever reads the session after an answer finds them; the proxy passes ``False`` (it orders its
+        requests and replies itself, and a store must not wait for itself)."""
         name = store_session(tenant, session)
         if settled:
             self._settle(name)
@@ -222,16 +222,17 @@ class SessionPool:
                 self._managers.popitem(last=False)  # the store stays open: it is shared
             return mem
 
-    # -- replies stored after their answer ---------------------------------------------------------
-    def reply_begins(self, tenant: str, session: str) -> threading.Event:
-        """A reply of the session will be stored off the request path: until the returned event is passed to
-        :meth:`reply_done`, :meth:`manager` makes the session's readers and writers wait for it (bounded)."""
+    # -- what the proxy stores off its requests' path -----------------------------------------------
+    def store_begins(self, tenant: str, session: str) -> threading.Event:
+        """The proxy stores something in the session off the request path (a request's messages, answered
+        once counted; a reply, after its answer): until the returned event is passed to :meth:`store_done`,
+        :meth:`manager` and :meth:`exists` make the session's readers and writers wait for it (bounded)."""
         name, done = store_session(tenant, session), threading.Event()
         with self._lock:
             self._replies.setdefault(name, []).append(done)
         return done
 
-    def reply_done(self, tenant: str, session: str, done: threading.Event) -> None:
+    def store_done(self, tenant: str, session: str, done: threading.Event) -> None:
         name = store_session(tenant, session)
         done.set()
         with self._lock:
@@ -262,7 +263,11 @@ class SessionPool:
         return ids
 
     def exists(self, tenant: str, session: str) -> bool:
-        return self.store.version(store_session(tenant, session)) > 0
+        """Whether the session is stored, once what the proxy is storing in it is (:meth:`store_begins`): a
+        session a proxy request opens exists from its answer on, for a read or a delete through this process."""
+        name = store_session(tenant, session)
+        self._settle(name)
+        return self.store.version(name) > 0
 
     def delete_session(self, tenant: str, session: str) -> None:
         """Delete a session for good (every front door's delete): noted first (:meth:`deleted_since`: a proxy
