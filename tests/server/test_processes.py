@@ -285,3 +285,36 @@ def _children(pid: int) -> list[tuple[int, str]]:
         if ppid == pid:
             found.append((int(entry), cmd))
     return found
+
+
+def test_a_worker_started_again_after_every_key_was_revoked_still_asks_for_a_key(rdmem_serve, tmp_path):
+    """A worker counted keys revoked since *its own* start: one started again after a crash (``kill -9``), every
+    key revoked, found no key and served anyone as tenant 'default' (12 of 30 anonymous writes taken)."""
+    import os
+    import signal
+
+    url = f"sqlite:///{tmp_path / 'keys.db'}"
+    made = rdmem("keys", "create", "--tenant", "acme", "--store", url)
+    assert made.returncode == 0, made.stderr
+    key_id = rdmem("keys", "list", "--store", url).stdout.splitlines()[1].split()[0]
+    server = rdmem_serve("--store", url, "--workers", "2", "--policy", "window")
+    port = int(server.url.rsplit(":", 1)[1])
+    workers = [pid for pid, cmd in _children(server.proc.pid) if "resource_tracker" not in cmd]
+    deadline = time.monotonic() + 60
+    while not all(_listens(pid, port) for pid in workers):
+        assert time.monotonic() < deadline, "the workers did not start listening within 60 s"
+        time.sleep(0.2)
+    assert rdmem("keys", "revoke", key_id, "--store", url).returncode == 0
+    time.sleep(1.1)  # the new worker starts a second or more after the revoke
+    os.kill(workers[0], signal.SIGKILL)
+    deadline = time.monotonic() + 60
+    while len(fresh := [p for p, c in _children(server.proc.pid) if "resource_tracker" not in c and p not in workers]) < 1 \
+            or not _listens(fresh[0], port):
+        assert time.monotonic() < deadline, "no worker was started again within 60 s"
+        time.sleep(0.2)
+    answers = []
+    for i in range(30):  # a new connection each: spread over both workers
+        with httpx.Client(timeout=30) as anonymous:
+            answers.append(anonymous.post(f"{server.url}/v1/sessions/anon/messages",
+                                          json={"messages": [{"role": "user", "content": f"write {i}"}]}).status_code)
+    assert set(answers) == {401}, answers

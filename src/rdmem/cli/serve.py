@@ -6,6 +6,7 @@ import argparse
 import os
 import secrets
 import sys
+import time
 from datetime import datetime, timezone
 from typing import Any
 
@@ -25,6 +26,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         import uvicorn
 
         from ..server._http import PROTOCOL
+        from ..server.app import STARTED_ENV
         from ..server.auth import UI_SECRET_ENV
         from ..server._workers import bind
         from ..server.guards import is_loopback
@@ -70,6 +72,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     print(f"rdmem serve: listening on {where} (docs at {where}/docs"
           + ("" if args.no_ui else f", inspector at {where}/ui") + ")", file=sys.stderr, flush=True)
     os.environ[SETTINGS_ENV] = settings.to_env()
+    os.environ[STARTED_ENV] = repr(time.time())  # the workers' keys rule counts from the server's start
     # One secret for the inspector's sign-ins across this server's processes (a restart makes a new one).
     if not os.environ.get(UI_SECRET_ENV):  # unset or empty (compose's ${VAR} of an unset variable)
         os.environ[UI_SECRET_ENV] = secrets.token_hex(32)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import logging
+import os
 import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
@@ -56,7 +57,7 @@ class ServerState:
     sign_ins: SignIns = None  # type: ignore[assignment]  # the inspector's sign-ins (None: signed with $RDMEM_UI_SECRET)
     http: Any = None  # the upstream's httpx.AsyncClient (proxy routes only)
     seen_keys: bool = False
-    started: float = field(default_factory=time.time)
+    started: float = field(default_factory=lambda: server_started())
 
     def __post_init__(self) -> None:
         if self.sign_ins is None:
@@ -68,11 +69,25 @@ class ServerState:
 
     def keyed(self) -> bool:
         """Whether callers must give a key: once this server has seen a valid key it asks for one until it
-        restarts (revoking every key must not open it to anyone as tenant ``default``). A key revoked since this
-        process started counts as seen: another process of the server may have been the one that served it."""
+        restarts (revoking every key must not open it to anyone as tenant ``default``). A key revoked since the
+        server started (``rdmem serve``'s start, :func:`server_started`, not this worker's: a worker started again
+        after a crash, all keys revoked, served anyone) counts as seen: another process may have served it."""
         if not self.seen_keys:
             self.seen_keys = self.keys.has_keys(revoked_since=self.started)
         return self.seen_keys
+
+
+#: When ``rdmem serve`` started (seconds since the epoch), for its workers: :meth:`ServerState.keyed`.
+STARTED_ENV = "RDMEM_SERVER_STARTED"
+
+
+def server_started() -> float:
+    """When the server this process serves for started: ``rdmem serve``'s time in :data:`STARTED_ENV` (a worker,
+    however often started again), else now."""
+    try:
+        return float(os.environ[STARTED_ENV])
+    except (KeyError, ValueError):
+        return time.time()
 
 
 def create_app(settings: ServerSettings | None = None, *, store: Store | None = None,
