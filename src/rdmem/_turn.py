@@ -74,9 +74,7 @@ def take_turn(
     retry's reply was stored first), nothing is stored either: one question, one reply (the later one, which
     the client went on with). A reply whose question is the session's newest message is stored after it,
     however the rest of the history lines up (a question edited further back than ``replace`` is stored
-    after the newest turn, and its reply was lost). When the session no longer holds all of that history (it
-    was deleted, through this process or another, since the request stored it), nothing is stored: the
-    reply would bring the history back with it.
+    after the newest turn, and its reply was lost).
 
     ``identity``: the id a message carries of its own (a LangGraph message's), for a client that may edit the
     history it resends. When the resend is not the stored history followed by new messages (a message
@@ -106,8 +104,6 @@ def take_turn(
             if follows and dropped and new and (new[0] < follows or _answered(view, dropped[0])):  # superseded
                 store_untrimmed(mem, [], log=log)  # the request's record alone
                 return Turn([], [], dropped)
-            if follows and new and new[0] < follows:  # the history it follows, which its request stored, is gone:
-                return Turn([], [], dropped)  # deleted meanwhile (through any process): the reply would bring it back
             deleted = bool(dropped) and len(dropped) <= replace
             if deleted:  # the client went on from an earlier point: its history is the one kept (rare)
                 view.store.delete(mem.session, dropped)

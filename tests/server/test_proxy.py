@@ -565,3 +565,24 @@ def test_a_new_session_deleted_or_read_right_after_its_first_answer(serve, fake_
             assert rest.delete(f"/v1/sessions/new-{i}").status_code == 204
             time.sleep(1.5)  # the reply's store, after the answer
             assert rest.get(f"/v1/sessions/new-{i}").status_code == 404
+
+
+@pytest.mark.parametrize("named", ["header", "user"])
+def test_a_slow_reply_is_stored_after_many_messages_stored_since_its_question(proxy, named):
+    """Requests of one session at once (an app fanning questions out): a slow reply with ten or more messages
+    stored after its question was taken for one whose question had been deleted, and lost (review 23)."""
+    import threading
+
+    live, upstream = proxy
+    upstream.respond = lambda req: Reply(body=completion(f"answer to {req['body']['messages'][-1]['content']}"),
+                                         delay=2.0 if req["body"]["messages"][-1]["content"] == "slow" else 0)
+    how = {"extra_headers": {"X-Rdmem-Session": "fan"}} if named == "header" else {"user": "fan"}
+    oai = client(live)
+    slow = threading.Thread(target=lambda: oai.chat.completions.create(
+        model="fake-model", messages=[{"role": "user", "content": "slow"}], **how))
+    slow.start()
+    settled(lambda: "slow" in stored(live, "fan"))
+    for i in range(8):  # sixteen messages stored after the slow question
+        oai.chat.completions.create(model="fake-model", messages=[{"role": "user", "content": f"q{i}"}], **how)
+    slow.join(30)
+    settled(lambda: "answer to slow" in stored(live, "fan"))

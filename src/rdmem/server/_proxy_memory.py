@@ -59,6 +59,7 @@ class Prepared:
     note: str = ""  # why the request went on as sent though it does not fit (X-Rdmem-Warning)
     shared: bool = False  # the session's name may be shared by several chats ('user', derived): session_of
     stored: tuple[str, ...] = ()  # the ids of the messages the request stored (deleted again if the model refuses it)
+    question: str | None = None  # the stored id of its last message, when it stored it (its reply follows it)
 
 
 def session_of(headers: Mapping[str, str], body: Mapping[str, Any], tenant: str, derive: bool) -> tuple[str | None, bool]:
@@ -181,7 +182,7 @@ def prepare(state: Any, tenant: str | None, session: str | None, shared: bool, b
     called once it is parsed and counted, with what this returns then (before anything is stored): the caller
     may answer with it while this stores what is new. ``mark``: :attr:`~rdmem.server.sessions.SessionPool.deletes`
     when the request began (the session deleted since: nothing is stored)."""
-    named, ctx, stored = tenant is not None and session is not None, None, ()
+    named, ctx, stored, last = tenant is not None and session is not None, None, (), None
     # not settled here: the route starts this after the session's previous reply is stored (routes_proxy._pending)
     mem = state.pool.manager(tenant, session, budget=max(budget, 1), settled=False) if named else None
     tok = mem.tokenizer if mem is not None else get_tokenizer("cl100k_base")  # the managers' tokenizer
@@ -218,12 +219,13 @@ def prepare(state: Any, tenant: str | None, session: str | None, shared: bool, b
             state.pool.worker.wake()
             state.metrics.count("rdmem_messages_stored_total", len(turn.new))
         ctx, stored = turn.context, tuple(turn.ids)
+        last = dict(zip(turn.new, turn.ids)).get(len(conv) - 1)  # the question, if this request stored it
     if sent is not None:
-        return replace(sent, stored=stored) if stored else sent
+        return replace(sent, stored=stored, question=last) if stored else sent
     if recent_skip:
         return Prepared(body["messages"], before, before, False, len(skipped),
                         entry(before, before, False) if mem is not None else None, tuple(conv), shared=shared,
-                        stored=stored,
+                        stored=stored, question=last,
                         note=f"not compacted: message {recent_skip[0].index} of the latest exchange is one rdmem "
                              "cannot keep (a legacy function message, a tool message without tool_call_id, ...) and "
                              "would be left out of a compacted request; sent as given")
@@ -241,12 +243,12 @@ def prepare(state: Any, tenant: str | None, session: str | None, shared: bool, b
     state.metrics.count("rdmem_tokens_out_total", after)
     return Prepared(head + ctx.messages, before, after, True, len(skipped),
                     entry(before, after, True) if mem is not None else None, tuple(conv), shared=shared,
-                    stored=stored)
+                    stored=stored, question=last)
 
 
 def store_reply(state: Any, tenant: str, session: str, budget: int, saving: dict[str, Any] | None,
                 message: dict[str, Any] | None, conv: tuple[Message, ...] = (), shared: bool = False, *,
-                mark: int | None = None, refused: tuple[str, ...] = ()) -> None:
+                mark: int | None = None, refused: tuple[str, ...] = (), question: str | None = None) -> None:
     """Store the assistant's reply and the request's record (``saving``) in one write, the working set's
     trim left to the embedding worker; without a reply, the record alone. A failure is one log line: the
     reply comes again with the next request, the record is only for looking back.
@@ -256,9 +258,9 @@ def store_reply(state: Any, tenant: str, session: str, budget: int, saving: dict
     (lined up as the request was: ``shared``, :func:`~rdmem._turn.take_turn`'s ``gaps``).
 
     Nothing is stored when the session was deleted since the request began (``mark``, the pool's
-    :attr:`~rdmem.server.sessions.SessionPool.deletes` then; through another server process: the history
-    ``conv`` is no longer all in the session, :func:`~rdmem._turn.take_turn`'s ``follows``): lined up against
-    the emptied session, the request's history would all be stored again with its reply.
+    :attr:`~rdmem.server.sessions.SessionPool.deletes` then; through another server process: the ``question``
+    the request stored, its last message, is no longer in the store, ids never being used again): lined up
+    against the emptied session, the request's history would all be stored again with its reply.
 
     ``refused``: the messages the request stored, which the model refused (a 400, 413 or 422: something in the
     request it will not take, a bad image say): they are deleted while still the session's newest, or every
@@ -270,11 +272,12 @@ def store_reply(state: Any, tenant: str, session: str, budget: int, saving: dict
     if reply is None and saving is None and not refused:
         return
     try:
-        if mark is not None and state.pool.deleted_since(tenant, session, mark):  # (elsewhere: take_turn's follows)
+        mem = state.pool.manager(tenant, session, budget=max(budget, 1), settled=False)  # it is the reply waited for
+        if mark is not None and state.pool.deleted_since(tenant, session, mark) or question is not None and \
+                not mem.store.pick(mem.session, ids=[question]):  # deleted here, or through another process
             log.info("rdmem proxy: session %r was deleted while its request was answered; its reply is not stored",
                      session)
             return
-        mem = state.pool.manager(tenant, session, budget=max(budget, 1), settled=False)  # it is the reply waited for
         if refused and not forget_newest(mem, refused):
             log.info("rdmem proxy: a request of session %r was refused by the model, but another went on from its "
                      "messages: they stay", session)

@@ -174,16 +174,17 @@ def _store_later(state: Any, where: _Where, message: dict[str, Any] | None,
     async def run() -> None:
         try:
             conv: tuple[Message, ...] = ()
-            reply, shared, forget = message, False, ()
+            reply, shared, forget, question = message, False, (), None
             if after is not None:
                 await asyncio.wait({after})  # its outcome is the request's to report, not this store's
                 if not after.cancelled() and after.exception() is None and isinstance(after.result(), Prepared):
-                    conv, shared = after.result().conv, after.result().shared  # what the reply follows, and how
-                    forget = after.result().stored if refused else ()
+                    prep = after.result()
+                    conv, shared, question = prep.conv, prep.shared, prep.question  # what the reply follows, how
+                    forget = prep.stored if refused else ()
                 else:  # the request's messages were not stored (a limit, a store error): nor is the reply, which
                     reply = None  # would come before its question; the client's next request carries both
             await loop.run_in_executor(None, functools.partial(store_reply, state, *where[:4], reply, conv, shared,
-                                                               mark=where[4], refused=forget))
+                                                               mark=where[4], refused=forget, question=question))
         finally:
             state.pool.store_done(tenant, session, done)
 
