@@ -764,6 +764,53 @@ def test_reading_the_session_while_a_streamed_run_works_stores_its_question_once
     assert run(go()) == ["Question 1", "Answer 1", "Question 2", "Answer 2"]
 
 
+def test_an_agent_run_as_a_tool_with_its_own_tool_loop_is_not_the_session_s():
+    """A sub-agent (``Agent.as_tool``) whose input is a message the session holds ("Hello") and whose second call
+    goes on with its own tool call was taken for a run's first call: given alice's whole history, its tool call
+    stored in her session (review 23)."""
+    @function_tool
+    def dictionary(word: str) -> str:
+        """Look a word up."""
+        return f"{word}: bonjour"
+
+    async def go():
+        session = window_session("alice-tools", budget=100_000)
+        await session.add_items([{"role": "user", "content": "My private note: my PIN is 4711."},
+                                 {"role": "assistant", "content": "Noted."}, {"role": "user", "content": "Hello"},
+                                 {"role": "assistant", "content": "Hi! How can I help?"}])
+        translator_model = ScriptedModel([[function_call("dictionary", {"word": "Hello"}, call_id="d1")],
+                                          [assistant_message("Bonjour")]])
+        translator = Agent(name="translator", model=translator_model, tools=[dictionary])
+        boss = Agent(name="boss", model=ScriptedModel([[function_call("translate", {"input": "Hello"}, call_id="c1")],
+                                                       [assistant_message("In French: Bonjour")]]),
+                     tools=[translator.as_tool(tool_name="translate", tool_description="Translate to French")])
+        config = RunConfig(call_model_input_filter=session.call_model_input_filter, tracing_disabled=True)
+        with pytest.warns(RuntimeWarning, match="agent 'translator' is not one of this session's agents"):
+            await Runner.run(boss, "Say hello in French", session=session, run_config=config)
+        return translator_model.calls, await session.all_items()
+
+    calls, stored = run(go())
+    assert all("4711" not in json.dumps(c.input) for c in calls)
+    assert "dictionary" not in json.dumps(stored)
+
+
+def test_a_streamed_run_of_a_long_input_stores_each_item_once():
+    """A streamed run whose input is 70 new items (an imported conversation): the filter's stored messages were
+    kept for the runner's add up to 64, so 6 were stored twice (review 23)."""
+    async def go():
+        session = window_session("imported", budget=100_000)
+        agent = Agent(name="a", model=ScriptedModel([[assistant_message("Done.")]]))
+        config = RunConfig(call_model_input_filter=session.call_model_input_filter, tracing_disabled=True,
+                           session_input_callback=lambda history, new: history + new)
+        items = [{"role": "user" if k % 2 == 0 else "assistant", "content": f"line {k}"} for k in range(70)]
+        result = Runner.run_streamed(agent, items, session=session, run_config=config)
+        async for _ in result.stream_events():
+            pass
+        return [_text(i.get("content")) for i in await session.all_items()]
+
+    assert run(go()) == [f"line {k}" for k in range(70)] + ["Done."]
+
+
 def test_instructions_over_the_budget_are_refused_not_sent_without_input():
     async def go():
         session = window_session("b", budget=1000)

@@ -48,6 +48,7 @@ _ROLES = ("user", "assistant", "system", "developer")
 _CALLS = {"function_call": "arguments", "custom_tool_call": "input"}  # call type -> field of its arguments
 #: What the runner answers with an output of the same id, and those outputs (as the SDK's own
 #: ``_tool_invocation`` pairs them): the two are one group to rdmem, so no context has an output without its call.
+_WAITING = 10_000  # the filter's stored messages kept for the runner's add: a run's whole input fits
 _LOCAL_CALLS = ("apply_patch_call", "computer_call", "local_shell_call", "mcp_approval_request", "shell_call")
 _OUTPUTS = {  # output type -> the field naming the call it answers
     "function_call_output": "call_id", "custom_tool_call_output": "call_id", "apply_patch_call_output": "call_id",
@@ -273,14 +274,14 @@ class RdmemSession:
             if session_settings is not None else sdk_settings.SessionSettings()
         self.memory = AsyncMemoryManager(manager)
         self._writes = threading.Lock()  # a pop (read the last message, delete it) is not split by a write
-        self._mirrored: list[str] = []  # messages the filter stored that the runner has yet to add (the newest 64)
+        self._mirrored: list[str] = []  # messages the filter stored that the runner has yet to add (_WAITING)
         self._rendered: frozenset[str] = frozenset()  # the last context's messages (their resend keys)
         # The agents whose model calls the filter fits (names): those given, else the first it serves; with
         # the agents each of them hands off to. Another's call (an agent run as a tool) passes through.
         self._given = {_agent_name(a) for a in agents} if agents is not None else None
         self._agents: set[str] | None = set(self._given) if self._given is not None else None
         self._passed: set[str] = set()  # agents already warned about
-        self._openings: list[frozenset[str]] = []  # the messages the last runs read (resend keys)
+        self._openings: list[tuple[str, ...]] = []  # the messages the last runs read (resend keys, in order)
 
     @property
     def session_id(self) -> str:
@@ -308,7 +309,7 @@ class RdmemSession:
             items = await self.all_items()
         else:
             items = [i for m in await self._tail(limit) for i in message_items(m)][-limit:] if limit else []
-        self._openings = [*self._openings, frozenset(map(resend_key, items_to_messages(items)))][-8:]
+        self._openings = [*self._openings, tuple(map(resend_key, items_to_messages(items)))][-8:]
         return items
 
     async def add_items(self, items: list[Any]) -> None:
@@ -361,9 +362,11 @@ class RdmemSession:
         (``Agent.as_tool``) with its caller's ``RunConfig``, so its calls reach this filter too: their input
         is another conversation's, passed through untouched (neither fitted nor stored), with a warning."""
         name = _agent_name(agent)
-        # A run's first call begins with what the run read (get_items), then its new input; an agent's run as a
-        # tool, with its own input alone (another conversation), whenever it comes, also while a run begins.
-        opens = len(messages) > 1 and any(resend_key(messages[0]) in read for read in self._openings)
+        # A run's first call is what the run read (get_items), or its end, then its new input; an agent's run as a
+        # tool, its own input (another conversation), whenever it comes, also while a run begins.
+        keys = [resend_key(m) for m in messages]
+        opens = any(keys[:len(read) - j] == list(read[j:]) and len(keys) > len(read) - j
+                    for read in self._openings for j in range(len(read)) if read[j] == keys[0]) if keys else False
         if self._agents is None or (self._given is None and name not in self._agents and opens):
             self._agents = {*(self._agents or ()), name}
         if name not in self._agents:
@@ -428,7 +431,7 @@ class RdmemSession:
         start = first_unseen(messages, newest, mem.unseen, self._rendered)
         if start < len(messages):
             mem.extend(messages[start:])
-            self._mirrored = [*self._mirrored, *(resend_key(m) for m in messages[start:])][-64:]
+            self._mirrored = [*self._mirrored, *(resend_key(m) for m in messages[start:])][-_WAITING:]
 
     def _add(self, messages: list[dict[str, Any]]) -> None:
         """Store messages, less those the filter stored for the runner (which adds them after the call in a
