@@ -559,6 +559,7 @@ def test_a_new_session_deleted_or_read_right_after_its_first_answer(serve, fake_
         oai.chat.completions.create(model="fake-model", messages=[{"role": "user", "content": "My PIN is 4711."}],
                                     extra_headers={"X-Rdmem-Session": f"new-{i}"})
         if i:
+            assert rest.get(f"/v1/sessions/new-{i}").json()["units"] >= 1  # the session's detail waits too
             assert [m["content"] for m in rest.get(f"/v1/sessions/new-{i}/messages").json()["messages"]][:1] == [
                 "My PIN is 4711."]
         else:

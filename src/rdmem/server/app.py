@@ -57,7 +57,7 @@ class ServerState:
     sign_ins: SignIns = None  # type: ignore[assignment]  # the inspector's sign-ins (None: signed with $RDMEM_UI_SECRET)
     http: Any = None  # the upstream's httpx.AsyncClient (proxy routes only)
     seen_keys: bool = False
-    started: float = field(default_factory=lambda: server_started())
+    started: float = field(default_factory=time.time)
 
     def __post_init__(self) -> None:
         if self.sign_ins is None:
@@ -81,21 +81,14 @@ class ServerState:
 STARTED_ENV = "RDMEM_SERVER_STARTED"
 
 
-def server_started() -> float:
-    """When the server this process serves for started: ``rdmem serve``'s time in :data:`STARTED_ENV` (a worker,
-    however often started again), else now."""
-    try:
-        return float(os.environ[STARTED_ENV])
-    except (KeyError, ValueError):
-        return time.time()
-
-
 def create_app(settings: ServerSettings | None = None, *, store: Store | None = None,
-               embedder: Embedder | None = None) -> FastAPI:
+               embedder: Embedder | None = None, started: float | None = None) -> FastAPI:
     """The rdmem service as an ASGI app.
 
     ``store`` (a store object) overrides ``settings.store`` (tests pass an
-    in-memory one); ``embedder`` replaces the default MiniLM.
+    in-memory one); ``embedder`` replaces the default MiniLM. ``started``: when
+    the server this app is a process of started (default: now; a worker of
+    ``rdmem serve``, however often started again, gets the server's).
     """
     settings = settings or ServerSettings()
     metrics = Metrics()
@@ -107,7 +100,7 @@ def create_app(settings: ServerSettings | None = None, *, store: Store | None = 
         opened = store if store is not None else open_store(settings.store_url())
         limiter = RateLimiter(settings.rate_requests, settings.rate_tokens)
         state = ServerState(settings, opened, SessionPool(opened, settings, embedder, limiter), metrics,
-                            KeyStore(opened))
+                            KeyStore(opened), started=started if started is not None else time.time())
         if settings.upstream:
             import httpx
 
@@ -297,5 +290,10 @@ def _mcp_endpoint(settings: ServerSettings, hosts: HostRule) -> Any:
 
 
 def app_from_env() -> FastAPI:
-    """The app of one ``uvicorn --workers`` process (``rdmem serve`` sets the settings' variable)."""
-    return create_app(ServerSettings.from_env())
+    """The app of one ``uvicorn --workers`` process (``rdmem serve`` sets the settings' variable and
+    :data:`STARTED_ENV`)."""
+    try:
+        started: float | None = float(os.environ[STARTED_ENV])
+    except (KeyError, ValueError):
+        started = None
+    return create_app(ServerSettings.from_env(), started=started)

@@ -206,9 +206,9 @@ def session_detail(state: Any, tenant: str, session: str, info: Any = None) -> S
     """A session's size: messages and tokens, in all and in working memory (``info``: its entry in a list
     just read, which saves looking it up)."""
     if info is None:
-        name = store_session(tenant, session)
+        _must_exist(state, tenant, session)  # once what the proxy is storing in it is stored
         info = next((i for n, i in tenant_sessions(state.store, tenant, session) if n == session), None)
-        if info is None or state.store.version(name) == 0:
+        if info is None:
             raise ApiError(404, f"no session {session!r}")
     stats = state.pool.manager(tenant, session).stats()
     return SessionDetail(session=session, created=info.created, updated=info.updated,
