@@ -158,7 +158,7 @@ class SessionPool:
         self._caches_lock = threading.Lock()
         self._managers: OrderedDict[tuple[str, str, int], MemoryManager] = OrderedDict()
         self._lock = threading.Lock()
-        self._replies: dict[str, list[threading.Event]] = {}  # store session -> what the proxy is storing in it
+        self._storing: dict[str, list[threading.Event]] = {}  # store session -> what the proxy is storing in it
         self._deletes: OrderedDict[str, int] = OrderedDict()  # store session -> the count of deletes at its last
         self._deleted = 0
         self.worker = EmbeddingWorker(store, self.embedder, on_landed=self._landed)
@@ -229,22 +229,22 @@ class SessionPool:
         :meth:`manager` and :meth:`exists` make the session's readers and writers wait for it (bounded)."""
         name, done = store_session(tenant, session), threading.Event()
         with self._lock:
-            self._replies.setdefault(name, []).append(done)
+            self._storing.setdefault(name, []).append(done)
         return done
 
     def store_done(self, tenant: str, session: str, done: threading.Event) -> None:
         name = store_session(tenant, session)
         done.set()
         with self._lock:
-            pending = self._replies.get(name, [])
+            pending = self._storing.get(name, [])
             if done in pending:
                 pending.remove(done)
             if not pending:
-                self._replies.pop(name, None)
+                self._storing.pop(name, None)
 
     def _settle(self, name: str) -> None:
         with self._lock:
-            pending = list(self._replies.get(name, ()))
+            pending = list(self._storing.get(name, ()))
         if pending:
             deadline = time.monotonic() + self.settings.memory_timeout
             for done in pending:
