@@ -74,7 +74,12 @@ class OneAtATime:
         except BaseException:
             lock.release()
             raise
-        done.add_done_callback(lambda f: (lock.release(), f.cancelled() or f.exception()))  # nobody may await it
+        def ended(call: asyncio.Future[T]) -> None:
+            lock.release()
+            if not call.cancelled():
+                call.exception()  # retrieved: a cancelled caller no longer awaits it (its error is not logged twice)
+
+        done.add_done_callback(ended)
         return await asyncio.shield(done)
 
 

@@ -228,6 +228,14 @@ def _records(output: Any) -> bool:
     return isinstance(output, list) and all(isinstance(p, Mapping) and "stdout" in p for p in output)
 
 
+def _opens_run(messages: list[dict[str, Any]], reads: list[tuple[str, ...]]) -> bool:
+    """Whether a model call's input is what a run read from the session (``reads``: resend keys), or its end, then
+    new input: a run's first call. An agent's run as a tool has its own input (another conversation)."""
+    keys = [resend_key(m) for m in messages]
+    return any(keys[:len(read) - j] == list(read[j:]) and len(keys) > len(read) - j
+               for read in reads for j in range(len(read)) if keys and read[j] == keys[0])
+
+
 def _agent_name(agent: Any) -> Any:
     """The name of an agent, of a ``Handoff`` (its agent's), or the name itself."""
     return agent if isinstance(agent, str) else getattr(agent, "agent_name", None) or getattr(agent, "name", None)
@@ -362,12 +370,8 @@ class RdmemSession:
         (``Agent.as_tool``) with its caller's ``RunConfig``, so its calls reach this filter too: their input
         is another conversation's, passed through untouched (neither fitted nor stored), with a warning."""
         name = _agent_name(agent)
-        # A run's first call is what the run read (get_items), or its end, then its new input; an agent's run as a
-        # tool, its own input (another conversation), whenever it comes, also while a run begins.
-        keys = [resend_key(m) for m in messages]
-        opens = any(keys[:len(read) - j] == list(read[j:]) and len(keys) > len(read) - j
-                    for read in self._openings for j in range(len(read)) if read[j] == keys[0]) if keys else False
-        if self._agents is None or (self._given is None and name not in self._agents and opens):
+        if self._agents is None or (self._given is None and name not in self._agents
+                                    and _opens_run(messages, self._openings)):
             self._agents = {*(self._agents or ()), name}
         if name not in self._agents:
             if name not in self._passed:
