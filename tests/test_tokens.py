@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import base64
+import io
 import json
 import warnings
 
 import pytest
 
 from rdmem import compact
+from rdmem._images import UNKNOWN_IMAGE_TOKENS
 from rdmem.tokens import DEFAULT_MESSAGE_OVERHEAD, Tokenizer, get_tokenizer, message_payload
 
 
@@ -36,7 +39,7 @@ def test_cl100k_uses_the_installed_offline_copy_without_trying_to_download(monke
             tok = get_tokenizer("cl100k_base")
         assert [str(w.message) for w in caught] == []
         assert tok.count("hello world") == 2
-        assert tok.fingerprint == "1/tiktoken:cl100k_base/4"  # the copy counts like the original
+        assert tok.fingerprint == "2/tiktoken:cl100k_base/4"  # the copy counts like the original
     finally:
         tokens._tiktoken_encoding.cache_clear()
 
@@ -156,7 +159,46 @@ def test_name_and_content_parts_are_counted():
     assert tok.message_tokens({"role": "user", "name": "ana", "content": "hi"}) == len("hi\nana")
     parts = {"role": "user", "content": [{"type": "text", "text": "ab"}, {"type": "image_url", "image_url": {}},
                                          {"type": "text", "text": "cd"}]}
-    assert tok.message_tokens(parts) == len("ab\ncd")
+    assert tok.message_tokens(parts) == len("ab\ncd") + UNKNOWN_IMAGE_TOKENS  # an image of unknown size
+
+
+def _data_url(fmt: str, size: tuple[int, int], **save) -> str:
+    from PIL import Image  # in the test environment (matplotlib's and llama-index's dependency)
+
+    buf = io.BytesIO()
+    Image.new("RGB", size).save(buf, fmt, **save)
+    return f"data:image/{fmt.lower()};base64,{base64.b64encode(buf.getvalue()).decode()}"
+
+
+# OpenAI's published examples for its GPT-4o family: 1024 × 1024 at high detail is 765 tokens, 2048 × 4096 is
+# 1,105; a small image is one tile; low detail is 85 whatever the size.
+@pytest.mark.parametrize("size, detail, expected", [
+    ((1024, 1024), "high", 765), ((2048, 4096), None, 1105), ((4096, 8192), "auto", 1105), ((300, 200), None, 255),
+    ((513, 200), None, 425), ((800, 3000), None, 1445), ((4000, 4000), "low", 85)])
+@pytest.mark.parametrize("fmt, save", [("PNG", {}), ("JPEG", {"exif": b"Exif\0\0" + bytes(40_000)}),
+                                       ("JPEG", {"progressive": True}), ("GIF", {}), ("WEBP", {}),
+                                       ("WEBP", {"lossless": True})])
+def test_an_image_counts_as_the_model_counts_it_from_its_size(cl100k, fmt, save, size, detail, expected):
+    image = {"url": _data_url(fmt, size, **save)} | ({"detail": detail} if detail else {})
+    message = {"role": "user", "content": [{"type": "text", "text": "What is this?"}, {"type": "image_url",
+                                                                                      "image_url": image}]}
+    assert cl100k.message_tokens(message) == cl100k.message_tokens(
+        {"role": "user", "content": "What is this?"}) + expected
+
+
+def test_an_image_whose_size_is_unknown_counts_as_the_largest_and_a_budget_holds(cl100k):
+    """A remote URL (or a data URL that is not an image rdmem reads) counts as the largest image, 1,445 tokens:
+    a context of a history with images stays within its budget as the model counts it."""
+    assert UNKNOWN_IMAGE_TOKENS == 1445
+    for url in ("https://example.com/cat.png", "data:image/png;base64,AAAA", "data:text/plain,hello"):
+        assert cl100k.message_tokens({"role": "user", "content": [{"type": "image_url", "image_url": {"url": url}}]}) \
+            == DEFAULT_MESSAGE_OVERHEAD + 1445
+    photo = {"type": "image_url", "image_url": {"url": _data_url("PNG", (1024, 1024))}}  # 765 tokens
+    history = [{"role": "user", "content": [{"type": "text", "text": f"photo {i}"}, photo]} if i % 3 == 0 else
+               {"role": "assistant" if i % 2 else "user", "content": f"message {i} about the trip"} for i in range(30)]
+    out = compact(history, budget=3000, tokenizer=cl100k, policy="window")
+    assert out.tokens == cl100k.messages_tokens(out.messages) <= 3000
+    assert sum(isinstance(m["content"], list) for m in out.messages) <= 3  # four photos would not fit
 
 
 def test_truncate_never_exceeds(cl100k):

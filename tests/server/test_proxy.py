@@ -587,3 +587,18 @@ def test_a_slow_reply_is_stored_after_many_messages_stored_since_its_question(pr
         oai.chat.completions.create(model="fake-model", messages=[{"role": "user", "content": f"q{i}"}], **how)
     slow.join(30)
     settled(lambda: "answer to slow" in stored(live, "fan"))
+
+
+def test_images_count_toward_the_budget_of_what_is_forwarded(proxy, cl100k):
+    """A chat about photos (remote URLs: a few bytes each, 1,445 tokens each as the model counts them) is
+    compacted to fit the window as the model counts it, not sent whole because its text is short."""
+    live, upstream = proxy
+    photo = {"type": "image_url", "image_url": {"url": "https://example.com/photo.jpg"}}
+    history = [{"role": "user", "content": [{"type": "text", "text": f"What is in photo {i}?"}, photo]}
+               if i % 2 == 0 else {"role": "assistant", "content": f"Photo {i - 1} shows a tram."} for i in range(9)]
+    raw = client(live).chat.completions.with_raw_response.create(model="fake-model", messages=history,
+                                                                 max_tokens=RESERVE)
+    forwarded = upstream.requests[-1]["body"]["messages"]
+    assert raw.headers["x-rdmem-compacted"] == "true"
+    assert cl100k.messages_tokens(history) > WINDOW and cl100k.messages_tokens(forwarded) <= WINDOW - RESERVE
+    assert forwarded[-1] == history[-1]  # the photo being asked about

@@ -69,6 +69,11 @@ def test_a_request_that_surely_fits_by_its_size_fits_when_counted():
         [{"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}],
         [{"role": "user", "content": "x"}, {"role": "assistant", "content": None, "tool_calls": [call]},
          {"role": "tool", "tool_call_id": "c1", "content": "1"}],
+        # an image counts by its size, not its URL's: 1,445 tokens for a remote one, 255 for a 1 x 1 PNG
+        [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "https://x.io/a.png"}}]}],
+        [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo"
+                                                                          "AAAANSUhEUgAAAAEAAAABCAAAAAA6fptVAAAACklEQVR4"
+                                                                          "nGP4DwABAQEAG7buVgAAAABJRU5ErkJggg=="}}]}],
     ]
     tok = get_tokenizer("cl100k_base")
     for messages in bodies:
@@ -80,8 +85,9 @@ def test_a_request_that_surely_fits_by_its_size_fits_when_counted():
             counted = tok.messages_tokens([m.chat for m in parsed])
             assert _tokens_as_sent(tok, messages) == counted  # counted before the parse: the same count
             # the least budget it is said to surely fit is never below what it counts
-            least = bisect.bisect_left(range(10 * len(raw)), True, key=lambda b: surely_fits(raw, messages, b))
-            assert 0 < counted <= least < 10 * len(raw), (messages, counted, least)
+            top = 10 * len(raw) + 2000  # room for an image's tokens
+            least = bisect.bisect_left(range(top), True, key=lambda b: surely_fits(raw, messages, b))
+            assert 0 < counted <= least < top, (messages, counted, least)
     assert not surely_fits(b"{}", [], 0)  # no room: never "surely"
     # a body the count cannot read before it is parsed is counted after (the parse says what is wrong)
     assert _tokens_as_sent(tok, [{"role": "user", "content": 7}]) is None

@@ -23,6 +23,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, NamedTuple
 
+from .._images import parts_tokens
 from ..errors import InvalidInput, RdmemError
 from ..messages import Message, chat_fields, parse_message
 from ..names import check_session_name
@@ -120,8 +121,10 @@ def surely_fits(raw: bytes, messages: list[Any], budget: int) -> bool:
     per-message overhead. Such a request can go to the model at once, while memory reads and stores it. A
     tool call whose arguments are a JSON object, not a string (they are counted re-serialised: ``9e15``
     becomes ``9000000000000000.0``), is counted exactly, as is any request that does not surely fit
-    (:func:`prepare`)."""
-    if budget <= 0 or 2 * len(raw) + len(messages) * (get_tokenizer("cl100k_base").message_overhead + 2) > budget:
+    (:func:`prepare`). An image counts by its size, not its URL's (:mod:`rdmem._images`): added to the bound."""
+    images = sum(parts_tokens(m.get("content")) for m in messages if isinstance(m, dict))
+    if budget <= 0 or 2 * len(raw) + images + len(messages) * (
+            get_tokenizer("cl100k_base").message_overhead + 2) > budget:
         return False
     return not any(isinstance(m, dict) and isinstance(m.get("tool_calls"), list) and any(
         isinstance(c, dict) and isinstance(c.get("function"), dict) and "arguments" in c["function"]
