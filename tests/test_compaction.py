@@ -179,3 +179,20 @@ def test_what_the_chat_api_would_refuse_is_left_out_with_a_warning_even_when_all
         result = compact(history, budget=10_000)
     assert [m["content"] for m in result.messages if m["role"] != "user" or "omitted" not in m["content"]] == ["hi", "q"]
     assert len(result.warnings) == 1
+
+
+@pytest.mark.parametrize("policy", ["window", "rd"])
+def test_a_newest_message_whose_image_does_not_fit_is_sent_as_its_text_with_a_note(cl100k, policy):
+    """An image of unknown size counts 1,445 tokens: a question about it under a budget of 1,000 is sent as its
+    text, cut, with a note that says the image was left out, never dropped (the model would get no question)."""
+    photo = {"type": "image_url", "image_url": {"url": "https://example.com/receipt.jpg"}}
+    history = [{"role": "user", "content": "hello " * 50}, {"role": "assistant", "content": "Hi!"},
+               {"role": "user", "content": [{"type": "text", "text": "What is the total on this receipt?"}, photo]}]
+    with pytest.warns(RuntimeWarning, match="newest user message 'm2' .* was cut"):
+        out = compact(history, budget=1000, tokenizer=cl100k, policy=policy)
+    assert out.tokens == cl100k.messages_tokens(out.messages) <= 1000
+    last = out.messages[-1]["content"]
+    assert last.startswith("What is the total on this receipt?") and last.endswith("; 1 image left out]")
+    # with room, the message is sent as it came, image and all
+    roomy = compact(history, budget=2000, tokenizer=cl100k, policy=policy)
+    assert roomy.messages[-1] == history[-1] and roomy.tokens <= 2000

@@ -17,7 +17,7 @@ import struct
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["UNKNOWN_IMAGE_TOKENS", "image_size", "image_tokens", "parts_tokens"]
+__all__ = ["UNKNOWN_IMAGE_TOKENS", "image_parts", "image_size", "image_tokens", "parts_tokens"]
 
 _BASE, _TILE = 85, 170
 #: The tokens of an image of unknown size: 2 × 4 tiles (a short side of 768 px, a long one of 2048).
@@ -97,15 +97,19 @@ def image_tokens(url: str, detail: str | None = None) -> int:
     return _BASE + _TILE * math.ceil(w / 512) * math.ceil(h / 512)
 
 
+def image_parts(content: Any) -> list[Mapping[str, Any]]:
+    """The ``image_url`` parts of a message's ``content`` (none for a string content)."""
+    if not isinstance(content, list):
+        return []
+    return [p for p in content if isinstance(p, Mapping) and p.get("type") == "image_url"]
+
+
 def parts_tokens(content: Any) -> int:
     """Tokens of the image parts of a message's ``content`` (0 for a string content or one without images)."""
-    if not isinstance(content, list):
-        return 0
     total = 0
-    for part in content:
-        if isinstance(part, Mapping) and part.get("type") == "image_url":
-            image = part.get("image_url")
-            url = image.get("url") if isinstance(image, Mapping) else image
-            detail = image.get("detail") if isinstance(image, Mapping) else None
-            total += image_tokens(url if isinstance(url, str) else "", detail if isinstance(detail, str) else None)
+    for part in image_parts(content):
+        image = part.get("image_url")
+        url = image.get("url") if isinstance(image, Mapping) else image
+        detail = image.get("detail") if isinstance(image, Mapping) else None
+        total += image_tokens(url if isinstance(url, str) else "", detail if isinstance(detail, str) else None)
     return total

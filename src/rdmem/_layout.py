@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ._images import image_parts, parts_tokens
 from .history import sendable_blocks
 from .reconstruct import hidden_before
 from .tokens import Tokenizer
@@ -22,43 +23,46 @@ from .units import MemoryUnit
 __all__ = ["Layout", "Head", "fit_pinned", "truncate_block", "truncation_suffix"]
 
 
-def truncation_suffix(shown: int, total: int) -> str:
-    """The visible note at the end of a cut message."""
-    return f"\n[rdmem: truncated, {shown} of {total} tokens shown]"
+def truncation_suffix(shown: int, total: int, images: int = 0) -> str:
+    """The visible note at the end of a cut message (and how many of its images were left out)."""
+    left_out = f"; {images} image{'s' if images > 1 else ''} left out" if images else ""
+    return f"\n[rdmem: truncated, {shown} of {total} tokens shown{left_out}]"
 
 
 def truncate_block(units: Sequence[MemoryUnit], budget: int, tok: Tokenizer) -> dict[int, str | None] | None:
     """Cut the contents of a block's messages so the whole block fits ``budget``; ``None`` if impossible.
 
-    Only plain text contents are cut (never tool-call arguments, which would
-    stop being valid JSON); the largest are cut first, evenly. Returns the new
-    content per position in ``units`` (``None``: unchanged).
+    Only contents are cut (never tool-call arguments, which would stop being
+    valid JSON); the largest are cut first, evenly. A list content that is cut
+    becomes its text, cut: its images are left out (the note counts them among
+    the tokens not shown). Returns the new content per position in ``units``
+    (``None``: unchanged).
     """
     fixed = 0
-    cuttable = []
+    whole: dict[int, int] = {}  # the tokens of each cuttable content, images included
     for pos, u in enumerate(units):
-        if isinstance(u.message.get("content"), str) and u.text:
+        content = u.message.get("content")
+        if (isinstance(content, str) and u.text) or isinstance(content, list):
             fixed += tok.message_tokens({**u.message, "content": ""})
-            cuttable.append(pos)
+            whole[pos] = tok.count(u.text) + parts_tokens(content)
         else:
             fixed += u.tokens
     room = budget - fixed
-    if not cuttable or room <= 0:
+    if not whole or room <= 0:
         return None
     out: dict[int, str | None] = {pos: None for pos in range(len(units))}
-    share = room // len(cuttable)
-    for pos in cuttable:
-        u = units[pos]
-        full = tok.count(u.text)
+    share = room // len(whole)
+    for pos, full in whole.items():
         if full <= share:
             continue
-        suffix_cost = tok.count(truncation_suffix(full, full)) + 1
+        images = len(image_parts(units[pos].message.get("content")))
+        suffix_cost = tok.count(truncation_suffix(full, full, images)) + 1
         keep = share - suffix_cost
         if keep <= 0:
             return None
-        cut = tok.truncate(u.text, keep)
-        out[pos] = cut + truncation_suffix(tok.count(cut), full)
-    total = fixed + sum(tok.count(text if (text := out[p]) is not None else units[p].text) for p in cuttable)
+        cut = tok.truncate(units[pos].text, keep)
+        out[pos] = cut + truncation_suffix(tok.count(cut), full, images)
+    total = fixed + sum(full if (text := out[p]) is None else tok.count(text) for p, full in whole.items())
     return out if total <= budget else None
 
 
