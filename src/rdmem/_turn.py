@@ -99,6 +99,12 @@ def take_turn(
                 by_id = view.resent_by([m.original() for m in messages], identity)
                 if by_id is not None:
                     (new, inserted), dropped = by_id, []
+                elif dropped and (new[0] if new else len(messages)) == 1 \
+                        and identity(messages[0].original()) is not None:
+                    # One message lined up by its text alone with an older stored one ("yes" again), under an id
+                    # the session does not hold: a new message, not the client going back to that one (a state
+                    # without the thread's past: no checkpointer, one that forgot it, its messages removed).
+                    new, dropped = list(range(len(messages))), []
             if follows and new and view.newest_is(messages[follows - 1].chat):  # it answers the newest message
                 new, dropped = list(range(follows, len(messages))), []
             if follows and dropped and new and (new[0] < follows or _answered(view, dropped[0])):  # superseded

@@ -397,6 +397,30 @@ def test_a_sub_agent_run_from_a_tool_neither_sees_nor_joins_its_caller_s_session
         ["My private note: I am allergic to peanuts. Find me a place.", None, "researcher: done", "supervisor: done"]
 
 
+@pytest.mark.parametrize("how", ["no checkpointer", "state cleared"])
+def test_a_new_message_equal_to_an_older_one_is_stored_and_given_to_the_model(tmp_path, how):
+    """The agent's state holds only the new message (rdmem's store is the thread's memory; or the app cleared the
+    state with RemoveMessage): a "yes" equal to an earlier "yes" was taken for it (the client going back to that
+    turn), neither stored nor sent; the model answered the previous question again."""
+    from langgraph.graph.message import REMOVE_ALL_MESSAGES
+
+    store = f"sqlite:///{tmp_path}/m.db"
+    model = RecordingModel(messages=iter(["Shall I book the 8pm table?", "Booked for 8pm.", "Which day?",
+                                          "Booked for Friday too."]))
+    saver = InMemorySaver() if how == "state cleared" else None
+    agent = create_agent(model, tools=[], checkpointer=saver,
+                         middleware=[RdmemMiddleware(budget=2000, policy="window", store=store)])
+    config = {"configurable": {"thread_id": "alice"}}
+    for text in ["Book dinner", "yes", "And another one", "yes"]:
+        if saver is not None and text == "And another one":
+            agent.update_state(config, {"messages": [RemoveMessage(id=REMOVE_ALL_MESSAGES)]})
+        agent.invoke({"messages": [HumanMessage(text)]}, config)
+    assert [m.content for m in model.seen[-1]][-2:] == ["Which day?", "yes"]
+    stored = MemoryManager(budget=2000, policy="window", store=store, session="alice").history()
+    assert [m["content"] for m in stored] == ["Book dinner", "Shall I book the 8pm table?", "yes", "Booked for 8pm.",
+                                              "And another one", "Which day?", "yes", "Booked for Friday too."]
+
+
 def test_an_agent_made_a_node_of_a_graph_keeps_its_thread_s_memory(tmp_path, hashing_embedder):
     """An agent that is a node of the user's own graph shares the graph's messages: it is the thread's
     conversation (a first fix for sub-agents gave every nested run no memory, this one too)."""
