@@ -30,6 +30,9 @@ def test_names_that_are_names(name):
     (" ", "session ' ': a session name may not be only whitespace"),
     ("\u3000\u00a0", "may not be only whitespace"),
     ("a\ud800b", "session 'a\\ud800b': a session name must be valid Unicode (found a lone surrogate '\\ud800' at 1)"),
+    # what "jos%E9" (Latin-1, not UTF-8) decodes to: "jos%FC" was the same name
+    ("jos\ufffd", "session 'jos\ufffd': a session name must be valid Unicode (found U+FFFD, the replacement character, "
+                  "at 3: a %-escape or header byte that is not UTF-8? Encode names as UTF-8)"),
 ])
 def test_names_that_are_not_say_why(name, message):
     with pytest.raises(ValueError, match=re.escape(message)):
@@ -45,6 +48,7 @@ def test_the_field_is_named_and_a_non_string_is_refused():
 
 @given(st.text(max_size=300))
 def test_the_pattern_and_the_check_agree(text):
+    text = text.replace("\x01", "\ufffd")  # now and then the replacement character too
     try:
         check_session_name(text)
         ok = True

@@ -5,7 +5,9 @@ and holds no character a terminal or a log line would act on: no C0 or C1
 control character (``\\x00``–``\\x1f``, DEL, ``\\x80``–``\\x9f``: NEL, the
 terminal's CSI, ...) and no line or paragraph separator (U+2028, U+2029),
 and it is valid Unicode: no lone surrogate (a JSON body can carry one; no
-store, header or JSON encoder writes it). :data:`SESSION_NAME_PATTERN` says
+store, header or JSON encoder writes it) and no U+FFFD, the replacement
+character, which is what a URL's or header's bytes that were not UTF-8 decode
+to (``jos%E9`` and ``jos%FC``, Latin-1 escapes, were one name). :data:`SESSION_NAME_PATTERN` says
 the rest as a regular expression (for the OpenAPI document);
 :func:`printable` shows any text safely on a terminal.
 
@@ -28,7 +30,8 @@ __all__ = ["MAX_SESSION_CHARS", "SESSION_NAME_PATTERN", "check_session_name", "p
 MAX_SESSION_CHARS = 256
 _FORBIDDEN = "\\x00-\\x1f\\x7f-\\x9f\\u2028\\u2029"
 #: The rule as a regular expression (Python ``re``, ECMA-262 and Rust's regex read it alike).
-SESSION_NAME_PATTERN = f"^[^{_FORBIDDEN}]*[^\\s{_FORBIDDEN}][^{_FORBIDDEN}]*$"
+_NOT = f"{_FORBIDDEN}\\ufffd"  # and the replacement character (below)
+SESSION_NAME_PATTERN = f"^[^{_NOT}]*[^\\s{_NOT}][^{_NOT}]*$"
 _BAD = re.compile(f"[{_FORBIDDEN}]")
 
 
@@ -52,6 +55,10 @@ def check_session_name(name: object, field: str = "session") -> str:
     except UnicodeEncodeError as exc:  # a JSON body can carry one ("\\ud800"); no regex flavour says so
         raise InvalidInput(f"{field} {_shown(name)}: a session name must be valid Unicode (found a lone surrogate "
                            f"{name[exc.start]!r} at {exc.start})") from None
+    if "\ufffd" in name:  # what undecodable bytes became: two different names would be one
+        raise InvalidInput(f"{field} {_shown(name)}: a session name must be valid Unicode (found U+FFFD, the "
+                           f"replacement character, at {name.index(chr(0xFFFD))}: a %-escape or header byte that is "
+                           f"not UTF-8? Encode names as UTF-8)")
     if not name.strip():
         raise InvalidInput(f"{field} {_shown(name)}: a session name may not be only whitespace")
     return name

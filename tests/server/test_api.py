@@ -270,6 +270,18 @@ def test_a_session_name_with_a_slash_or_a_percent_is_one_path_segment(api, name)
     assert 'route="/v1/sessions/{session}/messages/{message_id}",status="204"' in routes
 
 
+def test_names_escaped_in_another_encoding_than_utf8_are_refused_not_merged(api):
+    """"josé" and "josü" %-escaped as Latin-1 ("jos%E9", "jos%FC") both decoded to "jos\ufffd": one user's messages
+    were read back under the other's name, through the REST paths and mem0's query ids alike."""
+    r = api.post("/v1/sessions/jos%E9/messages", json={"messages": [{"role": "user", "content": "account 1234"}]})
+    assert r.status_code == 400 and "found U+FFFD, the replacement character" in r.json()["error"]["message"]
+    assert api.get("/v1/sessions/jos%FC/messages").status_code == 400
+    api.post("/memories", json={"user_id": "jos\u00e9", "messages": [{"role": "user", "content": "PIN 4711"}]})
+    r = api.get("/memories?user_id=%FC")
+    assert r.status_code == 400 and "user_id" in r.json()["error"]["message"]
+    assert [m["memory"] for m in api.get("/memories?user_id=jos%C3%A9").json()["results"]] == ["PIN 4711"]
+
+
 def test_a_made_up_method_adds_no_metric_series(api):
     """Any client, with no key, could add a series per HTTP method it made up (1,000 requests with 4 kB
     methods grew /metrics from 19 kB to 74 MB); now they are all counted as one, ``OTHER``."""
