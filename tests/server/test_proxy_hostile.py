@@ -257,6 +257,39 @@ def test_the_proxys_401_names_its_key_header(keyed_proxy):
     assert "X-Rdmem-Key" in str(info.value) and "Bearer" not in info.value.body["message"]
 
 
+def test_an_invalid_key_is_refused_while_memory_is_busy(serve, fake_openai, hashing_embedder):
+    """The key's lookup waited in the threads memory's work filled (long histories stored and compacted, here
+    behind a slow query embedding) past ``memory_timeout``, and a request with an invalid key was forwarded to
+    the model as if the store could not say whose key it was."""
+    import threading
+
+    class Slow:
+        dim = hashing_embedder.dim
+
+        def embed(self, texts):
+            time.sleep(1.5)
+            return hashing_embedder.embed(texts)
+
+    store = MemoryStore()
+    _, secret = KeyStore(store).create_key("acme")
+    live = serve(create_app(ServerSettings(upstream=fake_openai.url, context_window=WINDOW, reply_reserve=RESERVE,
+                                           memory_timeout=0.5), store=store, embedder=Slow()))
+    busy = [threading.Thread(target=client(live).chat.completions.create, kwargs=dict(
+        model="fake-model", messages=personal(f"user{i}"), max_tokens=RESERVE,
+        extra_headers={"X-Rdmem-Key": secret, "X-Rdmem-Session": f"s{i}"})) for i in range(12)]
+    for t in busy:
+        t.start()
+    time.sleep(0.3)
+    try:
+        with pytest.raises(openai.AuthenticationError, match="invalid or revoked API key"):
+            client(live).chat.completions.create(model="fake-model", messages=[{"role": "user", "content": "INTRUDER"}],
+                                                 extra_headers={"X-Rdmem-Key": "rdmem_not_a_valid_key"})
+    finally:
+        for t in busy:
+            t.join(60)
+    assert not any("INTRUDER" in json.dumps(r["body"]) for r in fake_openai.requests)
+
+
 def test_a_locked_sqlite_store_does_not_delay_the_stream(serve, fake_openai, minilm, tmp_path):
     from rdmem.store.sqlite import SQLiteStore
 

@@ -24,6 +24,7 @@ import os
 import re
 import secrets
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Annotated, Any
 
 from fastapi import Depends, Request, Security
@@ -76,12 +77,18 @@ def _tenant(
     return tenant_of(request, header or (bearer.credentials if bearer is not None else None))
 
 
+#: The proxy's key lookups run here, not in the event loop's default threads, where a busy server's memory work
+#: (storing and compacting long histories) queued them past ``memory_timeout``: a request with an invalid key was
+#: then forwarded as if the store could not say whose key it was.
+_KEY_LOOKUPS = ThreadPoolExecutor(max_workers=4, thread_name_prefix="rdmem-keys")
+
+
 async def _proxy_tenant(request: Request, header: Annotated[str | None, Security(_header)]) -> str | None:
     """The proxy's caller: the rdmem key in its own header (``Authorization`` goes to the upstream); ``None``
     when the store does not answer within ``memory_timeout`` (the request then goes on without memory)."""
     state = request.app.state.rdmem
-    lookup = asyncio.get_running_loop().run_in_executor(
-        None, _lookup, state, header, f"{RDMEM_KEY_HEADER}: <key> (Authorization goes to the model)")
+    lookup = asyncio.get_running_loop().run_in_executor(  # threads of its own: not queued behind memory's work
+        _KEY_LOOKUPS, _lookup, state, header, f"{RDMEM_KEY_HEADER}: <key> (Authorization goes to the model)")
     try:
         tenant = await asyncio.wait_for(lookup, state.settings.memory_timeout)
     except ApiError:
