@@ -8,7 +8,7 @@ from typing import Any
 from .compaction import compact_units
 from .contract import Policy
 from .embed import Embedder
-from .errors import InvalidType
+from .messages import check_query
 from .policies import get_policy
 from .reconstruct import MERGED, Markers, check_markers
 from .result import Compaction
@@ -71,8 +71,7 @@ def compact(
     """
     budget = check_budget(budget)
     markers = check_markers(markers)
-    if query is not None and not isinstance(query, str):
-        raise InvalidType(f"query must be a string or None, got {type(query).__name__}")
+    check_query(query)
     pol = get_policy(policy)
     tok = get_tokenizer(tokenizer, message_overhead=message_overhead)
     units = encode_units(messages, tok)

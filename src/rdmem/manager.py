@@ -14,7 +14,7 @@ from .contract import Composed, Policy
 from .embed import Embedder
 from .errors import InvalidInput, InvalidType, StoreError
 from .history import pending_call
-from .messages import Message, parse_message, parse_messages
+from .messages import Message, check_query, parse_message, parse_messages
 from .policies import for_working_set, get_policy
 from .reconstruct import MERGED, Markers, check_markers
 from .scoring import embed_text
@@ -334,8 +334,7 @@ class MemoryManager:
     def search(self, query: str, *, k: int = 10, tier: str | None = None) -> list[dict[str, Any]]:
         """The session's ``k`` messages (of ``tier``, or both) that best match ``query`` (lexical and dense
         rankings fused): ``{"id", "score", "tier", "message"}`` each, best first."""
-        if not isinstance(query, str) or not query.strip():
-            raise InvalidInput("query must be a non-empty string")
+        check_query(query, required=True)
         with self._lock:
             view = self._sync()
             emb = self._embedder
@@ -383,8 +382,7 @@ class MemoryManager:
         threads cannot share ``warnings.catch_warnings``).
         """
         budget = self.budget if budget is None else check_budget(budget)
-        if query is not None and not isinstance(query, str):
-            raise InvalidType(f"query must be a string or None, got {type(query).__name__}")
+        check_query(query)
         with self._lock:
             return self._context(self._sync(), query, budget, warn)
 

@@ -20,7 +20,7 @@ from typing import Any
 
 from .errors import InvalidInput, InvalidType
 
-__all__ = ["Message", "parse_messages", "parse_message", "chat_fields", "VALID_ROLES", "API_FIELDS"]
+__all__ = ["Message", "parse_messages", "parse_message", "chat_fields", "check_query", "VALID_ROLES", "API_FIELDS"]
 
 VALID_ROLES = ("system", "developer", "user", "assistant", "tool")
 #: The fields of a message the OpenAI chat API accepts (and the only ones rdmem sends); the last two on an
@@ -59,6 +59,19 @@ def _check_text(value: str, where: str) -> None:
         raise InvalidInput(
             f"{where} is not valid Unicode: a lone surrogate {value[exc.start]!r} at character {exc.start}"
         ) from None
+
+
+def check_query(query: object, *, required: bool = False) -> str | None:
+    """``query`` if it is one (a string, valid Unicode; non-blank if ``required``, else ``None`` allowed), else
+    an error that says what is wrong (a lone surrogate reached the embedder's cache key: a 500 behind the API)."""
+    if query is None and not required:
+        return None
+    if not isinstance(query, str):
+        raise InvalidType(f"query must be a string{'' if required else ' or None'}, got {type(query).__name__}")
+    if required and not query.strip():
+        raise InvalidInput("query must be a non-empty string")
+    _check_text(query, "query")
+    return query
 
 
 #: How deep a message's fields may nest (its content parts, tool-call arguments, extra fields): a store keeps

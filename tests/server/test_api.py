@@ -200,6 +200,11 @@ def _nested(depth: int) -> dict:
         ("post", "/v1/sessions/s/messages",
          {"messages": [{"role": "user", "content": "x", "metadata": _nested(100)}]}, 400,
          "message 0: field 'metadata' nests more than 64 levels deep"),
+        # A query is valid Unicode too: a lone surrogate in it was a 500 on /context and /explain (the embedder's
+        # cache key could not be encoded).
+        ("post", "/v1/sessions/known/context", {"query": "where\ud800"}, 400,
+         "query is not valid Unicode: a lone surrogate '\\ud800' at character 5"),
+        ("post", "/v1/sessions/known/explain", {"query": "\udfff"}, 400, "query is not valid Unicode"),
         ("post", "/v1/sessions/known/context", {"budget": 0}, 422, "budget"),
         ("post", "/v1/sessions/known/feedback", {"ids": ["m0"] * 10_001, "reward": 1}, 422,
          "ids: List should have at most 10000 items"),
