@@ -180,3 +180,51 @@ def test_a_connection_whose_server_stopped_answering_is_cut_not_waited_on(runnin
     assert "seconds" in result, "the call waited on the frozen connections"
     assert result.get("pid") is not None and result["pid"] not in held, result
     assert 1.5 < float(result["seconds"]) < 12, result  # the checks' 2 s each, then a new connection
+
+
+def _server_pids(pg: OwnPostgres) -> list[int]:
+    """The postmaster's pid and its children's (every process of the server)."""
+    import subprocess
+
+    postmaster = int((pg.server.pgdata / "postmaster.pid").read_text().split()[0])
+    children = subprocess.run(["pgrep", "-P", str(postmaster)], capture_output=True, text=True).stdout.split()
+    return [postmaster, *map(int, children)]
+
+
+def test_a_frozen_server_ends_a_call_in_twice_its_timeout_however_many_connections_are_idle(running):
+    """The whole server frozen (SIGSTOP of every process: a paused machine), the pool holding six idle
+    connections: the call's first check was cut after ``timeout``, then the pool's check of the others took
+    ``timeout`` each in the call's thread (seven checks: 7 s here, 40 s with the service's 5 s and ten
+    connections). Now the others are checked in a thread of their own and the call ends at the next connection
+    that does not answer or cannot be made: twice ``timeout`` at most."""
+    import os
+    import signal
+
+    timeout = 1.0
+    conns = Connections(running.url, where="PostgreSQL store at test", size=6, timeout=timeout, connect_timeout=1.0,
+                        configure=lambda conn: None)
+    barrier = threading.Barrier(6)
+
+    def hold(conn) -> None:
+        barrier.wait()
+        time.sleep(0.2)
+
+    holders = [threading.Thread(target=conns.run, args=(hold,), kwargs={"read": True}) for _ in range(6)]
+    for t in holders:
+        t.start()
+    for t in holders:
+        t.join()
+    pids = _server_pids(running)
+    for pid in pids:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        started = time.monotonic()
+        with pytest.raises(StoreError, match="did not answer within 1 s|no connection to the database within 1 s"):
+            conns.run(lambda conn: conn.execute("SELECT 1"), read=True)
+        took = time.monotonic() - started
+    finally:
+        for pid in pids:
+            os.kill(pid, signal.SIGCONT)
+    assert took < 2 * timeout + 1.5, took  # seven checks in turn took 7 s
+    assert conns.run(lambda conn: conn.execute("SELECT 1").fetchone()[0], read=True) == 1  # thawed: served again
+    conns.close()

@@ -11,7 +11,9 @@ gets a :class:`StoreError` and decides), and repeats a read (twice at most:
 a server that ends every connection ends them one by one, so the next one
 may be the next to go). A database that stops answering without closing its connections (a frozen server, a
 paused machine, a network black hole) is found the same way: the empty query gets ``timeout`` seconds, then its
-connection is cut (its socket shut down) and counted dead, and the connection's TCP keepalives and
+connection is cut (its socket shut down); the pool's other idle connections, each as slow to answer then, are
+checked in a thread of their own, and the call goes on with a new one or ends at the next that does not answer or
+cannot be made (twice ``timeout`` at most). The connection's TCP keepalives and
 ``tcp_user_timeout`` end one whose packets go unanswered while it is used. While the database is away, a call waits
 at most ``timeout`` seconds for a connection,
 asking the pool again every quarter of a second: each ask starts a
@@ -111,6 +113,7 @@ class Connections:
 
         self.where = where
         self.timeout = timeout
+        self._checking, self._checking_lock = False, threading.Lock()
         self._new_pool = lambda: _pool_class()(
             url, min_size=1, max_size=size, open=False, name="rdmem", timeout=timeout, check_timeout=timeout,
             kwargs={"autocommit": True, "connect_timeout": max(int(connect_timeout), 1), **_tcp_settings(url, timeout)},
@@ -144,6 +147,7 @@ class Connections:
         if self._pid != os.getpid():  # a forked child: its parent's connections are the parent's (one socket used
             self._forked()  # by two processes mixes their answers), and their threads stayed there
         dead = repeated = 0
+        unanswered = False
         while True:
             conn, live = None, False
             try:
@@ -160,6 +164,16 @@ class Connections:
                 raise InvalidInput(f"{where}: the database refused a value: {one_line(exc)}") from None
             except psycopg.Error as exc:
                 lost = conn is not None and (conn.closed or conn.broken)
+                if lost and not live and getattr(exc, "rdmem_unanswered", False):
+                    # Checked in turn here, the pool's other idle connections would hold the call ``timeout``
+                    # seconds each if the server stopped answering (40 s with eight): they are checked in a thread
+                    # of their own, and the call goes on with a new connection (backends frozen, the server not),
+                    # or ends at the next that does not answer or cannot be made.
+                    if unanswered:
+                        raise StoreError(f"{where}: the database did not answer within {self.timeout:g} s") from None
+                    unanswered = True
+                    self._check_later()
+                    continue
                 if lost and not live and dead < _DEAD_SKIPPED:
                     dead += 1
                     if dead == 1:
@@ -174,6 +188,27 @@ class Connections:
                     raise WriteOutcomeUnknown(f"{where}: the connection was lost during a write, which may or may "
                                               f"not have been stored: {one_line(exc)}") from None
                 raise StoreError(f"{where}: {one_line(exc)}") from None
+
+    def _check_later(self) -> None:
+        """The pool's idle connections checked (each as a call checks its own) in a thread, one at a time; back
+        once they are out of the pool (a call's next connection is then a new one)."""
+        with self._checking_lock:
+            if self._checking:
+                return
+            self._checking = True
+
+        def check(pool: Any) -> None:
+            try:
+                pool.check()
+            except Exception as exc:  # noqa: BLE001 - a closed pool, say: the next call finds out again
+                log.debug("%s: the pool's check failed: %s", self.where, one_line(str(exc)))
+            finally:
+                self._checking = False
+
+        threading.Thread(target=check, args=(self._pool,), name="rdmem-pg-check", daemon=True).start()
+        deadline = time.monotonic() + _ASK_SECONDS  # until the check took them out of the pool
+        while self._pool.get_stats().get("pool_available", 0) and time.monotonic() < deadline:
+            time.sleep(0.005)
 
     @contextmanager
     def _lease(self) -> Iterator[Any]:
@@ -211,14 +246,19 @@ _FORKS = threading.Lock()  # one new pool per store in a child, however many of 
 def checked(conn: Any, seconds: float) -> None:
     """``conn`` answers an empty query within ``seconds``, else it is cut (its socket shut down: a server that
     stopped answering without closing it) and closed; raises psycopg's ``OperationalError`` then."""
+    psycopg = import_psycopg()
     ping = _WATCHDOG.watch(conn, seconds)
     try:
         conn.execute("")
-    finally:
-        answered = _WATCHDOG.done(ping)
-    if not answered:  # cut as it answered: not to be used
+    except BaseException as exc:
+        if not _WATCHDOG.done(ping) and isinstance(exc, psycopg.Error):  # cut: a frozen server, most likely (not
+            exc.rdmem_unanswered = True  # one that closed its connections)
+        raise
+    if not _WATCHDOG.done(ping):  # cut as it answered: not to be used
         conn.close()
-        raise import_psycopg().OperationalError(f"the connection did not answer within {seconds:g} s: cut")
+        error = psycopg.OperationalError(f"the connection did not answer within {seconds:g} s: cut")
+        error.rdmem_unanswered = True
+        raise error
 
 
 @functools.cache
