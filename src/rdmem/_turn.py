@@ -23,7 +23,7 @@ from .errors import StoreError, VersionConflict
 from .manager import _RETRIES, MemoryManager
 from .messages import Message
 
-__all__ = ["Turn", "take_turn", "store_following", "store_untrimmed", "forget_newest"]
+__all__ = ["Turn", "take_turn", "store_following", "store_untrimmed", "forget_newest", "holds_any"]
 
 
 @dataclass(frozen=True)
@@ -178,3 +178,12 @@ def forget_newest(mem: MemoryManager, ids: Sequence[str]) -> bool:
         view.store.delete(mem.session, list(ids))
         mem._sync()
         return True
+
+
+def holds_any(mem: MemoryManager, messages: Sequence[Message], identity: Callable[[Mapping[str, Any]], str | None]) -> bool:
+    """Whether the session is empty, or holds one of ``messages`` among its newest (the same ``identity``, and the
+    same fields sent to the model: :meth:`~rdmem._session.SessionView.resent_by`): a client's messages that
+    continue the session's conversation, not another's."""
+    with mem._lock:
+        view = mem._sync()
+        return not view.size[0] or view.resent_by([m.original() for m in messages], identity) is not None

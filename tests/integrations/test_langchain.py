@@ -441,6 +441,45 @@ def test_an_agent_made_a_node_of_a_graph_keeps_its_thread_s_memory(tmp_path, has
     assert [m["content"] for m in stored] == ["I am Carol", "hi"]
 
 
+@pytest.mark.parametrize("checkpointer", [True, False])
+def test_an_agent_a_node_invokes_with_its_own_input_neither_sees_nor_joins_the_thread(tmp_path, checkpointer):
+    """LangGraph's "invoke a graph from a node": a node of the user's graph asks a helper agent for a title, both
+    agents with the middleware on one store. The helper was given alice's PIN and its prompts and answers were
+    stored in her session, mixed into the chat agent's next call. The chat agent, a node of the graph, keeps the
+    thread's memory (with or without the graph's checkpointer)."""
+    from langgraph.graph import END, START, MessagesState, StateGraph
+
+    store = f"sqlite:///{tmp_path}/m.db"
+    chat_model = RecordingModel(messages=iter(["Noted, your PIN is safe.", "Here is a title."]))
+    title_model = RecordingModel(messages=iter(["Title: PIN", "Title: again"]))
+    chat = create_agent(chat_model, tools=[], middleware=[RdmemMiddleware(budget=BUDGET, policy="window", store=store)])
+    titler = create_agent(title_model, tools=[],
+                          middleware=[RdmemMiddleware(budget=BUDGET, policy="window", store=store)])
+
+    def make_title(state):
+        titler.invoke({"messages": [HumanMessage("Write a 3-word title for: " + state["messages"][-1].content)]})
+        return {}
+
+    graph = StateGraph(MessagesState)
+    graph.add_node("chat", chat)
+    graph.add_node("make_title", make_title)
+    graph.add_edge(START, "chat")
+    graph.add_edge("chat", "make_title")
+    graph.add_edge("make_title", END)
+    app = graph.compile(checkpointer=InMemorySaver() if checkpointer else None)
+    config = {"configurable": {"thread_id": "alice"}}
+    with pytest.warns(RuntimeWarning, match="an agent run inside the graph node 'make_title', with input of its own"):
+        app.invoke({"messages": [HumanMessage("My card PIN is 4711, keep it private")]}, config)
+    app.invoke({"messages": [HumanMessage("Give me a title")]}, config)
+    assert [[m.content for m in seen] for seen in title_model.seen] == [
+        ["Write a 3-word title for: Noted, your PIN is safe."], ["Write a 3-word title for: Here is a title."]]
+    assert [m.content for m in chat_model.seen[-1]] == [
+        "My card PIN is 4711, keep it private", "Noted, your PIN is safe.", "Give me a title"]
+    stored = MemoryManager(budget=BUDGET, policy="window", store=store, session="alice").history()
+    assert [m["content"] for m in stored] == ["My card PIN is 4711, keep it private", "Noted, your PIN is safe.",
+                                              "Give me a title", "Here is a title."]
+
+
 def test_session_may_name_the_session_from_the_run_s_config(tmp_path, hashing_embedder):
     store = f"sqlite:///{tmp_path}/m.db"
     agent, _, researcher = _supervisor_with_a_sub_agent(

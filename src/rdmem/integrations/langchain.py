@@ -41,9 +41,9 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 from ..errors import InvalidInput, InvalidType, MissingDependency
-from .._turn import take_turn
+from .._turn import holds_any, take_turn
 from ..manager import MemoryManager
-from ..messages import chat_fields, parse_messages
+from ..messages import Message, chat_fields, parse_messages
 from ..result import Compaction
 from ..sessions import session_name
 from ..store import Store, open_store
@@ -74,6 +74,23 @@ __all__ = ["LC_KEY", "RdmemMiddleware", "RdmemContext", "rdmem_pre_model_hook", 
 LC_KEY = "lc_message"
 #: Managers kept per middleware or hook (one per thread seen lately); the store they share stays open.
 _POOL = 64
+
+
+#: Threads a context remembers its nested agent to be the conversation of (:meth:`RdmemContext._is_the_thread_s`).
+_JOINED = 10_000
+
+
+def _callers(config: Mapping[str, Any] | None = None) -> list[str]:
+    """The nodes of the graphs a run is nested in, outermost first (none for a graph run on its own)."""
+    if config is None:
+        try:
+            from langgraph.config import get_config
+
+            config = get_config()
+        except (ImportError, RuntimeError):  # outside a graph run
+            return []
+    ns = str((config.get("configurable") or {}).get("checkpoint_ns") or "")
+    return [part.partition(":")[0] for part in ns.split("|")[:-1]]
 
 
 def _check_messages(messages: object, name: str = "messages") -> list[BaseMessage]:
@@ -169,8 +186,9 @@ class RdmemContext:
         self._store: Store | None = None
         self._managers: OrderedDict[str, MemoryManager] = OrderedDict()
         self._lock = threading.Lock()
-        self._warned_nested = False
+        self._warned_nested = self._warned_apart = False
         self._warned_inserted = False
+        self._joined: OrderedDict[str, None] = OrderedDict()  # threads this context's agent, nested, is the conversation of
 
     def manager(self, session: str) -> MemoryManager:
         """The manager of ``session``, over the one store of this context (opened on first use)."""
@@ -205,7 +223,7 @@ class RdmemContext:
             return None if name is None else session_name(name, "the session= callable's result")
         configurable = config.get("configurable") or {}
         thread = configurable.get("thread_id")
-        callers = [part.partition(":")[0] for part in str(configurable.get("checkpoint_ns") or "").split("|")[:-1]]
+        callers = _callers(config)
         if thread and "tools" in callers:  # run by a tool of another agent
             if not self._warned_nested:
                 self._warned_nested = True
@@ -224,10 +242,13 @@ class RdmemContext:
         if session is None:
             return None
         mem = self.manager(session)
+        parsed = parse_messages(to_openai(messages), json_extras=True)
+        if not self._is_the_thread_s(session, mem, parsed):
+            return None
         # Lined up and written in one step under the manager's lock, the write conditional on the version read:
         # two calls of one thread at once (threads, tasks, processes) store each message once, not twice. A
         # state edited (RemoveMessage, a summary in place of the oldest) is lined up by LangGraph's message ids.
-        turn = take_turn(mem, parse_messages(to_openai(messages), json_extras=True), identity=_lc_id)
+        turn = take_turn(mem, parsed, identity=_lc_id)
         if turn.new:
             mem.maintain()  # the working set's trim, as extend() does it
         if turn.inserted and not self._warned_inserted:
@@ -238,6 +259,28 @@ class RdmemContext:
                           f"themselves; a message removed from the state stays in the session (delete it there "
                           f"too)", RuntimeWarning, stacklevel=2)
         return mem
+
+    def _is_the_thread_s(self, session: str, mem: MemoryManager, messages: Sequence[Message]) -> bool:
+        """For an agent run inside a node of another graph, under the thread's name: whether it is the thread's
+        conversation (an agent made a node of the graph, whose state holds the thread's messages; a thread with
+        none yet; or one it was found to be before, in this process), not an agent the node invoked with input
+        of its own (a helper that titles or classifies: it got the thread's memory, and its prompts and answers
+        were stored among the thread's). Such a helper has no memory, as an agent run by a tool has none."""
+        if self.session is not None or session in self._joined or not _callers():
+            return True
+        if not holds_any(mem, messages, _lc_id):
+            if not self._warned_apart:
+                self._warned_apart = True
+                warnings.warn(f"rdmem: an agent run inside the graph node {_callers()[-1]!r}, with input of its own "
+                              f"(thread {session!r} holds none of its messages), gets no memory of the thread: give "
+                              f"its middleware session= (a name, or a callable of the run's config) to remember its "
+                              f"runs, or the thread's own name if it is the thread's agent", RuntimeWarning,
+                              stacklevel=3)
+            return False
+        self._joined[session] = None
+        while len(self._joined) > _JOINED:
+            self._joined.popitem(last=False)
+        return True
 
     def fit(self, messages: Sequence[BaseMessage], system: SystemMessage | None = None) -> list[BaseMessage]:
         """The messages the model should see for the agent's ``messages``, such that they and ``system``
