@@ -347,6 +347,27 @@ def test_user_fields_name_sessions_exactly_and_a_bad_session_header_is_refused_b
     assert len(upstream.requests) == before + 1
 
 
+def test_a_user_named_like_a_mem0_scope_does_not_reach_its_memories(proxy):
+    """One key for mem0 (``user_id=<username>``) and the proxy (``user=<username>``): an end user who called
+    themselves "mem0:user_id=bob" was given bob's memories (his PIN) and stored their turns among them."""
+    live, upstream = proxy
+    api = httpx.Client(base_url=live.url, timeout=30)
+    api.post("/memories", json={"user_id": "bob", "messages": [{"role": "user", "content": "Bob's bank PIN is 9876"}]})
+    history = [{"role": "user", "content": f"filler {i} " + "words " * 60} for i in range(40)]
+    raw = client(live).chat.completions.with_raw_response.create(
+        model="fake-model", messages=[*history, {"role": "user", "content": "What is the bank PIN?"}],
+        max_tokens=RESERVE, user="mem0:user_id=bob")
+    assert raw.headers["x-rdmem-memory"] == "none" and "mem0" in raw.headers["x-rdmem-warning"]
+    assert "9876" not in json.dumps(upstream.requests[-1]["body"])
+    assert [m["memory"] for m in api.get("/memories", params={"user_id": "bob"}).json()["results"]] == \
+        ["Bob's bank PIN is 9876"]
+    # named on purpose (the header: the application's own choice), the scope is a session like any other
+    raw = client(live).chat.completions.with_raw_response.create(
+        model="fake-model", messages=[{"role": "user", "content": "What is my PIN?"}],
+        extra_headers={"X-Rdmem-Session": "mem0:user_id=bob"})
+    assert raw.headers["x-rdmem-memory"] == "session"
+
+
 def test_a_number_too_long_to_read_is_a_400_naming_it(proxy):
     live, upstream = proxy
     before = len(upstream.requests)

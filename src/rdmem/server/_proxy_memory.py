@@ -31,6 +31,7 @@ from .._turn import forget_newest, store_following, store_untrimmed, take_turn
 from ..tokens import content_text, get_tokenizer
 from .errors import ApiError
 from .savings import entry
+from .sessions import MEM0_PREFIX
 
 __all__ = ["Prepared", "session_of", "readable_messages", "prepare", "store_reply", "SESSION_HEADER"]
 
@@ -85,6 +86,8 @@ def session_of(headers: Mapping[str, str], body: Mapping[str, Any], tenant: str,
             raise ApiError(400, str(exc)) from None
     user = body.get("user")
     if isinstance(user, str) and user.strip():
+        if user.startswith(MEM0_PREFIX):  # a mem0 scope's memories (user "mem0:user_id=bob" read bob's): by the
+            return None, False  # header only, named on purpose
         try:
             return check_session_name(user, "user"), True
         except RdmemError:

@@ -39,12 +39,12 @@ from .protocol import (
     message_dict,
 )
 from .routes_memory import check_messages
-from .sessions import store_session, tenant_sessions
+from .sessions import MEM0_PREFIX, store_session, tenant_sessions
 
 __all__ = ["router"]
 
 _SCOPE = ("user_id", "agent_id", "run_id")
-_PREFIX = "mem0:"
+_PREFIX = MEM0_PREFIX
 router = APIRouter(tags=["mem0"], route_class=LimitedRoute, responses={
     400: {"model": ErrorResponse, "description": "no scope (user_id, agent_id or run_id) or a bad request"},
     401: {"model": ErrorResponse, "description": "missing or invalid API key"},

@@ -296,8 +296,8 @@ async def chat_completions(request: Request, tenant: ProxyTenant) -> Response:
         plain = session.isascii() and session.isprintable() and "%" not in session and session == session.strip()
         headers[SESSION_HEADER] = session if plain else quote(session, safe="")
     elif tenant is not None and isinstance(body.get("user"), str) and body["user"].strip():
-        headers["X-Rdmem-Warning"] = ("'user' is not a session name (1-256 characters, no control characters): "
-                                      "no memory for this request; name one with X-Rdmem-Session")
+        headers["X-Rdmem-Warning"] = ("'user' is not a session name (1-256 characters, no control characters, not "
+                                      "'mem0:...', mem0's memories): no memory for this request; name one with X-Rdmem-Session")
     budget = _budget(state, body, headers)
     forward, saving, memory = body, None, None
     job: asyncio.Future[Prepared] | None = None

@@ -43,7 +43,7 @@ from .errors import ApiError
 from .ratelimit import RateLimiter
 from .settings import ServerSettings
 
-__all__ = ["SessionPool", "SessionName", "SessionPathMiddleware", "store_session", "tenant_sessions",
+__all__ = ["MEM0_PREFIX", "SessionPool", "SessionName", "SessionPathMiddleware", "store_session", "tenant_sessions",
            "MAX_SESSION_CHARS"]
 
 # The pattern is documented, not enforced here: store_session enforces the rule with a message that says why.
@@ -121,6 +121,11 @@ class DeletesMiddleware:
         if scope["type"] == "http" and state is not None:
             scope[DELETES_AT_START] = state.pool.deletes
         await self.app(scope, receive, send)
+
+
+#: How the mem0 API's sessions begin (``mem0:user_id=alice``): the proxy's ``user`` never names one (an end user
+#: called "mem0:user_id=bob" read bob's memories); a name given on purpose does (a header, a REST path, MCP).
+MEM0_PREFIX = "mem0:"
 
 
 def store_session(tenant: str, session: str, field: str = "session") -> str:
