@@ -123,6 +123,14 @@ def test_the_sign_in_cookie_is_the_servers_alone_and_a_revoked_key_stops_at_once
         cookie = signed.headers["set-cookie"]
         assert "HttpOnly" in cookie and "SameSite=strict" in cookie and "Path=/ui" in cookie
         assert cookie.startswith(f"rdmem_ui_{keyed.port}=") and keyed.keys["acme"] not in cookie
+        assert "Secure" not in cookie  # plain http: a Secure cookie would never come back
+        # Signed in from an https page through a proxy that ends TLS (the request arrives as http): the cookie is
+        # Secure, never sent over plain http (it was not, and worked over http for 12 hours).
+        https = browser.post("/ui/api/login", json={"key": keyed.keys["acme"]},
+                             headers={"Origin": f"https://127.0.0.1:{keyed.port}"})
+        assert https.status_code == 200 and "Secure" in https.headers["set-cookie"]
+        browser.cookies.clear()
+        browser.post("/ui/api/login", json={"key": keyed.keys["acme"]})
         token = browser.cookies[f"rdmem_ui_{keyed.port}"]
         for header in ({"Authorization": f"Bearer {token}"}, {"X-Rdmem-Key": token}):  # no API key
             assert httpx.get(f"{keyed.url}/v1/sessions/trip/messages", headers=header).status_code == 401

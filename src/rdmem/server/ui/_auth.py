@@ -65,12 +65,18 @@ def set_key(request: Request, response: Response, secret: str) -> None:
     if token is None:  # checked by the caller; revoked in between
         raise ApiError(401, "invalid or revoked API key", headers={"WWW-Authenticate": "Bearer"})
     response.set_cookie(cookie_name(request), token, path=_path(request), httponly=True, samesite="strict",
-                        secure=request.url.scheme == "https", max_age=SIGN_IN_S)
+                        secure=_secure(request), max_age=SIGN_IN_S)
 
 
 def clear_key(request: Request, response: Response) -> None:
     response.delete_cookie(cookie_name(request), path=_path(request), httponly=True, samesite="strict",
-                           secure=request.url.scheme == "https")
+                           secure=_secure(request))
+
+
+def _secure(request: Request) -> bool:
+    """Whether the browser reached this server over https: directly, or through a proxy that ends TLS (the page
+    that signs in is https, :func:`same_origin`): its cookie is then ``Secure``, never sent over plain http."""
+    return request.url.scheme == "https" or request.headers.get("origin", "").startswith("https://")
 
 
 def _path(request: Request) -> str:
