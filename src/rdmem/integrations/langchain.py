@@ -277,9 +277,10 @@ class RdmemContext:
                               f"runs, or the thread's own name if it is the thread's agent", RuntimeWarning,
                               stacklevel=3)
             return False
-        self._joined[session] = None
-        while len(self._joined) > _JOINED:
-            self._joined.popitem(last=False)
+        with self._lock:
+            self._joined[session] = None
+            while len(self._joined) > _JOINED:
+                self._joined.popitem(last=False)
         return True
 
     def fit(self, messages: Sequence[BaseMessage], system: SystemMessage | None = None) -> list[BaseMessage]:
