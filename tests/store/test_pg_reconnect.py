@@ -228,3 +228,30 @@ def test_a_frozen_server_ends_a_call_in_twice_its_timeout_however_many_connectio
     assert took < 2 * timeout + 1.5, took  # seven checks in turn took 7 s
     assert conns.run(lambda conn: conn.execute("SELECT 1").fetchone()[0], read=True) == 1  # thawed: served again
     conns.close()
+
+
+def test_a_claim_whose_answer_was_lost_is_taken_again_at_the_next_claim_not_after_its_lease(running, session_name):
+    """The connection died after the embedding worker's claim committed (its answer lost: WriteOutcomeUnknown):
+    the units it took stayed claimed by it for the lease (120 s in the service) and went unembedded, unsearchable
+    by meaning, that long (123 s in the review's run). Its next claim takes them again."""
+    from rdmem._embedding import EmbeddingWorker
+    from rdmem.testing import HashingEmbedder
+
+    store = PostgresStore(running.url, pool_size=2)
+    store.append(session_name, [_unit(i) for i in range(3)])
+    worker = EmbeddingWorker(store, HashingEmbedder(), lease=120.0)
+    real = store._run
+    calls = iter(range(10**6))
+
+    def answer_lost(fn, *args, **kwargs):  # the first claim commits, then its answer is lost
+        result = real(fn, *args, **kwargs)
+        if next(calls) == 0:
+            raise WriteOutcomeUnknown("the connection was lost during a write, which may or may not have been stored")
+        return result
+
+    store._run = answer_lost
+    with pytest.raises(WriteOutcomeUnknown):
+        worker.run_once()
+    worker.drain()  # taken again at once, not after 120 s (the database may hold other tests' units too)
+    assert [u.embedding is not None for u in store.load(session_name)] == [True] * 3
+    store.close()

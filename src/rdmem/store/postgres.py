@@ -19,13 +19,12 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
-import numpy as np
-
 from ..errors import InvalidInput
 from ._base import BaseStore, Encoded, allocate_ids, decode_unit, dumps, state_patch
 from ._fts import LEXICAL_ROWS, check_lexical_rows
 from ._pg_pool import Connections, import_psycopg, one_line
 from ._pg_schema import CLOSE_UP, LOCK_KEY, RETIRE, SCHEMA_VERSION, TS_CONFIG, WORDS_IN, WORDS_OUT, register_vector, setup
+from ._pg_embeddings import COLUMNS as _COLUMNS, PgEmbeddings
 from ._pg_keys import PgKeys
 from ._pg_search import PgSearchMixin
 from ._types import Changes, SessionInfo, StoredUnit, StoreError, Tier, VersionConflict, Written, retired_digest
@@ -35,10 +34,9 @@ __all__ = ["PostgresStore", "SCHEMA_VERSION"]
 _MAX_DIM = 2000  # pgvector's HNSW limit for the vector type
 _WINDOW_PER_ROW = 50  # lexical_window's default, per full-text match ranked
 _T = TypeVar("_T")
-_COLUMNS = "id, seq, message, tokens, features, embedding, tier"
 
 
-class PostgresStore(PgKeys, PgSearchMixin, BaseStore):
+class PostgresStore(PgKeys, PgEmbeddings, PgSearchMixin, BaseStore):
     """Every unit of every session in PostgreSQL; dense search by pgvector HNSW, lexical by ``tsvector``.
 
     Parameters
@@ -95,6 +93,7 @@ class PostgresStore(PgKeys, PgSearchMixin, BaseStore):
         self.lexical_rows = lexical_rows
         self.lexical_window = lexical_window
         self._lock = threading.RLock()
+        self._claims_unsure: set[str] = set()  # workers whose last claim's answer was lost (PgEmbeddings)
         # hnsw.ef_search as last set on each connection (a session setting; connections come and go).
         self._ef_search: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
         self.location = self._describe()
@@ -298,48 +297,6 @@ class PostgresStore(PgKeys, PgSearchMixin, BaseStore):
                 for statement in CLOSE_UP:  # the units after move up: places stay 0, 1, ...
                     conn.execute(statement, {"session": session, "first": found[0][2]})
             return Written(prev, version, deleted=gone)
-
-        return self._run(write, session)
-
-    def _claim_unembedded(self, worker: str, limit: int, lease: float) -> list[tuple[str, StoredUnit]]:
-        def write(conn: Any) -> list[Any]:
-            now = time.time()
-            with conn.transaction(), conn.cursor(binary=True) as cur:
-                # SKIP LOCKED: two workers claiming at once take different units instead of waiting.
-                free = "SELECT uid FROM rdmem_units WHERE embedding IS NULL AND (claimed_until IS NULL OR " \
-                       "claimed_until < %s) ORDER BY uid {} LIMIT %s FOR UPDATE SKIP LOCKED"
-                return cur.execute(  # the oldest half and the newest half (claim_unembedded)
-                    f"WITH old AS ({free.format('')}), new AS ({free.format('DESC')}) "
-                    "UPDATE rdmem_units u SET claimed_by = %s, claimed_until = %s FROM (SELECT uid FROM old UNION "
-                    "SELECT uid FROM new) c WHERE u.uid = c.uid "
-                    f"RETURNING u.uid, u.session, {', '.join('u.' + c for c in _COLUMNS.split(', '))}",
-                    (now, limit - limit // 2, now, limit // 2, worker, now + lease)).fetchall()
-
-        rows = sorted(self._run(write), key=lambda r: r[0])
-        return [(r[1], self._decode(r[1], [r[2:]])[0]) for r in rows]
-
-    def _set_embeddings(self, session: str, vectors: dict[str, np.ndarray]) -> Written:
-        dims = {v.shape[0] for v in vectors.values()}
-
-        def write(conn: Any) -> Written:
-            for d in dims:
-                self._ensure_index(conn, d)
-            with conn.transaction():
-                row = self._lock_session(conn, session, create=False)
-                if row is None:
-                    return Written(0, 0)
-                ids = [r[0] for r in conn.execute(
-                    "SELECT id FROM rdmem_units WHERE session = %s AND id = ANY(%s) AND embedding IS NULL",
-                    (session, list(vectors)))]
-                if not ids:
-                    return Written(int(row[0]), int(row[0]))
-                prev, version = self._bump(conn, session, row, None)
-                with conn.cursor() as cur:
-                    cur.executemany(
-                        "UPDATE rdmem_units SET embedding = %s, dim = %s, changed = %s, claimed_by = NULL, "
-                        "claimed_until = NULL WHERE session = %s AND id = %s",
-                        [(vectors[i], vectors[i].shape[0], version, session, i) for i in ids])
-            return Written(prev, version)
 
         return self._run(write, session)
 
