@@ -442,42 +442,82 @@ def test_an_agent_made_a_node_of_a_graph_keeps_its_thread_s_memory(tmp_path, has
 
 
 @pytest.mark.parametrize("checkpointer", [True, False])
-def test_an_agent_a_node_invokes_with_its_own_input_neither_sees_nor_joins_the_thread(tmp_path, checkpointer):
+def test_an_agent_a_node_invokes_with_its_own_input_is_warned_about_and_session_keeps_it_apart(tmp_path, checkpointer):
     """LangGraph's "invoke a graph from a node": a node of the user's graph asks a helper agent for a title, both
-    agents with the middleware on one store. The helper was given alice's PIN and its prompts and answers were
-    stored in her session, mixed into the chat agent's next call. The chat agent, a node of the graph, keeps the
-    thread's memory (with or without the graph's checkpointer)."""
+    agents with the middleware on one store. The helper is given alice's thread (her PIN) and its messages are
+    stored there, silently until now: a warning says so, and ``session=`` keeps it apart. Its memory is not taken
+    away (a first fix did, and so took the thread's memory from an agent made a node of a graph without a
+    checkpointer, whose state also holds only the new message: the last test below)."""
     from langgraph.graph import END, START, MessagesState, StateGraph
 
-    store = f"sqlite:///{tmp_path}/m.db"
-    chat_model = RecordingModel(messages=iter(["Noted, your PIN is safe.", "Here is a title."]))
-    title_model = RecordingModel(messages=iter(["Title: PIN", "Title: again"]))
-    chat = create_agent(chat_model, tools=[], middleware=[RdmemMiddleware(budget=BUDGET, policy="window", store=store)])
-    titler = create_agent(title_model, tools=[],
-                          middleware=[RdmemMiddleware(budget=BUDGET, policy="window", store=store)])
+    def run(helper_session):
+        store = f"sqlite:///{tmp_path}/{helper_session is None}.db"
+        chat_model = RecordingModel(messages=iter(["Noted, your PIN is safe.", "Here is a title."]))
+        title_model = RecordingModel(messages=iter(["Title: PIN", "Title: again"]))
+        chat = create_agent(chat_model, tools=[],
+                            middleware=[RdmemMiddleware(budget=BUDGET, policy="window", store=store)])
+        titler = create_agent(title_model, tools=[], middleware=[RdmemMiddleware(
+            budget=BUDGET, policy="window", store=store, **({} if helper_session is None else {"session": helper_session}))])
 
-    def make_title(state):
-        titler.invoke({"messages": [HumanMessage("Write a 3-word title for: " + state["messages"][-1].content)]})
-        return {}
+        def make_title(state):
+            titler.invoke({"messages": [HumanMessage("Write a 3-word title for: " + state["messages"][-1].content)]})
+            return {}
 
-    graph = StateGraph(MessagesState)
-    graph.add_node("chat", chat)
-    graph.add_node("make_title", make_title)
-    graph.add_edge(START, "chat")
-    graph.add_edge("chat", "make_title")
-    graph.add_edge("make_title", END)
-    app = graph.compile(checkpointer=InMemorySaver() if checkpointer else None)
-    config = {"configurable": {"thread_id": "alice"}}
-    with pytest.warns(RuntimeWarning, match="an agent run inside the graph node 'make_title', with input of its own"):
-        app.invoke({"messages": [HumanMessage("My card PIN is 4711, keep it private")]}, config)
-    app.invoke({"messages": [HumanMessage("Give me a title")]}, config)
-    assert [[m.content for m in seen] for seen in title_model.seen] == [
-        ["Write a 3-word title for: Noted, your PIN is safe."], ["Write a 3-word title for: Here is a title."]]
+        graph = StateGraph(MessagesState)
+        graph.add_node("chat", chat)
+        graph.add_node("make_title", make_title)
+        graph.add_edge(START, "chat")
+        graph.add_edge("chat", "make_title")
+        graph.add_edge("make_title", END)
+        app = graph.compile(checkpointer=InMemorySaver() if checkpointer else None)
+        config = {"configurable": {"thread_id": "alice"}}
+        for text in ("My card PIN is 4711, keep it private", "Give me a title"):
+            app.invoke({"messages": [HumanMessage(text)]}, config)
+        return store, chat_model, title_model
+
+    with pytest.warns(RuntimeWarning, match="node 'make_title', with input of its own, is given the memory of thread "
+                                            "'alice' \\(the conversation of the agent of node 'chat'\\)"):
+        run(None)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        store, chat_model, title_model = run(lambda config: config["configurable"]["thread_id"] + "/titles")
+    assert [[m.content for m in seen] for seen in title_model.seen][0] == [
+        "Write a 3-word title for: Noted, your PIN is safe."]
     assert [m.content for m in chat_model.seen[-1]] == [
         "My card PIN is 4711, keep it private", "Noted, your PIN is safe.", "Give me a title"]
     stored = MemoryManager(budget=BUDGET, policy="window", store=store, session="alice").history()
     assert [m["content"] for m in stored] == ["My card PIN is 4711, keep it private", "Noted, your PIN is safe.",
                                               "Give me a title", "Here is a title."]
+
+
+@pytest.mark.parametrize("hook", [False, True])
+def test_an_agent_made_a_node_of_a_graph_without_a_checkpointer_keeps_its_thread_s_memory(tmp_path, hook):
+    """The graph built again for every request (a web server, a restarted process), no checkpointer: rdmem is the
+    thread's memory. The node's state holds only the new message; its agent still gets the thread's."""
+    from langgraph.graph import END, START, MessagesState, StateGraph
+
+    store = f"sqlite:///{tmp_path}/m.db"
+    replies = iter(["Noted, Carol.", "You are Carol."])
+    for text in ("My name is Carol", "What is my name?"):
+        model = RecordingModel(messages=replies)
+        if hook:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", LangGraphDeprecatedSinceV10)
+                fit = rdmem_pre_model_hook(budget=BUDGET, policy="window", store=store)
+                agent = create_react_agent(model, tools=[], pre_model_hook=fit, post_model_hook=fit.post_model_hook)
+        else:
+            agent = create_agent(model, tools=[], middleware=[RdmemMiddleware(budget=BUDGET, policy="window",
+                                                                              store=store)])
+        graph = StateGraph(MessagesState)
+        graph.add_node("chat", agent)
+        graph.add_edge(START, "chat")
+        graph.add_edge("chat", END)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", RuntimeWarning)
+            graph.compile().invoke({"messages": [HumanMessage(text)]}, {"configurable": {"thread_id": "carol"}})
+    assert [m.content for m in model.seen[-1]][-3:] == ["My name is Carol", "Noted, Carol.", "What is my name?"]
+    stored = MemoryManager(budget=BUDGET, policy="window", store=store, session="carol").history()
+    assert [m["content"] for m in stored] == ["My name is Carol", "Noted, Carol.", "What is my name?", "You are Carol."]
 
 
 def test_session_may_name_the_session_from_the_run_s_config(tmp_path, hashing_embedder):

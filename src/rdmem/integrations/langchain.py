@@ -76,7 +76,10 @@ LC_KEY = "lc_message"
 _POOL = 64
 
 
-#: Threads a context remembers its nested agent to be the conversation of (:meth:`RdmemContext._is_the_thread_s`).
+#: The graph node whose agent each thread (per store) was last found the conversation of, in this process
+#: (:meth:`RdmemContext._note_nested`), for so many threads at most.
+_THREAD_NODES: OrderedDict[tuple[object, str], str] = OrderedDict()
+_NODES_LOCK = threading.Lock()
 _JOINED = 10_000
 
 
@@ -188,7 +191,6 @@ class RdmemContext:
         self._lock = threading.Lock()
         self._warned_nested = self._warned_apart = False
         self._warned_inserted = False
-        self._joined: OrderedDict[str, None] = OrderedDict()  # threads this context's agent, nested, is the conversation of
 
     def manager(self, session: str) -> MemoryManager:
         """The manager of ``session``, over the one store of this context (opened on first use)."""
@@ -243,8 +245,7 @@ class RdmemContext:
             return None
         mem = self.manager(session)
         parsed = parse_messages(to_openai(messages), json_extras=True)
-        if not self._is_the_thread_s(session, mem, parsed):
-            return None
+        self._note_nested(session, mem, parsed)
         # Lined up and written in one step under the manager's lock, the write conditional on the version read:
         # two calls of one thread at once (threads, tasks, processes) store each message once, not twice. A
         # state edited (RemoveMessage, a summary in place of the oldest) is lined up by LangGraph's message ids.
@@ -260,28 +261,33 @@ class RdmemContext:
                           f"too)", RuntimeWarning, stacklevel=2)
         return mem
 
-    def _is_the_thread_s(self, session: str, mem: MemoryManager, messages: Sequence[Message]) -> bool:
-        """For an agent run inside a node of another graph, under the thread's name: whether it is the thread's
-        conversation (an agent made a node of the graph, whose state holds the thread's messages; a thread with
-        none yet; or one it was found to be before, in this process), not an agent the node invoked with input
-        of its own (a helper that titles or classifies: it got the thread's memory, and its prompts and answers
-        were stored among the thread's). Such a helper has no memory, as an agent run by a tool has none."""
-        if self.session is not None or session in self._joined or not _callers():
-            return True
-        if not holds_any(mem, messages, _lc_id):
-            if not self._warned_apart:
-                self._warned_apart = True
-                warnings.warn(f"rdmem: an agent run inside the graph node {_callers()[-1]!r}, with input of its own "
-                              f"(thread {session!r} holds none of its messages), gets no memory of the thread: give "
-                              f"its middleware session= (a name, or a callable of the run's config) to remember its "
-                              f"runs, or the thread's own name if it is the thread's agent", RuntimeWarning,
-                              stacklevel=3)
-            return False
-        with self._lock:
-            self._joined[session] = None
-            while len(self._joined) > _JOINED:
-                self._joined.popitem(last=False)
-        return True
+    def _note_nested(self, session: str, mem: MemoryManager, messages: Sequence[Message]) -> None:
+        """For an agent run inside a node of another graph, under the thread's name: note the node whose agent
+        is the thread's conversation (its state holds the thread's messages), and warn once when an agent of
+        another node runs with input of its own (a helper that titles or classifies: it is given the thread's
+        memory, and its prompts and answers are stored among the thread's). Its memory is not taken away: an
+        agent made a node of a graph without a checkpointer looks the same (its state holds only the new
+        message), and must keep the thread's memory."""
+        callers = _callers()
+        if self.session is not None or not callers:
+            return
+        where = (self._store_spec if isinstance(self._store_spec, str) else id(self._store), session)
+        if holds_any(mem, messages, _lc_id):  # the first node found so in this process (a helper's own messages,
+            with _NODES_LOCK:  # stored in the thread, are held by the end of its run)
+                _THREAD_NODES.setdefault(where, callers[-1])
+                _THREAD_NODES.move_to_end(where)
+                while len(_THREAD_NODES) > _JOINED:
+                    _THREAD_NODES.popitem(last=False)
+            return
+        with _NODES_LOCK:
+            known = _THREAD_NODES.get(where)
+        if known is not None and known != callers[-1] and not self._warned_apart:
+            self._warned_apart = True
+            warnings.warn(f"rdmem: an agent run inside the graph node {callers[-1]!r}, with input of its own, is "
+                          f"given the memory of thread {session!r} (the conversation of the agent of node {known!r}) "
+                          f"and its messages are stored there: if it is a helper with a conversation of its own, "
+                          f"give its middleware session= (a name, or a callable of the run's config; one that "
+                          f"returns None: no memory)", RuntimeWarning, stacklevel=3)
 
     def fit(self, messages: Sequence[BaseMessage], system: SystemMessage | None = None) -> list[BaseMessage]:
         """The messages the model should see for the agent's ``messages``, such that they and ``system``
