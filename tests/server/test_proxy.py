@@ -227,6 +227,27 @@ def test_with_derive_sessions_a_conversation_without_a_name_is_recognised(serve,
         {"role": "user", "content": "Hi"}]).headers["x-rdmem-session"] for n in (48213, 99120)}
     assert len(accounts) == 2
 
+    def derived(messages, **kw) -> str | None:
+        return oai.chat.completions.with_raw_response.create(model="fake-model", messages=messages, **kw) \
+            .headers.get("x-rdmem-session")
+
+    # Numbers shaped like a date or a time that no calendar or clock has were dropped as one: two account
+    # holders whose prompts differ by "4411-22-33" / "9870-65-43" shared a session, and one's PIN reached the
+    # other's request (a review, with the openai SDK); so did "Sun Li" / "Mon Li", a day's name alone.
+    for a_, b_ in (("Account 4411-22-33", "Account 9870-65-43"), ("Ticket 12/34/567", "Ticket 12/35/567"),
+                   ("Locker 99:98", "Locker 99:99"), ("Agent: Sun Li", "Agent: Mon Li")):
+        assert derived([{"role": "system", "content": a_}, {"role": "user", "content": "Hi"}]) != \
+            derived([{"role": "system", "content": b_}, {"role": "user", "content": "Hi"}]), (a_, b_)
+    # Two end users who open with "Hi" under their names, or after a greeting that names them: two sessions.
+    assert derived([{"role": "user", "content": "Hi", "name": "alice"}]) != \
+        derived([{"role": "user", "content": "Hi", "name": "bob"}])
+    assert derived([{"role": "assistant", "content": "Welcome back, alice!"}, {"role": "user", "content": "Hi"}]) != \
+        derived([{"role": "assistant", "content": "Welcome back, bob!"}, {"role": "user", "content": "Hi"}])
+    # A user that is not a string (OpenAI refuses it; an upstream may not) is no name: no memory, and says so.
+    raw = oai.chat.completions.with_raw_response.create(model="fake-model", messages=[{"role": "user", "content": "Hi"}],
+                                                        extra_body={"user": 1})
+    assert raw.headers["x-rdmem-memory"] == "none" and "'user' is not a session name" in raw.headers["x-rdmem-warning"]
+
 
 def settled(check, timeout: float = 30) -> None:
     """Wait until ``check()`` holds (a reply is stored after its stream ends, in the background)."""

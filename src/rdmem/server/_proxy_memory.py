@@ -85,6 +85,8 @@ def session_of(headers: Mapping[str, str], body: Mapping[str, Any], tenant: str,
         except RdmemError as exc:
             raise ApiError(400, str(exc)) from None
     user = body.get("user")
+    if user is not None and not isinstance(user, str):  # OpenAI refuses it; an upstream that ignores it: no memory
+        return None, False
     if isinstance(user, str) and user.strip():
         if user.startswith(MEM0_PREFIX):  # a mem0 scope's memories (user "mem0:user_id=bob" read bob's): by the
             return None, False  # header only, named on purpose
@@ -94,26 +96,41 @@ def session_of(headers: Mapping[str, str], body: Mapping[str, Any], tenant: str,
             return None, False
     if not derive:
         return None, False
-    msgs = body.get("messages") or []
-    system = [m.get("content") for m in msgs if isinstance(m, dict) and m.get("role") in ("system", "developer")]
-    first = next((m.get("content") for m in msgs if isinstance(m, dict) and m.get("role") == "user"), None)
     # the date and time a system prompt may carry do not count (a prompt that says the time made every request a
     # new session, each storing the whole history again)
-    prompt = _WHEN.sub("#", json.dumps(system, sort_keys=True, default=str))
-    digest = hashlib.sha256(json.dumps([tenant, prompt, first], sort_keys=True, default=str).encode()).hexdigest()
+    key = [tenant, *_opening(body.get("messages") or [])]
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()
     return f"chat-{digest[:16]}", True
 
 
 _MONTH = (r"(?:January|February|March|April|May|June|July|August|September|October|November|December"
           r"|(?:Jan|Feb|Mar|Apr|Jun|Jul|Aug|Sept?|Oct|Nov|Dec)\.?)")
-_DAY = r"(?:[0-3]?\d(?:st|nd|rd|th)?)"
+_DAY = r"(?:(?:[012]?[1-9]|10|20|3[01])(?:st|nd|rd|th)?)"  # 1 to 31
+_MM, _DD, _HH = r"(?:0?[1-9]|1[0-2])", r"(?:0?[1-9]|[12]\d|3[01])", r"(?:[01]?\d|2[0-3])"
 #: What of a system prompt says when: a date (ISO, with slashes, a month's name and its day or year), a time, a
-#: day's name. Not part of a derived session's name; any other number is (an account's, a customer's).
+#: day's name; only values a calendar or a clock has ("4411-22-33", "99:99", "12/34/567" are an account's, a
+#: locker's, a ticket's). Not part of a derived session's name; any other number is (an account's, a customer's).
 _WHEN = re.compile(
-    rf"\b(?:\d{{4}}-\d{{2}}-\d{{2}}(?:[T ]\d{{1,2}}:\d{{2}}(?::\d{{2}}(?:\.\d+)?)?(?:Z|[+-]\d{{2}}:?\d{{2}})?)?"
-    rf"|\d{{1,2}}/\d{{1,2}}/\d{{2,4}}|\d{{1,2}}:\d{{2}}(?::\d{{2}})?(?:\s?[AaPp]\.?[Mm]\.?)?"
+    rf"\b(?:\d{{4}}-(?:0[1-9]|1[0-2])-(?:0[1-9]|[12]\d|3[01])"
+    rf"(?:[T ]{_HH}:[0-5]\d(?::[0-5]\d(?:\.\d+)?)?(?:Z|[+-]\d{{2}}:?\d{{2}})?)?"
+    rf"|(?:{_MM}/{_DD}|{_DD}/{_MM})/(?:\d{{2}}|\d{{4}})|{_HH}:[0-5]\d(?::[0-5]\d)?(?:\s?[AaPp]\.?[Mm]\.?)?"
     rf"|{_MONTH}\s+{_DAY}(?:,?\s+\d{{4}})?|{_DAY}\s+{_MONTH}(?:,?\s+\d{{4}})?|{_MONTH}\s+\d{{4}}"
-    rf"|(?:Mon|Tues|Wednes|Thurs|Fri|Satur|Sun)day|(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun)\b\.?)\b")
+    rf"|(?:Mon|Tues|Wednes|Thurs|Fri|Satur|Sun)day|(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun)(?=\.?,?\s+(?:{_DAY}|{_MONTH})\b))\b")
+
+
+def _opening(msgs: Any) -> list[Any]:
+    """What of a request's history names its conversation for ``--derive-sessions``: the system prompt (without
+    its dates and times), then what comes before the first user message (a greeting that names its user) and
+    that message, each with its ``name`` when it has one (two end users who open with "Hi" under their names)."""
+    msgs = [m for m in msgs if isinstance(m, dict)] if isinstance(msgs, list) else []
+    system = [m.get("content") for m in msgs if m.get("role") in ("system", "developer")]
+    prompt = _WHEN.sub("#", json.dumps(system, sort_keys=True, default=str))
+    first = next((i for i, m in enumerate(msgs) if m.get("role") == "user"), None)
+    opening = [m for m in msgs[:first] if m.get("role") not in ("system", "developer")] if first is not None else []
+    named = [m.get("name") for m in msgs[:None if first is None else first + 1] if m.get("name") is not None]
+    extra = [[m.get("role"), _WHEN.sub("#", json.dumps(m.get("content"), default=str))] for m in opening]
+    # a history without either is named as before they counted (its session goes on)
+    return [prompt, None if first is None else msgs[first].get("content")] + ([extra, named] if extra or named else [])
 
 
 def surely_fits(raw: bytes, messages: list[Any], budget: int) -> bool:

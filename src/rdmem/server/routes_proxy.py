@@ -295,7 +295,7 @@ async def chat_completions(request: Request, tenant: ProxyTenant) -> Response:
         # whenever it holds a '%' (so that a '%' always means encoded)
         plain = session.isascii() and session.isprintable() and "%" not in session and session == session.strip()
         headers[SESSION_HEADER] = session if plain else quote(session, safe="")
-    elif tenant is not None and isinstance(body.get("user"), str) and body["user"].strip():
+    elif tenant is not None and (user := body.get("user")) is not None and str(user).strip():  # a number too
         headers["X-Rdmem-Warning"] = ("'user' is not a session name (1-256 characters, no control characters, not "
                                       "'mem0:...', mem0's memories): no memory for this request; name one with X-Rdmem-Session")
     budget = _budget(state, body, headers)
