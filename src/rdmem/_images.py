@@ -17,7 +17,7 @@ import struct
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["UNKNOWN_IMAGE_TOKENS", "image_parts", "image_size", "image_tokens", "parts_tokens"]
+__all__ = ["UNKNOWN_IMAGE_TOKENS", "image_parts", "image_size", "image_tokens", "parts_tokens", "with_images"]
 
 _BASE, _TILE = 85, 170
 #: The tokens of an image of unknown size: 2 × 4 tiles (a short side of 768 px, a long one of 2048).
@@ -113,3 +113,14 @@ def parts_tokens(content: Any) -> int:
         detail = image.get("detail") if isinstance(image, Mapping) else None
         total += image_tokens(url if isinstance(url, str) else "", detail if isinstance(detail, str) else None)
     return total
+
+
+def with_images(text: str, parts: Any) -> str | list[dict[str, Any]]:
+    """A chat message's content for ``text`` and the images among ``parts`` (a Responses API message's content:
+    ``input_image`` parts, whose ``image_url`` is a string), so that a framework's images count as images:
+    ``text`` alone when there are none."""
+    shown = [p for p in (parts if isinstance(parts, list) else ()) if isinstance(p, Mapping)
+             and p.get("type") == "input_image"]
+    images = [{"type": "image_url", "image_url": {"url": str(p.get("image_url") or ""), **(
+        {"detail": p["detail"]} if isinstance(p.get("detail"), str) else {})}} for p in shown]
+    return [{"type": "text", "text": text}, *images] if images else text

@@ -378,3 +378,23 @@ def test_a_context_restored_from_its_dict_goes_on_in_the_same_store(tmp_path):
         RdmemMemory.from_dict(data)
     with pytest.warns(RuntimeWarning, match="postgresql://bob:\\*\\*\\*@db/x"):
         assert "secret" not in json.dumps(RdmemMemory(session_id="c", store="postgresql://bob:secret@db/x").to_dict())
+
+
+def test_images_count_toward_the_token_limit(tmp_path, cl100k):
+    """An image block was counted as its name, "[image]" (3 tokens): five photos (1,445 tokens each as the model
+    counts an image of unknown size) were returned for a token_limit of 2,000."""
+    from llama_index.core.base.llms.types import ImageBlock
+
+    mem = RdmemMemory.from_defaults(session_id="alice", store=f"sqlite:///{tmp_path}/m.db", token_limit=2000,
+                                    policy="window")
+    for i in range(5):
+        mem.put(ChatMessage(role="user", blocks=[TextBlock(text=f"What is in photo {i}?"),
+                                                 ImageBlock(url=f"https://example.com/{i}.jpg")]))
+        mem.put(ChatMessage(role="assistant", content=f"Photo {i} shows a tram."))
+    out = mem.get()
+    sent = [{"role": m.role.value, "content": [{"type": "text", "text": b.text} if isinstance(b, TextBlock) else
+                                               {"type": "image_url", "image_url": {"url": str(b.url)}} for b in m.blocks]}
+            for m in out]
+    assert cl100k.messages_tokens(sent) <= 2000
+    photos = [str(b.url) for m in out for b in m.blocks if isinstance(b, ImageBlock)]
+    assert photos == ["https://example.com/4.jpg"]  # the newest photo, whole

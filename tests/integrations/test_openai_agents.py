@@ -850,3 +850,25 @@ def test_a_pop_that_fails_half_way_loses_no_item(monkeypatch):
 
     kept = [i.get("call_id") for i in run(go())]
     assert "c1" in kept and "c2" in kept
+
+
+def test_an_input_image_counts_as_an_image(cl100k):
+    """An input image was counted as its name, "[input_image]" (4 tokens): a session of photos overflowed the
+    budget by 1,441 tokens each as the model counts an image of unknown size."""
+    photo = {"role": "user", "content": [{"type": "input_text", "text": "What is this?"},
+                                         {"type": "input_image", "image_url": "https://example.com/a.jpg"}]}
+    (message,) = items_to_messages([photo])
+    chat = {k: v for k, v in message.items() if k != ITEMS_KEY}
+    assert cl100k.message_tokens(chat) >= 1445 + cl100k.count("What is this?")
+    low = {**photo, "content": [photo["content"][0], {**photo["content"][1], "detail": "low"}]}
+    (message,) = items_to_messages([low])
+    assert cl100k.message_tokens({k: v for k, v in message.items() if k != ITEMS_KEY}) < 120
+
+    async def fitted():
+        session = window_session(budget=3500)
+        await session.add_items([photo, {"role": "assistant", "content": "A tram."}] * 4)
+        return await session.get_items()
+
+    items = run(fitted())
+    assert sum(isinstance(i.get("content"), list) and len(i["content"]) == 2 for i in items) <= 2
+

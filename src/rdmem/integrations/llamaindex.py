@@ -19,8 +19,8 @@ reads that scratchpad from the running step (``Context.get_step_context``)
 and counts it on every call. That is how ``FunctionAgent`` (alone or in an
 ``AgentWorkflow``) works; for what else an agent adds (a ReAct agent's tool
 descriptions, the tool schemas and the reply where your model's limit counts
-them) raise ``reserve``. Blocks other than text and tool calls (images...)
-are counted as their name. Needs ``pip install 'rdmem[llamaindex]'``.
+them) raise ``reserve``. An image counts as one of unknown size (1,445 tokens;
+85 at ``detail="low"``); other blocks (audio, documents) as their name. Needs ``pip install 'rdmem[llamaindex]'``.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from typing import Any
 from ..errors import InvalidInput, InvalidType, MissingDependency
 
 try:
-    from llama_index.core.base.llms.types import ChatMessage, MessageRole, TextBlock, ToolCallBlock
+    from llama_index.core.base.llms.types import ChatMessage, ImageBlock, MessageRole, TextBlock, ToolCallBlock
     from llama_index.core.bridge.pydantic import Field, PrivateAttr
     from llama_index.core.memory.types import BaseMemory
 except ImportError as exc:  # pragma: no cover - depends on the environment
@@ -66,6 +66,16 @@ def _text(message: ChatMessage) -> str:
     return "\n".join(parts)
 
 
+def _content(message: ChatMessage) -> str | list[dict[str, Any]]:
+    """What rdmem counts of the message's content: its text, and each image as an ``image_url`` part (its URL
+    when it has one, else none: an image of unknown size, counted as the largest; its ``detail``), so that
+    images count toward the budget as they do everywhere in rdmem."""
+    text = _text(message)
+    images = [{"type": "image_url", "image_url": {"url": str(b.url or ""), **(
+        {"detail": b.detail} if b.detail else {})}} for b in message.blocks if isinstance(b, ImageBlock)]
+    return [{"type": "text", "text": text}, *images] if images else text
+
+
 def _function(cid: str, name: str, arguments: Any) -> dict[str, Any]:
     args = arguments if isinstance(arguments, str) else json.dumps(arguments or {}, ensure_ascii=False, default=str)
     return {"id": cid, "type": "function", "function": {"name": name, "arguments": args}}
@@ -88,7 +98,7 @@ def _call(call: Any, i: int) -> dict[str, Any]:
 def _chat(message: ChatMessage) -> dict[str, Any]:
     """The OpenAI chat form of a ChatMessage (what rdmem counts and compacts)."""
     role = _ROLE.get(message.role, "user")
-    chat: dict[str, Any] = {"role": role, "content": _text(message)}
+    chat: dict[str, Any] = {"role": role, "content": _content(message)}
     # Newer LLM classes give calls as blocks; older ones in additional_kwargs. Never both: a call twice
     # would be answered once.
     calls = [b for b in message.blocks if isinstance(b, ToolCallBlock)] \

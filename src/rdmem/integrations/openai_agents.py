@@ -15,10 +15,10 @@ facts come back when the question needs them. ``get_items(limit)`` returns the n
 ``SQLiteSession`` does (the runner reads the tail that way); :meth:`RdmemSession.all_items` returns all of them.
 
 Items become chat messages this way: a user, system, developer or assistant message is one message (its text parts
-joined; other parts named, as ``[input_image]``); consecutive ``function_call`` (or ``custom_tool_call``) items are
-one assistant message with their tool calls, and each output a tool message; a ``reasoning`` item travels with the
-item after it; any other item (a hosted tool's call or output) is a message that names its type.
-Needs ``pip install 'rdmem[openai-agents]'``.
+joined, other parts named, as ``[input_image]``, its images counted as images); consecutive ``function_call`` (or
+``custom_tool_call``) items are one assistant message with their tool calls, and each output a tool message; a
+``reasoning`` item travels with the item after it; any other item (a hosted tool's call or output) is a message that
+names its type. Needs ``pip install 'rdmem[openai-agents]'``.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from .._images import with_images
 from ..aio import AsyncMemoryManager
 from ..errors import InvalidInput, InvalidType, MissingDependency
 from ..history import resend_key
@@ -102,11 +103,9 @@ def _text(content: Any) -> str:
         if not isinstance(p, Mapping):
             continue
         kind = p.get("type")
-        if kind in ("input_text", "output_text", "text"):
-            parts.append(str(p.get("text", "")))
-        elif kind == "refusal":
-            parts.append(str(p.get("refusal", "")))
-        elif kind:
+        if kind in ("input_text", "output_text", "text", "refusal"):
+            parts.append(str(p.get("refusal" if kind == "refusal" else "text", "")))
+        elif kind:  # named (a message's images are counted as images too: with_images)
             parts.append(f"[{kind}]")
     return "\n".join(parts)
 
@@ -129,7 +128,7 @@ def _message(item: dict[str, Any]) -> dict[str, Any]:
         detail = item.get("output", {k: v for k, v in item.items() if k not in _CALL_FIELDS})
         return {"role": "tool", "tool_call_id": answers, "content": _output(detail)}
     if kind in (None, "message") and item.get("role") in _ROLES:
-        return {"role": item["role"], "content": _text(item.get("content"))}
+        return {"role": item["role"], "content": with_images(_text(item.get("content")), item.get("content"))}
     # A hosted tool's call or its output: kept whole in the store, and named for the model.
     output = str(kind).endswith("_output")
     detail = item.get("output") if output else item.get("action")
