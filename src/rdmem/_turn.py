@@ -103,7 +103,9 @@ def take_turn(
                         and identity(messages[0].original()) is not None:
                     # One message lined up by its text alone with an older stored one ("yes" again), under an id
                     # the session does not hold: a new message, not the client going back to that one (a state
-                    # without the thread's past: no checkpointer, one that forgot it, its messages removed).
+                    # without the thread's past: no checkpointer, one that forgot it, its messages removed). The
+                    # price: a client that gives fresh ids each time and resends only its first message (the first
+                    # reply regenerated) stores that message twice, where losing "yes" lost the user's turn.
                     new, dropped = list(range(len(messages))), []
             if follows and new and view.newest_is(messages[follows - 1].chat):  # it answers the newest message
                 new, dropped = list(range(follows, len(messages))), []
