@@ -207,11 +207,11 @@ def test_vectors_whose_write_failed_are_written_at_the_next_round_not_after_thei
                       embedding="deferred").extend(chat(12))
         real, failed = store.set_embeddings, []
 
-        def away_once(session, vectors):
+        def away_once(session, vectors, **kw):
             if not failed:
                 failed.append(session)
                 raise StoreError("the database is unreachable")
-            return real(session, vectors)
+            return real(session, vectors, **kw)
 
         store.set_embeddings = away_once
         emb = Counting(hashing_embedder)

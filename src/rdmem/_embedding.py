@@ -110,7 +110,7 @@ class EmbeddingWorker:
         """Write the vectors, session by session; on a failure, those not written are kept for the next round."""
         for k, (session, vecs) in enumerate(list(by_session.items())):
             try:
-                self.store.set_embeddings(session, vecs)
+                self.store.set_embeddings(session, vecs, claimed_by=self.name)
             except StoreError:
                 self._unwritten = dict(list(by_session.items())[k:])
                 raise

@@ -39,10 +39,12 @@ class EmbeddingsMixin:
             raise InvalidInput(f"lease must be a number of seconds > 0, got {lease!r}")
         return self._claim_unembedded(worker, limit, float(lease)) if limit else []
 
-    def set_embeddings(self, session: str, vectors: Mapping[str, Any]) -> Written:
+    def set_embeddings(self, session: str, vectors: Mapping[str, Any], *, claimed_by: str | None = None) -> Written:
         """Write the vectors of units of ``session`` that have none yet (ids it does not have, and units that
         already have one, are ignored), releasing their claims; a new version of the session if any landed,
-        with the units changed in it (readers pick the vectors up through :meth:`changes`)."""
+        with the units changed in it (readers pick the vectors up through :meth:`changes`). ``claimed_by``: only
+        units this worker's claim holds (a message deleted and stored again under its id since the claim is
+        another message: the deleted one's vector must not land on it)."""
         if not isinstance(session, str) or not session:
             raise InvalidInput(f"session must be a non-empty string, got {session!r}")
         check_name(session, "session")
@@ -57,12 +59,14 @@ class EmbeddingsMixin:
                 raise InvalidInput(f"unit {uid!r}: embedding must be a non-empty vector of finite numbers")
             if "\x00" not in uid:
                 checked[uid] = vec
+        if claimed_by is not None:
+            check_name(claimed_by, "claimed_by")
         if not checked:
             v = self.version(session)
             return Written(v, v)
-        return self._set_embeddings(session, checked)
+        return self._set_embeddings(session, checked, claimed_by)
 
     def _claim_unembedded(self, worker: str, limit: int, lease: float) -> list[tuple[str, StoredUnit]]:
         raise NotImplementedError
-    def _set_embeddings(self, session: str, vectors: dict[str, np.ndarray]) -> Written:
+    def _set_embeddings(self, session: str, vectors: dict[str, np.ndarray], claimed_by: str | None) -> Written:
         raise NotImplementedError

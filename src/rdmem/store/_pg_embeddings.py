@@ -58,7 +58,7 @@ class PgEmbeddings:
         self._claims_unsure.discard(worker)
         return [(r[1], self._decode(r[1], [r[2:]])[0]) for r in rows]
 
-    def _set_embeddings(self, session: str, vectors: dict[str, np.ndarray]) -> Written:
+    def _set_embeddings(self, session: str, vectors: dict[str, np.ndarray], claimed_by: str | None) -> Written:
         dims = {v.shape[0] for v in vectors.values()}
 
         def write(conn: Any) -> Written:
@@ -68,9 +68,9 @@ class PgEmbeddings:
                 row = self._lock_session(conn, session, create=False)
                 if row is None:
                     return Written(0, 0)
-                ids = [r[0] for r in conn.execute(
-                    "SELECT id FROM rdmem_units WHERE session = %s AND id = ANY(%s) AND embedding IS NULL",
-                    (session, list(vectors)))]
+                ids = [r[0] for r in conn.execute(  # the rows claimed, when said: not one stored since
+                    "SELECT id FROM rdmem_units WHERE session = %s AND id = ANY(%s) AND embedding IS NULL AND "
+                    "(%s::text IS NULL OR claimed_by = %s)", (session, list(vectors), claimed_by, claimed_by))]
                 if not ids:
                     return Written(int(row[0]), int(row[0]))
                 prev, version = self._bump(conn, session, row, None)

@@ -46,11 +46,13 @@ class SQLiteEmbeddings:
         rows = sorted(self._write("", write), key=lambda r: r[1])
         return [(r[0], self._decode(r[0], [r[1:]])[0]) for r in rows]
 
-    def _set_embeddings(self, session: str, vectors: dict[str, np.ndarray]) -> Written:
+    def _set_embeddings(self, session: str, vectors: dict[str, np.ndarray], claimed_by: str | None) -> Written:
         def write(conn: sqlite3.Connection) -> Any:
             marks = ",".join("?" * len(vectors))
+            mine = "" if claimed_by is None else " AND claimed_by = ?"  # the rows claimed: not one stored since
             rows = conn.execute(f"SELECT uid, id FROM units WHERE session = ? AND id IN ({marks}) "
-                                "AND embedding IS NULL", (session, *vectors)).fetchall()
+                                f"AND embedding IS NULL{mine}",
+                                (session, *vectors, *(() if claimed_by is None else (claimed_by,)))).fetchall()
             row = self._session_row(conn, session)
             if not rows or row is None:
                 v = int(row[0]) if row else 0

@@ -37,7 +37,7 @@ class _Session:
     changed: dict[str, int] = field(default_factory=dict)  # id -> version of its last write
     text: dict[str, tuple[int, str]] = field(default_factory=dict)  # id -> (rowid, text) in the full-text index
     log: list[tuple[float, str]] = field(default_factory=list)
-    claims: dict[str, float] = field(default_factory=dict)  # id -> until when a worker holds it (no vector yet)
+    claims: dict[str, tuple[float, str]] = field(default_factory=dict)  # id -> (until, worker): a claim (no vector yet)
 
 
 class MemoryStore(BaseStore):
@@ -149,7 +149,7 @@ class MemoryStore(BaseStore):
         with self._lock:  # one session after another, a unit each: a session behind another's backlog goes on
             now, out = time.time(), []
             waiting = [(name, s, iter([(uid, u) for uid, u in s.units.items()
-                                       if u.embedding is None and s.claims.get(uid, 0.0) < now]))
+                                       if u.embedding is None and s.claims.get(uid, (0.0, ""))[0] < now]))
                        for name, s in self._sessions_.items()]
             while waiting and len(out) < limit:
                 for entry in list(waiting):
@@ -158,16 +158,17 @@ class MemoryStore(BaseStore):
                     if u is None:
                         waiting.remove(entry)
                         continue
-                    s.claims[uid] = now + lease
+                    s.claims[uid] = (now + lease, worker)
                     out.append((name, _copy(u)))
                     if len(out) >= limit:
                         break
             return out
 
-    def _set_embeddings(self, session: str, vectors: dict[str, np.ndarray]) -> Written:
+    def _set_embeddings(self, session: str, vectors: dict[str, np.ndarray], claimed_by: str | None) -> Written:
         with self._lock:
             s = self._sessions_.get(session)
-            landing = [i for i in vectors if s is not None and i in s.units and s.units[i].embedding is None]
+            landing = [i for i in vectors if s is not None and i in s.units and s.units[i].embedding is None
+                       and (claimed_by is None or s.claims.get(i, (0.0, ""))[1] == claimed_by)]
             if s is None or not landing:
                 v = s.version if s is not None else 0
                 return Written(v, v)

@@ -402,6 +402,19 @@ def check_units_without_vectors_are_claimed_once_and_their_vectors_land(store: S
     raises(ValueError, "worker must be", lambda: store.claim_unembedded("", limit=1), "an empty worker name")
     raises(ValueError, "lease must be", lambda: store.claim_unembedded("w", lease=0), "a lease of 0 seconds")
     raises(ValueError, "finite", lambda: store.set_embeddings(session, {"p1": [float("nan")]}), "a NaN vector")
+    # A message deleted and stored again under its id while a worker embedded it is another message: the deleted
+    # one's vector must not land on it (its meaning would rank the new one), and the new one's must.
+    again_id = session + "-reused"
+    store.append(again_id, [plain("the vault combination is 31-07-55", "x")])
+    equal(ids(_claimed(store, again_id, "worker-1")), ["x"], "the claim of a message about to be deleted")
+    store.delete(again_id, ["x"])
+    store.append(again_id, [plain("tomorrow I will bake a cake", "x")])
+    stale = store.set_embeddings(again_id, {"x": topic(3)}, claimed_by="worker-1")
+    equal(stale.version, stale.prev, "a vector claimed for a deleted message, given to the one stored under its id")
+    equal(ids(_claimed(store, again_id, "worker-2")), ["x"], "the new message, claimed for its own vector")
+    store.set_embeddings(again_id, {"x": topic(4)}, claimed_by="worker-2")
+    x = next(u for u in store.load(again_id) if u.id == "x")
+    expect(x.embedding is not None and np.allclose(x.embedding, topic(4)), "the new message's own vector")
 
 
 def ids_of(hits: list[tuple[str, float]]) -> list[str]:
