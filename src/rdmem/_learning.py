@@ -55,14 +55,16 @@ class OnlineLearning:
 
         units = [view.by_id[i] for i in ids]
         ctx = ScoringContext(units, embedder=embedder, doc_freq=(view.df, view.df_n))
+        before = feedback.delta_.copy()
         feedback.step(units, ctx, reward, learning_rate=learning_rate, max_shift=max_shift)
-        self._save(view, feedback)
+        self._save(view, feedback, before)
 
     def reset(self, view: SessionView) -> None:
         """Undo every step for this session (back to the shipped or given model), in the store too."""
         feedback = self._learner()
+        before = feedback.delta_.copy()
         feedback.reset()
-        self._save(view, feedback)
+        self._save(view, feedback, before)
 
     def restore(self, view: SessionView) -> None:
         """The session's saved shift, when its policy learns (a reading of the session's state)."""
@@ -74,7 +76,13 @@ class OnlineLearning:
             raise InvalidInput(f"feedback needs a policy with a learned value model (rd); {self.base.name!r} has none")
         return self.feedback
 
-    def _save(self, view: SessionView, feedback: Feedback) -> None:
-        written = feedback.save(view.store, self.session)
+    def _save(self, view: SessionView, feedback: Feedback, before: Any) -> None:
+        """Save the shift made from the session as ``view`` read it, if no one wrote the session since (another
+        manager's step would be lost, a delete undone: the caller reads it again and retries); else undo it."""
+        try:
+            written = feedback.save(view.store, self.session, expect=view.version)
+        except BaseException:
+            feedback._set(before)
+            raise
         if view.written(written.prev, written.version):
             view.state[FEEDBACK_KEY] = feedback.values()

@@ -125,3 +125,64 @@ def test_the_ladder_learns_through_its_base() -> None:
     assert np.any(mem._learning.feedback.delta_)
     tuned = mem._learning.policy()
     assert isinstance(tuned, LadderPolicy) and tuned.base.value.prior is not None  # the shifted prior
+
+
+def test_a_deleted_session_s_feedback_does_not_come_back_in_the_one_begun_under_its_name(tmp_path) -> None:
+    """A manager that had given feedback kept its shift after another manager (another process, ``rdmem
+    sessions delete``, the service's DELETE) deleted the session, applied it to the new user who wrote under
+    the name, and wrote it into the new session's state at its next step (two reviews found it)."""
+    url = f"sqlite:///{tmp_path / 'mem.db'}"
+    train, needed = _history(4)
+    kw = {"budget": 150, "policy": "rd", "store": url, "session": "alice", "high": 100.0, "low": 100.0}
+    with MemoryManager(**kw) as a, MemoryManager(**kw) as deleter:
+        a.extend(train)
+        plain = a.context().kept_ids
+        for _ in range(10):
+            a.feedback(sorted(needed), 1.0)
+        assert a.context().kept_ids != plain
+        deleter.clear()
+        deleter.extend(train)  # a new user, the same messages
+        assert a.context().kept_ids == plain and not np.any(a._learning.feedback.delta_)
+        a.feedback([train[0]["id"]], 1.0, learning_rate=1e-9)
+        with MemoryManager(**kw) as fresh:
+            assert float(np.abs(fresh._learning.feedback.delta_).max()) < 1e-6  # not the old shift
+        a.clear()  # its own clear too
+        a.extend(train)
+        assert not np.any(a._learning.feedback.delta_) and a.stats()["units"] == len(train)
+
+
+def test_feedback_from_two_managers_at_once_all_counts_and_never_brings_a_deleted_session_back(tmp_path) -> None:
+    """Two managers of one session stepping from two threads: a read, a step and a write with no version check
+    lost 53 of 80 steps (27 saved); and a step saved after a delete brought the session back, with the feedback.
+    Each step is now saved only if the session was not written since it was read (read again and retried)."""
+    import threading
+
+    url = f"sqlite:///{tmp_path / 'mem.db'}"
+    train, needed = _history(5)
+    kw = {"budget": 150, "policy": "rd", "store": url, "session": "s", "high": 100.0, "low": 100.0}
+    with MemoryManager(**kw) as a, MemoryManager(**kw) as b:
+        a.extend(train)
+
+        def steps(mem: MemoryManager) -> None:
+            for _ in range(20):
+                mem.feedback(sorted(needed)[:2], 1.0, learning_rate=0.01)
+
+        threads = [threading.Thread(target=steps, args=(m,)) for m in (a, b)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        store = a._session().store
+        assert sum("value_feedback" in r for r in store.compaction_log("s")) == 40
+        # A delete between a step's read and its write: the write is refused, the retry finds the ids gone.
+        real = store.update_state
+
+        def deleted_first(session, patch, **kw):
+            store.update_state = real
+            store.delete_session(session)
+            return real(session, patch, **kw)
+
+        store.update_state = deleted_first
+        with pytest.raises(ValueError, match="unknown ids"):
+            a.feedback(sorted(needed)[:2], 1.0)
+        assert store.version("s") == 0 and "s" not in [i.session for i in store.sessions()]

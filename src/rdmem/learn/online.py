@@ -101,10 +101,11 @@ class Feedback:
             return
         self._set(np.asarray(values, dtype=np.float64))
 
-    def save(self, store: Any, session: str) -> Any:
-        """Write the shift to the session's state (and its log: the history of the shifts); the write."""
+    def save(self, store: Any, session: str, expect: int | None = None) -> Any:
+        """Write the shift to the session's state (and its log: the history of the shifts); the write. ``expect``:
+        the session's version the shift was made from (a write since, or a delete: ``VersionConflict``)."""
         values = self.values()
-        written = store.update_state(session, {STATE_KEY: values})
+        written = store.update_state(session, {STATE_KEY: values}, expect=expect)
         store.log_compaction(session, {STATE_KEY: values})
         self._seen = values
         return written
@@ -117,6 +118,9 @@ class Feedback:
             self._legacy_checked = True
             logged = [r[STATE_KEY] for r in store.compaction_log(session) if STATE_KEY in r]
             saved = logged[-1] if logged else None
+        if saved is None and self._seen is not None:  # the session lost it: deleted (and begun again), so no shift
+            self._seen = None
+            self._set(np.zeros_like(self.delta_))
         if saved is None or saved == self._seen:
             return
         self._seen = saved
