@@ -99,6 +99,12 @@ def test_bad_stores_exit_2_with_one_line(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "cannot connect to PostgreSQL at 127.0.0.1:1/db" in err and "hunter2" not in err
     assert err.count("\n") == 1
+    # A password with '/' or '@' not percent-encoded: libpq took part of it for the host, and the error printed it
+    for url in ("postgresql://bob:s3c/retpw@127.0.0.1:1/db", "postgresql://bob:s3c@retpw@127.0.0.1:1/db",
+                "postgresql://bob:hunter2?x@127.0.0.1:1/db"):
+        assert main(["sessions", "list", "--store", url]) == 2
+        err = capsys.readouterr().err
+        assert "percent-encode them" in err and not any(p in err for p in ("retpw", "s3c", "hunter2")), err
 
 
 def test_an_export_that_fails_mid_way_leaves_the_last_one_whole(store_url, tmp_path, capsys, monkeypatch):

@@ -40,7 +40,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from ..errors import InvalidInput, MissingDependency, StoreError, WriteOutcomeUnknown
 
-__all__ = ["Connections", "import_psycopg", "one_line", "redact", "redact_url"]
+__all__ = ["Connections", "check_url", "import_psycopg", "one_line", "redact", "redact_url"]
 
 log = logging.getLogger("rdmem.store")
 _T = TypeVar("_T")
@@ -65,6 +65,27 @@ def import_psycopg() -> Any:
         raise MissingDependency("the PostgreSQL store needs psycopg 3 and psycopg-pool: "
                                 "pip install 'rdmem[postgres]'") from exc
     return psycopg
+
+
+def check_url(url: str) -> None:
+    """Refuse a ``postgresql://`` URL whose user name or password holds a ``/``, ``?``, ``#`` or ``@`` that is not
+    percent-encoded: it cannot be read as meant (libpq took part of the password for the host, and every error
+    then printed it), so it is refused without being shown.
+
+    >>> check_url("postgresql://bob:s3c%2Fret@db/x")
+    >>> check_url("postgresql://bob:s3c/ret@db/x")
+    Traceback (most recent call last):
+    ...
+    rdmem.errors.InvalidInput: the PostgreSQL URL's user name or password holds '/', '?', '#' or '@' unencoded: \
+percent-encode them (%2F, %3F, %23, %40); the URL (not shown) was not used
+    """
+    scheme, sep, rest = url.partition("://")
+    if not sep or scheme.lower() not in ("postgres", "postgresql"):
+        return
+    end = min((i for i in (rest.find("/"), rest.find("?"), rest.find("#")) if i >= 0), default=len(rest))
+    if rest.count("@", 0, end) > 1 or rest.rfind("@") > end:
+        raise InvalidInput("the PostgreSQL URL's user name or password holds '/', '?', '#' or '@' unencoded: "
+                           "percent-encode them (%2F, %3F, %23, %40); the URL (not shown) was not used")
 
 
 def redact_url(url: str) -> str:

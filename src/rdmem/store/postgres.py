@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 from ..errors import InvalidInput
 from ._base import BaseStore, Encoded, allocate_ids, decode_unit, dumps, state_patch
 from ._fts import LEXICAL_ROWS, check_lexical_rows
-from ._pg_pool import Connections, import_psycopg, one_line
+from ._pg_pool import Connections, check_url, import_psycopg, one_line
 from ._pg_schema import CLOSE_UP, LOCK_KEY, RETIRE, SCHEMA_VERSION, TS_CONFIG, WORDS_IN, WORDS_OUT, register_vector, setup
 from ._pg_embeddings import COLUMNS as _COLUMNS, PgEmbeddings
 from ._pg_keys import PgKeys
@@ -75,6 +75,7 @@ class PostgresStore(PgKeys, PgEmbeddings, PgSearchMixin, BaseStore):
     ) -> None:
         if not isinstance(url, str) or not url:
             raise InvalidInput(f"url must be a non-empty PostgreSQL URL, got {url!r}")
+        check_url(url)
         for name, seconds in (("connect_timeout", connect_timeout), ("timeout", timeout)):
             if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not seconds > 0:
                 raise InvalidInput(f"{name} must be a number of seconds > 0, got {seconds!r}")
