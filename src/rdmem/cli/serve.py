@@ -10,6 +10,7 @@ import time
 from datetime import datetime, timezone
 from typing import Any
 
+from ..names import printable
 from ._common import CLIError, positive_int, positive_number, require_embeddings, whole_number
 
 __all__ = ["register"]
@@ -46,6 +47,9 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     )
     require_embeddings(None, "rdmem serve")
     url = settings.store_url()
+    if args.workers > 1 and url.startswith("memory://"):  # each process would hold a store of its own
+        raise CLIError("--workers needs a store the processes share (sqlite:///path or postgresql://...): with "
+                       "memory://, each worker would hold sessions of its own (ids given twice, deletes half done)")
     shown = redact_url(url)
     where = f"http://{args.host}:{args.port}"
     print(f"rdmem serve: store {shown}" + ("" if args.store else " (the default; --store to choose)"), file=sys.stderr)
@@ -122,7 +126,11 @@ def _cmd_keys(args: argparse.Namespace) -> int:
 
     # Only 'create' may create the store; 'list' reads it, 'revoke' changes one that must exist.
     opening = {"create": {}, "list": {"readonly": True}, "revoke": {"create": False}}[args.action]
-    with open_store(args.store or _default_store(), **opening) as store:
+    url = args.store or _default_store()
+    if url.startswith("memory://"):
+        raise CLIError("'rdmem keys' needs the store rdmem serve reads (sqlite:///path or postgresql://...): a key "
+                       "in memory:// would be gone when this command ends")
+    with open_store(url, **opening) as store:
         keys = KeyStore(store)
         if args.action == "create":
             if not args.tenant:
@@ -133,7 +141,8 @@ def _cmd_keys(args: argparse.Namespace) -> int:
         elif args.action == "list":
             print(f"{'id':<16}  {'tenant':<20}  {'name':<16}  {'created':<20}  revoked")
             for k in keys.list_keys(args.tenant):
-                print(f"{k.id:<16}  {k.tenant:<20}  {k.name:<16}  {_when(k.created):<20}  {_when(k.revoked)}")
+                name = printable(k.name)  # a name with a newline or an escape would forge a line of the table
+                print(f"{k.id:<16}  {k.tenant:<20}  {name:<16}  {_when(k.created):<20}  {_when(k.revoked)}")
         else:
             if not args.key_id:
                 raise CLIError("'keys revoke' needs the key's id (see 'rdmem keys list')")
