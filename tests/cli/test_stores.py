@@ -29,10 +29,12 @@ def test_keys_create_makes_the_store_and_list_reads_it(tmp_path, capsys):
         assert [k.tenant for k in KeyStore(store).list_keys()] == ["acme"]
 
 
-def test_an_in_memory_store_is_refused_where_it_would_be_lost_or_split(tmp_path, capsys):
+def test_an_in_memory_store_is_refused_where_it_would_be_lost_or_split(tmp_path, capsys, monkeypatch):
     """``serve --store memory:// --workers 2`` gave each worker sessions of its own (the same id to two messages,
     a delete half done); ``keys create`` into memory:// printed a secret for a store gone at exit (a review)."""
-    assert main(["serve", "--store", "memory://", "--workers", "2", "--port", "0"]) == 2
+    served = []  # were it not refused, the test must not serve for ever
+    monkeypatch.setattr("rdmem.server._workers.run_workers", lambda *a, **k: served.append(a))
+    assert main(["serve", "--store", "memory://", "--workers", "2", "--port", "0"]) == 2 and not served
     assert "--workers needs a store the processes share" in capsys.readouterr().err
     assert main(["keys", "create", "--tenant", "acme", "--store", "memory://"]) == 2
     out = capsys.readouterr()
