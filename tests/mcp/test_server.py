@@ -565,3 +565,20 @@ def test_the_old_import_path_still_works_and_says_where_the_server_moved():
     with pytest.warns(DeprecationWarning, match="moved to rdmem.mcp"):
         old = importlib.import_module("rdmem.integrations.mcp")
     assert old.create_mcp_server is create_mcp_server and old.SESSIONS_URI == SESSIONS_URI
+
+
+@pytest.mark.slow  # starts a server
+def test_a_get_of_the_mounted_endpoint_is_a_405_not_an_event_stream_held_open(keyed_server):
+    """The endpoint is stateless and has nothing to push: a GET answered 200 text/event-stream, then sent
+    nothing and never closed (a review held a hundred such streams open). The MCP client goes on as before."""
+    import httpx
+
+    live, acme, _, _ = keyed_server
+    r = httpx.get(f"{live.url}/mcp", headers={"Authorization": f"Bearer {acme}", "Accept": "text/event-stream",
+                                              "MCP-Protocol-Version": "2025-06-18"}, timeout=10)
+    assert r.status_code == 405
+
+    async def remembers(client):
+        return (await ok(client, "remember", content="The tram to Belem is the 15E.", session="trip"))["ids"]
+
+    assert run(over_http(live, acme, remembers)) == ["m0"]

@@ -148,7 +148,9 @@ def create_app(settings: ServerSettings | None = None, *, store: Store | None = 
 
         install_ui(app)
     if mcp is not None:
-        app.add_route("/mcp", mcp, methods=["GET", "POST", "DELETE"], include_in_schema=False)
+        # No GET: a stateless server has nothing to push, and the SDK held an empty event stream open for ever (a
+        # client could hold a hundred); 405 is the MCP spec's answer for a server without one.
+        app.add_route("/mcp", mcp, methods=["POST", "DELETE"], include_in_schema=False)
 
     @app.get("/healthz", tags=["service"], responses={
         503: {"model": ErrorResponse, "description": "the store does not answer (retry after `Retry-After` seconds)"}})
