@@ -57,7 +57,13 @@ class SearchMixin:
                 return []
             if qvec is not None:
                 self._dense(db, session, cache)  # loaded first: the full-text ranking uses it too
-            lexical = self._lexical(db, session, query, k, tier, cache)
+            try:
+                lexical = self._lexical(db, session, query, k, tier, cache)
+            except sqlite3.OperationalError as exc:  # its full-text table dropped: the session was deleted as the
+                if "no such table" not in str(exc):  # version this read trusted was cached (a 503 "read failed")
+                    raise
+                self._caches.pop(session, None)
+                return []
             rankings, id_of = [[uid for uid, _ in lexical]], dict(lexical)
             if cache.dense is not None and qvec is not None:
                 hits = cache.dense.search(qvec, k, tier)
