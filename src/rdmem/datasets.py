@@ -186,6 +186,8 @@ def load_locomo(path: str | Path, *, categories: Iterable[int] | None = None) ->
         data = json.loads(p.read_text(encoding="utf-8"))
     except json.JSONDecodeError as exc:
         raise DatasetError(f"{path}: invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
+    except RecursionError:
+        raise DatasetError(f"{path}: the JSON nests too deeply to read") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise DatasetError(f"{path}: cannot read ({exc})") from None
     if isinstance(data, Mapping):
@@ -210,6 +212,8 @@ def parse_jsonl_line(line: str, lineno: int, *, name: str = "<jsonl>") -> Conver
         obj = json.loads(line)
     except json.JSONDecodeError as exc:
         raise DatasetError(f"{where}: invalid JSON ({exc.msg} at column {exc.colno})") from None
+    except RecursionError:
+        raise DatasetError(f"{where}: the JSON nests too deeply to read") from None
     if not isinstance(obj, Mapping):
         raise DatasetError(f"{where}: expected an object with 'messages', got {type(obj).__name__}")
     unknown = set(obj) - {"id", "messages", "probes"}

@@ -242,3 +242,17 @@ def test_markers_flag_chooses_how_left_out_messages_are_shown(tmp_path, capsys, 
     assert markers("--markers", "none")[0] == []
     assert main(["compact", str(path), "--budget", "160", "--markers", "all"]) == 2
     assert "invalid choice: 'all'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("text", ["[" * 100_000 + "]" * 100_000, '{"messages": ' + "[" * 50_000 + "]" * 50_000 + "}",
+                                  "[" * 3_000 + "]" * 3_000 + "\n"])
+def test_json_nested_past_the_parser_is_one_line_not_a_traceback(tmp_path, capsys, text):
+    """A file nested 100,000 deep was a RecursionError traceback (500-900 levels got the one-line "nests more than
+    64 levels" already)."""
+    path = tmp_path / "deep.json"
+    path.write_text(text)
+    assert main(["compact", str(path), "--budget", "100", "--policy", "window"]) == 2
+    err = capsys.readouterr().err
+    assert err == f"rdmem: error: {path}: the JSON nests too deeply to read (a message nests at most 64 levels)\n"
+    assert main(["eval", "jsonl", str(path), "--budgets", "100", "--policies", "window", "--no-plot"]) == 2
+    assert "nests too deeply" in capsys.readouterr().err

@@ -20,6 +20,10 @@ class CLIError(Exception):
     """A user error: printed as one line, exit code 2."""
 
 
+#: A JSON value nested past what Python's parser reads (thousands of levels): one line, not a RecursionError.
+_TOO_DEEP = "{}: the JSON nests too deeply to read (a message nests at most 64 levels)"
+
+
 def positive_int(text: str) -> int:
     """An argparse type: a whole number of tokens > 0."""
     return whole_number("tokens")(text)
@@ -75,11 +79,15 @@ def read_messages(path: str) -> list[dict[str, Any]]:
             data = json.loads(stripped)
         except json.JSONDecodeError as exc:
             raise CLIError(f"{name}: invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
+        except RecursionError:
+            raise CLIError(_TOO_DEEP.format(name)) from None
     else:
         try:
             whole = json.loads(stripped)
         except json.JSONDecodeError:
             whole = None
+        except RecursionError:
+            raise CLIError(_TOO_DEEP.format(name)) from None
         # An object whose "messages" is a list is a chat request's body (or this command's own output): its
         # messages. Any other JSON value that is not a message (an object without a role, a string, a number)
         # is neither a list nor JSONL of messages; a single message on one line is one-line JSONL.
@@ -98,6 +106,8 @@ def read_messages(path: str) -> list[dict[str, Any]]:
                 data.append(json.loads(line))
             except json.JSONDecodeError as exc:
                 raise CLIError(f"{name}: line {lineno}: invalid JSON ({exc.msg})") from None
+            except RecursionError:
+                raise CLIError(_TOO_DEEP.format(f"{name}: line {lineno}")) from None
     if not isinstance(data, list):
         raise CLIError(f"{name}: expected a JSON list of messages, got a JSON {_JSON_TYPES.get(type(data), type(data).__name__)}")
     return _objects(name, data)
