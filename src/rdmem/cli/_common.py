@@ -6,7 +6,7 @@ import argparse
 import json
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -122,16 +122,17 @@ def _objects(name: str, data: list[Any]) -> list[dict[str, Any]]:
 
 
 
-def write_text(path: str, text: str) -> None:
+def write_text(path: str, text: str | Iterable[str]) -> None:
     """Write a file whole or not at all, or fail with one line naming it (a missing directory, no permission, a
     full disk, ...). A regular file (or a new one) is written beside itself (the link's target, for a symbolic
     link) and renamed over it once on disk, keeping its mode, so a kill or a full disk mid-way leaves it as it
     was (an export written in place was cut, losing the last one); anything else (``/dev/stdout``, a pipe) is
-    written in place."""
+    written in place. ``text`` may come in pieces (an export, a page at a time)."""
+    pieces = [text] if isinstance(text, str) else text
     try:
         if os.path.exists(path) and not os.path.isfile(path):  # a device, a pipe, /dev/stdout: in place
             with open(path, "w", encoding="utf-8") as fh:
-                fh.write(text)
+                fh.writelines(pieces)
             return
         target = Path(os.path.realpath(path))
         part = target.with_name(f".{target.name}.{os.getpid()}.part")
@@ -139,7 +140,7 @@ def write_text(path: str, text: str) -> None:
         try:
             flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL
             with os.fdopen(os.open(part, flags, 0o666 if mode is None else 0o600), "w", encoding="utf-8") as fh:
-                fh.write(text)
+                fh.writelines(pieces)
                 fh.flush()
                 os.fsync(fh.fileno())
             if mode is not None:
