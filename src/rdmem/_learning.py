@@ -7,20 +7,23 @@ under its lock) and the embedder.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 from .contract import Policy
-from .errors import InvalidInput
+from .errors import InvalidInput, StoreError
 from .learn.online import STATE_KEY as FEEDBACK_KEY
 from .learn.online import Feedback
-from .store import UnknownIdError
+from .store import UnknownIdError, VersionConflict
 
 if TYPE_CHECKING:
     from ._session import SessionView
     from .embed import Embedder
 
 __all__ = ["OnlineLearning"]
+
+#: How often a step is read again and retried when the session was written between its read and its save.
+_SAVES = 8
 
 
 class OnlineLearning:
@@ -65,6 +68,18 @@ class OnlineLearning:
         before = feedback.delta_.copy()
         feedback.reset()
         self._save(view, feedback, before)
+
+    def saved(self, read: Callable[[], SessionView], step: Callable[[SessionView], None]) -> None:
+        """``step`` on the session as ``read()`` gives it now, saved only if no one wrote the session since (read
+        again and retried): two managers' steps at once both count, and a step never brings back a session
+        deleted meanwhile (its ids are unknown at the next read)."""
+        for _ in range(_SAVES):
+            try:
+                return step(read())
+            except VersionConflict:
+                continue
+        raise StoreError(f"session {self.session!r} was written {_SAVES} times while feedback was saved; nothing "
+                         "was saved (try again)")
 
     def restore(self, view: SessionView) -> None:
         """The session's saved shift, when its policy learns (a reading of the session's state)."""

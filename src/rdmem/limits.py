@@ -29,8 +29,8 @@ from typing import Any, Protocol
 
 from .errors import InvalidInput, RdmemError
 
-__all__ = ["Limits", "LimitExceeded", "HasLimits", "check_messages", "check_text", "largest_field", "load_json",
-           "read_chat_body", "read_body"]
+__all__ = ["Limits", "LimitExceeded", "HasLimits", "check_messages", "check_text", "escapes_lone_surrogate",
+           "largest_field", "load_json", "lone_surrogate", "read_chat_body", "read_body"]
 
 
 class LimitExceeded(InvalidInput):
@@ -262,3 +262,34 @@ async def read_body(receive: Any) -> tuple[bytes, Any]:
         return await receive()
 
     return body, replay
+
+
+# -- lone surrogates (a JSON body can escape one; nothing can send or store it) ---------------------------------
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+# JSON's escapes read left to right (so an escaped backslash is one escape, never the start of another): a pair
+# of surrogates (an emoji), a lone surrogate (group 1), or any other escape.
+_ESCAPE = re.compile(rb"\\(?:u[dD][89abAB][0-9a-fA-F]{2}\\u[dD][c-fC-F][0-9a-fA-F]{2}|(u[dD][89a-fA-F][0-9a-fA-F]{2})|.)",
+                     re.DOTALL)
+
+
+def escapes_lone_surrogate(raw: bytes) -> bool:
+    """Whether ``raw`` escapes a surrogate that is not half of a pair (the only way strict decoding lets one in)."""
+    return bool(_SURROGATE_ESCAPE.search(raw)) and any(m.group(1) for m in _ESCAPE.finditer(raw))
+
+
+def lone_surrogate(value: Any, path: str = "") -> str | None:
+    """The path of the first string in ``value`` that is not valid Unicode (it cannot be sent on), or ``None``."""
+    stack = [(value, path)]
+    while stack:
+        item, at = stack.pop()
+        if isinstance(item, str):
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError:
+                return at or "body"
+        elif isinstance(item, dict):
+            stack.extend((v, f"{at}.{k}" if at else str(k)) for k, v in reversed(list(item.items())))
+            stack.extend((k, f"{at} (a field name)") for k in item if isinstance(k, str))
+        elif isinstance(item, list):
+            stack.extend((v, f"{at}[{i}]") for i, v in reversed(list(enumerate(item))))
+    return None

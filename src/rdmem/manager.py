@@ -271,24 +271,14 @@ class MemoryManager:
         needed, 0 not): one clipped gradient step (:class:`rdmem.learn.Feedback`), for this session only, saved
         in its state in the store (other and reopened managers use it); :meth:`reset_feedback` reverts it
         exactly. Needs a policy with a learned value model (``rd``)."""
-        self._learn(lambda view: self._learning.step(view, ids, reward, self._embedder, learning_rate=learning_rate,
-                                                     max_shift=max_shift))
+        with self._lock:
+            self._learning.saved(self._sync, lambda view: self._learning.step(
+                view, ids, reward, self._embedder, learning_rate=learning_rate, max_shift=max_shift))
 
     def reset_feedback(self) -> None:
         """Undo all :meth:`feedback` for this session (back to the shipped or given model), in the store too."""
-        self._learn(self._learning.reset)
-
-    def _learn(self, step: Callable[[SessionView], None]) -> None:
-        """``step`` on the session as read now, saved only if no one wrote it since (read again and retried):
-        two managers' steps at once both count, and a step never brings back a session deleted meanwhile."""
         with self._lock:
-            for _ in range(_RETRIES):
-                try:
-                    return step(self._sync())
-                except VersionConflict:
-                    continue
-            raise StoreError(f"session {self.session!r} was written {_RETRIES} times while feedback was saved; "
-                             "nothing was saved (try again)")
+            self._learning.saved(self._sync, self._learning.reset)
 
     def clear(self) -> None:
         """Delete the whole session for good (messages, feedback, settings); the manager stays, on an empty one."""

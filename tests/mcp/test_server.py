@@ -582,3 +582,22 @@ def test_a_get_of_the_mounted_endpoint_is_a_405_not_an_event_stream_held_open(ke
         return (await ok(client, "remember", content="The tram to Belem is the 15E.", session="trip"))["ids"]
 
     assert run(over_http(live, acme, remembers)) == ["m0"]
+
+
+@pytest.mark.slow  # starts a server
+def test_a_lone_surrogate_is_named_by_its_field_as_at_every_other_door(keyed_server):
+    """The SDK's parser answered "unexpected end of hex escape at line 1 column 147", naming no field."""
+    import httpx
+
+    live, acme, _, _ = keyed_server
+    body = ('{"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "remember", "arguments": '
+            '{"content": "x\\ud800", "session": "s"}}}')
+    r = httpx.post(f"{live.url}/mcp", content=body, timeout=10, headers={
+        "Authorization": f"Bearer {acme}", "Content-Type": "application/json",
+        "Accept": "application/json, text/event-stream", "MCP-Protocol-Version": "2025-06-18"})
+    assert r.status_code == 400
+    assert r.json()["error"]["message"] == "params.arguments.content is not valid Unicode (a lone surrogate)"
+    emoji = body.replace("\\ud800", "\\ud83d\\ude00")  # a pair is fine
+    assert "lone surrogate" not in httpx.post(f"{live.url}/mcp", content=emoji, timeout=10, headers={
+        "Authorization": f"Bearer {acme}", "Content-Type": "application/json",
+        "Accept": "application/json, text/event-stream", "MCP-Protocol-Version": "2025-06-18"}).text

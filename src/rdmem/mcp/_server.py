@@ -29,7 +29,7 @@ except ImportError as exc:  # pragma: no cover - the extra is missing
 from .._wire import STRICT_INT, ChatMessage, JsonPositiveInt, SessionSummary, message_dict
 from ._models import Decision, Explanation, Forgotten, Hit, ModelContext, Recalled, Remembered, SessionList
 from ..embed import Embedder
-from ..limits import Limits, check_messages, check_text, load_json, read_body
+from ..limits import Limits, check_messages, check_text, escapes_lone_surrogate, load_json, lone_surrogate, read_body
 from ..manager import MemoryManager
 from ..sessions import (add_once, as_tenant_sees, embedder_for, policy_for, session_name, tenant_session_infos,
                         tenant_store_name)
@@ -426,10 +426,16 @@ class HTTPEndpoint:
         error (HTTP 400) before the SDK builds it whole, and ``None``; else a ``receive`` that replays it."""
         body, replay = await read_body(receive)
         try:
-            load_json(body, self.limits, at=(("params", "arguments", "messages"),))  # type: ignore[arg-type]
+            value = load_json(body, self.limits, at=(("params", "arguments", "messages"),))  # type: ignore[arg-type]
         except InvalidInput as exc:
             await _json_rpc_error(send, 400, -32602, str(exc))
             return None
         except (ValueError, UnicodeDecodeError):
-            pass  # not JSON: the SDK answers it
+            return replay  # not JSON: the SDK answers it
+        # A lone surrogate (a JSON escape of half an emoji): the SDK's parser named no field ("unexpected end of
+        # hex escape"); the other doors' words, with the field's path.
+        bad = lone_surrogate(value) if escapes_lone_surrogate(body) else None
+        if bad is not None:
+            await _json_rpc_error(send, 400, -32602, f"{bad} is not valid Unicode (a lone surrogate)")
+            return None
         return replay

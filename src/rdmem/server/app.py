@@ -148,8 +148,7 @@ def create_app(settings: ServerSettings | None = None, *, store: Store | None = 
 
         install_ui(app)
     if mcp is not None:
-        # No GET: a stateless server has nothing to push, and the SDK held an empty event stream open for ever (a
-        # client could hold a hundred); 405 is the MCP spec's answer for a server without one.
+        # No GET (405): stateless, nothing to push; the SDK held an empty event stream open for ever
         app.add_route("/mcp", mcp, methods=["POST", "DELETE"], include_in_schema=False)
 
     @app.get("/healthz", tags=["service"], responses={

@@ -30,7 +30,6 @@ import asyncio
 import functools
 import json
 import logging
-import re
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 from urllib.parse import quote
@@ -39,7 +38,7 @@ from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from ..errors import InvalidInput
-from ..limits import HasLimits, Limits, read_chat_body
+from ..limits import HasLimits, Limits, escapes_lone_surrogate, lone_surrogate, read_chat_body
 from ..messages import Message
 from ._proxy_memory import SESSION_HEADER, Prepared, prepare, session_of, store_reply, surely_fits
 from ._replies import ReplyCollector, collect, whole_events
@@ -92,36 +91,6 @@ def _upstream_failure(exc: Exception, headers: dict[str, str] | None = None) -> 
                         status_code=502, headers=headers)
 
 
-_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
-# JSON's escapes read left to right (so an escaped backslash is one escape, never the start of another): a pair
-# of surrogates (an emoji), a lone surrogate (group 1), or any other escape.
-_ESCAPE = re.compile(rb"\\(?:u[dD][89abAB][0-9a-fA-F]{2}\\u[dD][c-fC-F][0-9a-fA-F]{2}|(u[dD][89a-fA-F][0-9a-fA-F]{2})|.)",
-                     re.DOTALL)
-
-
-def _lone_surrogate_escape(raw: bytes) -> bool:
-    """Whether ``raw`` escapes a surrogate that is not half of a pair (the only way strict decoding lets one in)."""
-    return bool(_SURROGATE_ESCAPE.search(raw)) and any(m.group(1) for m in _ESCAPE.finditer(raw))
-
-
-def _lone_surrogate(value: Any, path: str = "") -> str | None:
-    """The path of the first string in ``value`` that is not valid Unicode (it cannot be sent on), or ``None``."""
-    stack = [(value, path)]
-    while stack:
-        item, at = stack.pop()
-        if isinstance(item, str):
-            try:
-                item.encode("utf-8")
-            except UnicodeEncodeError:
-                return at or "body"
-        elif isinstance(item, dict):
-            stack.extend((v, f"{at}.{k}" if at else str(k)) for k, v in reversed(list(item.items())))
-            stack.extend((k, f"{at} (a field name)") for k in item if isinstance(k, str))
-        elif isinstance(item, list):
-            stack.extend((v, f"{at}[{i}]") for i, v in reversed(list(enumerate(item))))
-    return None
-
-
 def read_request(raw: bytes, limits: HasLimits | None = None) -> dict[str, Any]:
     """The request's body, checked as far as the proxy needs it (a 400 otherwise): the one place it is parsed,
     within the limits (:func:`rdmem.limits.read_chat_body`: the messages counted while they are read)."""
@@ -131,7 +100,7 @@ def read_request(raw: bytes, limits: HasLimits | None = None) -> dict[str, Any]:
         raise ApiError(400, str(exc), code="invalid_request") from None
     # The body was decoded strictly: only a JSON escape of a surrogate (\uD800-\uDFFF) that is not half of a
     # pair (an emoji is a pair) can make one; the body is walked for its path only then.
-    bad = _lone_surrogate(body) if _lone_surrogate_escape(raw) else None
+    bad = lone_surrogate(body) if escapes_lone_surrogate(raw) else None
     if bad is not None:
         raise ApiError(400, f"{bad} is not valid Unicode (a lone surrogate)", code="invalid_request")
     return body
