@@ -98,8 +98,13 @@ def session_of(headers: Mapping[str, str], body: Mapping[str, Any], tenant: str,
         return None, False
     # the date and time a system prompt may carry do not count (a prompt that says the time made every request a
     # new session, each storing the whole history again)
-    key = [tenant, *_opening(body.get("messages") or [])]
-    digest = hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()
+    msgs = body.get("messages") or []
+    system = [m.get("content") for m in msgs if isinstance(m, dict) and m.get("role") in ("system", "developer")]
+    first = next((m.get("content") for m in msgs if isinstance(m, dict) and m.get("role") == "user"), None)
+    prompt = _WHEN.sub("#", json.dumps(system, sort_keys=True, default=str))
+    # (not the first message's ``name`` nor a greeting before it: a client may drop the one when it resends,
+    # and make the other say the time of day; one conversation must stay one session)
+    digest = hashlib.sha256(json.dumps([tenant, prompt, first], sort_keys=True, default=str).encode()).hexdigest()
     return f"chat-{digest[:16]}", True
 
 
@@ -115,22 +120,7 @@ _WHEN = re.compile(
     rf"(?:[T ]{_HH}:[0-5]\d(?::[0-5]\d(?:\.\d+)?)?(?:Z|[+-]\d{{2}}:?\d{{2}})?)?"
     rf"|(?:{_MM}/{_DD}|{_DD}/{_MM})/(?:\d{{2}}|\d{{4}})|{_HH}:[0-5]\d(?::[0-5]\d)?(?:\s?[AaPp]\.?[Mm]\.?)?"
     rf"|{_MONTH}\s+{_DAY}(?:,?\s+\d{{4}})?|{_DAY}\s+{_MONTH}(?:,?\s+\d{{4}})?|{_MONTH}\s+\d{{4}}"
-    rf"|(?:Mon|Tues|Wednes|Thurs|Fri|Satur|Sun)day|(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun)(?=\.?,?\s+(?:{_DAY}|{_MONTH})\b))\b")
-
-
-def _opening(msgs: Any) -> list[Any]:
-    """What of a request's history names its conversation for ``--derive-sessions``: the system prompt (without
-    its dates and times), then what comes before the first user message (a greeting that names its user) and
-    that message, each with its ``name`` when it has one (two end users who open with "Hi" under their names)."""
-    msgs = [m for m in msgs if isinstance(m, dict)] if isinstance(msgs, list) else []
-    system = [m.get("content") for m in msgs if m.get("role") in ("system", "developer")]
-    prompt = _WHEN.sub("#", json.dumps(system, sort_keys=True, default=str))
-    first = next((i for i, m in enumerate(msgs) if m.get("role") == "user"), None)
-    opening = [m for m in msgs[:first] if m.get("role") not in ("system", "developer")] if first is not None else []
-    named = [m.get("name") for m in msgs[:None if first is None else first + 1] if m.get("name") is not None]
-    extra = [[m.get("role"), _WHEN.sub("#", json.dumps(m.get("content"), default=str))] for m in opening]
-    # a history without either is named as before they counted (its session goes on)
-    return [prompt, None if first is None else msgs[first].get("content")] + ([extra, named] if extra or named else [])
+    rf"|(?:Mon|Tues|Wednes|Thurs|Fri|Satur|Sun)day|(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun)(?=\.?,?\s+(?:\d|{_MONTH}\b)|\.?,?\s*(?:$|[.,;:)\]])))\b")
 
 
 def surely_fits(raw: bytes, messages: list[Any], budget: int) -> bool:
