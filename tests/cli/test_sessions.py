@@ -105,6 +105,11 @@ def test_bad_stores_exit_2_with_one_line(tmp_path, capsys):
         assert main(["sessions", "list", "--store", url]) == 2
         err = capsys.readouterr().err
         assert "percent-encode them" in err and not any(p in err for p in ("retpw", "s3c", "hunter2")), err
+    # an '@' in a query parameter's value is the value's (Azure's user@server form): the URL is used
+    for url in ("postgresql://127.0.0.1:1/db?user=myadmin@srv&sslmode=disable",
+                "postgresql://127.0.0.1:1/db?application_name=worker@eu-1"):
+        assert main(["sessions", "list", "--store", url]) == 2
+        assert "cannot connect to PostgreSQL at 127.0.0.1:1/db" in capsys.readouterr().err
 
 
 def test_an_export_that_fails_mid_way_leaves_the_last_one_whole(store_url, tmp_path, capsys, monkeypatch):

@@ -83,7 +83,12 @@ percent-encode them (%2F, %3F, %23, %40); the URL (not shown) was not used
     if not sep or scheme.lower() not in ("postgres", "postgresql"):
         return
     end = min((i for i in (rest.find("/"), rest.find("?"), rest.find("#")) if i >= 0), default=len(rest))
-    if rest.count("@", 0, end) > 1 or rest.rfind("@") > end:
+    tail, _, fragment = rest[end:].partition("#")
+    path, _, query = tail.partition("?")
+    # an '@' in the path or the fragment, or in a query parameter before its '=' ("?ss@db/x": "pa?ss"), is the rest
+    # of a user name or password; one in a parameter's value (?user=admin@srv) is the value's
+    if rest.count("@", 0, end) > 1 or "@" in path or "@" in fragment or any(
+            "@" in part.partition("=")[0] for part in query.split("&")):
         raise InvalidInput("the PostgreSQL URL's user name or password holds '/', '?', '#' or '@' unencoded: "
                            "percent-encode them (%2F, %3F, %23, %40); the URL (not shown) was not used")
 
