@@ -186,3 +186,26 @@ def test_feedback_from_two_managers_at_once_all_counts_and_never_brings_a_delete
         with pytest.raises(ValueError, match="unknown ids"):
             a.feedback(sorted(needed)[:2], 1.0)
         assert store.version("s") == 0 and "s" not in [i.session for i in store.sessions()]
+
+
+def test_feedback_rdmem_0_1_kept_in_the_log_holds_at_every_read_and_goes_with_a_delete(tmp_path) -> None:
+    """The shift rdmem 0.1 saved in the session's log only was restored at the first read, then dropped at the
+    next (the rule that a session which lost its feedback has none took the state's silence for a loss)."""
+    from rdmem.store import open_store
+
+    url = f"sqlite:///{tmp_path / 'legacy.db'}"
+    train, _ = _history(6)
+    kw = {"budget": 150, "policy": "rd", "store": url, "session": "s", "high": 100.0, "low": 100.0}
+    with MemoryManager(**kw) as mem:
+        mem.extend(train)
+        n = len(mem._learning.feedback.delta_)
+    with open_store(url) as store:  # what rdmem 0.1 left: the shift in the log, none in the state
+        store.log_compaction("s", {"value_feedback": [0.5] * n})
+    with MemoryManager(**kw) as mem, MemoryManager(**kw) as other:
+        for _ in range(3):
+            mem.context()
+            assert float(np.abs(mem._learning.feedback.delta_).max()) == 0.5
+        other.clear()
+        other.extend(train)
+        mem.context()
+        assert not np.any(mem._learning.feedback.delta_)

@@ -50,7 +50,7 @@ class Feedback:
         self.delta_ = np.zeros(len(self.base.weights_))
         self._tuned: Policy | None = None
         self._seen: object = None  # the shift last read from or written to the store
-        self._legacy_checked = False
+        self._legacy_checked = self._legacy = False  # the log was read for a shift rdmem 0.1 saved; it held one
 
     @classmethod
     def of(cls, policy: Policy) -> Feedback | None:
@@ -113,11 +113,13 @@ class Feedback:
     def restore(self, state: dict[str, Any], store: Any, session: str, *, has_units: bool) -> None:
         """Take the shift the session's state holds, when it changed since this object last saw it."""
         saved = state.get(STATE_KEY)
-        if saved is None and has_units and not self._legacy_checked:
-            # Saved by rdmem 0.1, which kept it in the session's log only.
+        if saved is None and has_units and (not self._legacy_checked or self._legacy):
+            # Saved by rdmem 0.1, which kept it in the session's log only: read again whenever the state still
+            # lacks it (a delete takes the log too: the shift goes with it).
             self._legacy_checked = True
             logged = [r[STATE_KEY] for r in store.compaction_log(session) if STATE_KEY in r]
             saved = logged[-1] if logged else None
+            self._legacy = saved is not None
         if saved is None and self._seen is not None:  # the session lost it: deleted (and begun again), so no shift
             self._seen = None
             self._set(np.zeros_like(self.delta_))
