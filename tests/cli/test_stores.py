@@ -34,11 +34,12 @@ def test_an_in_memory_store_is_refused_where_it_would_be_lost_or_split(tmp_path,
     a delete half done); ``keys create`` into memory:// printed a secret for a store gone at exit (a review)."""
     served = []  # were it not refused, the test must not serve for ever
     monkeypatch.setattr("rdmem.server._workers.run_workers", lambda *a, **k: served.append(a))
-    assert main(["serve", "--store", "memory://", "--workers", "2", "--port", "0"]) == 2 and not served
-    assert "--workers needs a store the processes share" in capsys.readouterr().err
-    assert main(["keys", "create", "--tenant", "acme", "--store", "memory://"]) == 2
-    out = capsys.readouterr()
-    assert "would be gone when this command ends" in out.err and "rdmem_" not in out.out
+    for spelling in ("memory://", "memory"):  # open_store takes both
+        assert main(["serve", "--store", spelling, "--workers", "2", "--port", "0"]) == 2 and not served
+        assert "--workers needs a store the processes share" in capsys.readouterr().err
+        assert main(["keys", "create", "--tenant", "acme", "--store", spelling]) == 2
+        out = capsys.readouterr()
+        assert "would be gone when this command ends" in out.err and "rdmem_" not in out.out
 
 
 def test_keys_list_shows_a_name_that_would_forge_a_line_escaped(tmp_path, capsys):

@@ -47,7 +47,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     )
     require_embeddings(None, "rdmem serve")
     url = settings.store_url()
-    if args.workers > 1 and url.startswith("memory://"):  # each process would hold a store of its own
+    if args.workers > 1 and _in_memory(url):  # each process would hold a store of its own
         raise CLIError("--workers needs a store the processes share (sqlite:///path or postgresql://...): with "
                        "memory://, each worker would hold sessions of its own (ids given twice, deletes half done)")
     shown = redact_url(url)
@@ -98,6 +98,11 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def _in_memory(url: str) -> bool:
+    """Whether ``url`` names an in-memory store (``memory`` or ``memory://``, as :func:`rdmem.store.open_store`)."""
+    return url in ("memory", "memory://")
+
+
 def _port(text: str) -> int:
     try:
         value = int(text)
@@ -127,7 +132,7 @@ def _cmd_keys(args: argparse.Namespace) -> int:
     # Only 'create' may create the store; 'list' reads it, 'revoke' changes one that must exist.
     opening = {"create": {}, "list": {"readonly": True}, "revoke": {"create": False}}[args.action]
     url = args.store or _default_store()
-    if url.startswith("memory://"):
+    if _in_memory(url):
         raise CLIError("'rdmem keys' needs the store rdmem serve reads (sqlite:///path or postgresql://...): a key "
                        "in memory:// would be gone when this command ends")
     with open_store(url, **opening) as store:
