@@ -32,9 +32,14 @@ _PAGE = 1000
 
 def export_lines(store: Store, session: str) -> Iterator[str]:
     """The session's messages as JSON lines (the message as given, with its ``id``), in order, read a page at a
-    time (a message deleted meanwhile may move a later one into a page already read: export a session at rest)."""
-    offset = 0
+    time. A message deleted while it is read (it moves later ones into a page already read) is an error, not a
+    copy of neither state: export it again (``-o``: the file is left as it was); messages added meanwhile are
+    in it or not, after the others."""
+    offset, version = 0, store.version(session)
     while page := store.load(session, offset=offset, limit=_PAGE):
+        if offset and store.changes(session, version, rows=1).full:  # "full": deleted since (places moved)
+            raise CLIError(f"messages of session {session!r} were deleted during the export ({offset} written): "
+                           "export it again")
         yield from (json.dumps({"id": u.id, **u.message}, ensure_ascii=False) for u in page)
         offset += len(page)
 
