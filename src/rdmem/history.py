@@ -227,6 +227,12 @@ def _call_key(call: Any) -> Any:
         body = call.get(kind)
         if isinstance(body, Mapping):
             out[kind] = {k: body[k] for k in fields if k in body}
+    args = out.get("function", {}).get("arguments")
+    if isinstance(args, str):  # by what they say: a client may write them back re-serialised (LangChain's
+        try:  # ChatOpenAI resends '{"city":"Lisbon"}' as '{"city": "Lisbon"}')
+            out["function"]["arguments"] = {"json": json.loads(args)}
+        except (ValueError, RecursionError):
+            pass
     return out
 
 
