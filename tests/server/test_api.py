@@ -348,3 +348,19 @@ def test_a_window_above_the_largest_budget_is_refused_at_start_up():
         ServerSettings(context_window=1_047_576, upstream="http://127.0.0.1:9/v1")
     assert ServerSettings(context_window=1_047_576, max_budget=1_047_576, upstream="http://127.0.0.1:9/v1")
     assert ServerSettings(max_budget=5000).context_window == 8192  # no proxy: the window is not used
+
+
+def test_a_mem0_add_retried_with_its_own_ids_is_answered_not_refused(api):
+    """README: a write retried with ids of the client's own is answered ``already_stored`` (REST) and nothing is
+    stored again. mem0's add answered 409 (the time it adds to each memory differs at each try)."""
+    body = {"user_id": "ana", "messages": [{"role": "user", "content": "my PIN is 1234", "id": "k1"},
+                                           {"role": "user", "content": "I like tea", "id": "k2"}]}
+    first = api.post("/memories", json=body)
+    assert first.status_code == 200 and [r["event"] for r in first.json()["results"]] == ["ADD", "ADD"]
+    again = api.post("/memories", json=body)
+    assert again.status_code == 200, again.text
+    assert [(r["id"], r["event"]) for r in again.json()["results"]] == [(r["id"], "NONE") for r in first.json()["results"]]
+    assert [m["memory"] for m in api.get("/memories", params={"user_id": "ana"}).json()["results"]] == \
+        ["my PIN is 1234", "I like tea"]
+    other = {**body, "messages": [{"role": "user", "content": "my PIN is 9999", "id": "k1"}]}
+    assert api.post("/memories", json=other).status_code == 409  # an id stored with other content

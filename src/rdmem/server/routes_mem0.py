@@ -17,6 +17,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+from collections.abc import Mapping
 from datetime import datetime, timezone
 from typing import Annotated, Any
 from urllib.parse import parse_qsl, quote, urlencode
@@ -25,7 +26,7 @@ import numpy as np
 from fastapi import APIRouter, Query, Request
 
 from ..names import MAX_SESSION_CHARS, SESSION_NAME_PATTERN
-from ..sessions import session_name
+from ..sessions import add_once, session_name
 from .auth import Tenant
 from ..limits import check_text
 from .errors import ApiError
@@ -153,7 +154,18 @@ def add_memories(body: Mem0Add, tenant: Tenant, request: Request) -> Mem0Results
     now = datetime.now(timezone.utc).isoformat()
     messages = [_with_scope_fields(message_dict(m), now, body.metadata) for m in body.messages]
     check_messages(messages, state.settings)
-    ids = state.pool.extend(tenant, session, messages)
+    # A retry with ids of the client's own is answered as REST answers it (README): nothing stored again, each
+    # memory's event "NONE" (it was a 409: the time this server adds to a memory differs at each try)
+    def when_aside(m: Mapping[str, Any]) -> dict[str, Any]:
+        return {k: v for k, v in m.items() if k != "created_at"}
+
+    stored = state.pool.manager(tenant, session).originals
+    ids, already = add_once(lambda: state.pool.extend(tenant, session, messages),
+                            lambda ids: {i: when_aside(m) for i, m in stored(ids).items()},
+                            [when_aside(m) for m in messages])
+    if already:
+        kept = stored(ids)
+        return Mem0Results(results=[_item(session, scope, kept[i]).model_copy(update={"event": "NONE"}) for i in ids])
     state.metrics.count("rdmem_messages_stored_total", len(ids))
     items = [_item(session, scope, {**m, "id": i}) for m, i in zip(messages, ids, strict=True)]
     return Mem0Results(results=[it.model_copy(update={"event": "ADD"}) for it in items])
