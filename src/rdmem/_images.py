@@ -17,7 +17,8 @@ import struct
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["UNKNOWN_IMAGE_TOKENS", "image_parts", "image_size", "image_tokens", "parts_tokens", "with_images"]
+__all__ = ["UNKNOWN_IMAGE_TOKENS", "image_part", "image_parts", "image_size", "image_tokens", "parts_tokens",
+           "with_images"]
 
 _BASE, _TILE = 85, 170
 #: The tokens of an image of unknown size: 2 × 4 tiles (a short side of 768 px, a long one of 2048).
@@ -115,12 +116,16 @@ def parts_tokens(content: Any) -> int:
     return total
 
 
+def image_part(url: str, detail: object = None) -> dict[str, Any]:
+    """A chat message's ``image_url`` part for a framework's image (its ``detail`` when it gives one)."""
+    return {"type": "image_url", "image_url": {"url": url, **({"detail": detail} if isinstance(detail, str) else {})}}
+
+
 def with_images(text: str, parts: Any) -> str | list[dict[str, Any]]:
     """A chat message's content for ``text`` and the images among ``parts`` (a Responses API message's content:
     ``input_image`` parts, whose ``image_url`` is a string), so that a framework's images count as images:
     ``text`` alone when there are none."""
     shown = [p for p in (parts if isinstance(parts, list) else ()) if isinstance(p, Mapping)
              and p.get("type") == "input_image"]
-    images = [{"type": "image_url", "image_url": {"url": str(p.get("image_url") or ""), **(
-        {"detail": p["detail"]} if isinstance(p.get("detail"), str) else {})}} for p in shown]
+    images = [image_part(str(p.get("image_url") or ""), p.get("detail")) for p in shown]
     return [{"type": "text", "text": text}, *images] if images else text

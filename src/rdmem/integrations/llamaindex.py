@@ -41,6 +41,7 @@ try:
 except ImportError as exc:  # pragma: no cover - depends on the environment
     raise MissingDependency("rdmem.integrations.llamaindex needs LlamaIndex: pip install 'rdmem[llamaindex]'") from exc
 
+from .._images import image_part
 from .._turn import store_untrimmed
 from ..manager import MemoryManager
 from ..messages import parse_messages
@@ -71,8 +72,7 @@ def _content(message: ChatMessage) -> str | list[dict[str, Any]]:
     when it has one, else none: an image of unknown size, counted as the largest; its ``detail``), so that
     images count toward the budget as they do everywhere in rdmem."""
     text = _text(message)
-    images = [{"type": "image_url", "image_url": {"url": str(b.url or ""), **(
-        {"detail": b.detail} if b.detail else {})}} for b in message.blocks if isinstance(b, ImageBlock)]
+    images = [image_part(str(b.url or ""), b.detail or None) for b in message.blocks if isinstance(b, ImageBlock)]
     return [{"type": "text", "text": text}, *images] if images else text
 
 

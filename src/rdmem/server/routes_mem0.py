@@ -45,7 +45,6 @@ from .sessions import MEM0_PREFIX, store_session, tenant_sessions
 __all__ = ["router"]
 
 _SCOPE = ("user_id", "agent_id", "run_id")
-_PREFIX = MEM0_PREFIX
 router = APIRouter(tags=["mem0"], route_class=LimitedRoute, responses={
     400: {"model": ErrorResponse, "description": "no scope (user_id, agent_id or run_id) or a bad request"},
     401: {"model": ErrorResponse, "description": "missing or invalid API key"},
@@ -69,7 +68,7 @@ def _scope(values: dict[str, str | None]) -> dict[str, str]:
 
 
 def _session_of(scope: dict[str, str]) -> str:
-    name = _PREFIX + urlencode([(k, scope[k]) for k in _SCOPE if k in scope], quote_via=quote)
+    name = MEM0_PREFIX + urlencode([(k, scope[k]) for k in _SCOPE if k in scope], quote_via=quote)
     if len(name) > MAX_SESSION_CHARS:
         raise ApiError(400, f"{', '.join(scope)} name the session {name[:60]!r}... of {len(name)} characters "
                        f"(URL-encoded), over the limit of {MAX_SESSION_CHARS}: use shorter ids")
@@ -80,9 +79,9 @@ def _matching(request: Request, tenant: str, scope: dict[str, str]) -> list[tupl
     """The tenant's mem0 sessions whose scope holds every id of ``scope``."""
     out = []
     first = _SCOPE[0]  # a scope's name starts with its first id: only those sessions are read
-    within = _PREFIX + (urlencode([(first, scope[first])], quote_via=quote) if first in scope else "")
+    within = MEM0_PREFIX + (urlencode([(first, scope[first])], quote_via=quote) if first in scope else "")
     for name, _ in tenant_sessions(request.app.state.rdmem.store, tenant, within):
-        have = dict(parse_qsl(name[len(_PREFIX):]))
+        have = dict(parse_qsl(name[len(MEM0_PREFIX):]))
         if all(have.get(k) == v for k, v in scope.items()):
             out.append((name, have))
     return out
@@ -97,7 +96,7 @@ def _parse_id(memory_id: str) -> tuple[str, str]:
     on from its deleted counter, the stores' rule), so it names one memory for good."""
     try:
         session, uid, *made = json.loads(base64.urlsafe_b64decode(memory_id + "=" * (-len(memory_id) % 4)))
-        if isinstance(session, str) and isinstance(uid, str) and session.startswith(_PREFIX) and len(made) <= 1:
+        if isinstance(session, str) and isinstance(uid, str) and session.startswith(MEM0_PREFIX) and len(made) <= 1:
             return session, uid  # a third part: the time an id of 2026-12-05's rdmem carried
     except (ValueError, TypeError, RecursionError):  # RecursionError: JSON nested thousands deep
         pass
@@ -197,7 +196,7 @@ def _when(created_at: str | None) -> float:
 @router.get("/memories/{memory_id}", response_model=Mem0Item, operation_id="mem0_get", response_model_exclude_none=True)
 def get_memory(memory_id: str, tenant: Tenant, request: Request) -> Mem0Item:
     session, message = _the_memory(request, tenant, memory_id)
-    return _item(session, dict(parse_qsl(session[len(_PREFIX):])), message)
+    return _item(session, dict(parse_qsl(session[len(MEM0_PREFIX):])), message)
 
 
 @router.delete("/memories/{memory_id}", operation_id="mem0_delete")
