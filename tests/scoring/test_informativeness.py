@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from rdmem.scoring import Informativeness, ScoringContext, query_specificity
+from rdmem.scoring import Informativeness, ScoringContext, asks_the_session, query_specificity
 from rdmem.tokens import get_tokenizer
 from rdmem.units import encode_units
 
@@ -45,6 +45,47 @@ def test_a_statement_counts_less_than_a_question(session: ScoringContext) -> Non
     statement = "[3 pm on 10 May, 2023] Caroline: I painted the lake again at sunrise."
     assert _weight(session, statement) == pytest.approx(0.25)
     assert _weight(session, statement, statement=0.5) == pytest.approx(0.5)
+
+
+@pytest.mark.parametrize("query", [
+    "Wow, Melanie! How did your painting go?",  # the listener, about the listener: something new
+    "That sunrise must have been lovely. Did you paint it at the lake?",
+    "Adoption agencies are such a big step, aren't they?",  # a tag on a statement
+    "Hey Melanie, how's it going?",  # a pleasantry that names her
+])
+def test_a_question_that_asks_for_nothing_the_session_holds_counts_as_a_statement(
+    session: ScoringContext, query: str
+) -> None:
+    # Each names what the session holds (Melanie, sunrise, adoption agencies), so as a question it would decide
+    # alone; the latest turn of a chat is mostly this, and relevance to it pushed out what the prior kept.
+    assert query_specificity(query, session)[0] >= 1
+    assert not query_specificity(query, session)[1]
+    assert _weight(session, query) == pytest.approx(0.25)
+
+
+@pytest.mark.parametrize("query", [
+    "What did you say about the support group?",  # what was said before
+    "Did you tell me which adoption agencies Caroline looked at?",  # the speaker in it
+    "How did the support group go? Did you paint the sunrise again?",  # one question asks the session
+    "Remind me, when did Melanie paint a sunrise?",
+])
+def test_a_question_about_what_was_said_or_done_still_decides(session: ScoringContext, query: str) -> None:
+    assert query_specificity(query, session)[1]
+    assert _weight(session, query) == 1.0
+
+
+def test_which_questions_ask_the_session() -> None:
+    assert asks_the_session("Which city have both Jean and John visited?")
+    assert asks_the_session("Where should we go next?")  # first person: the speakers' own plans
+    assert asks_the_session("What was the name of the hotel you booked for me?")
+    assert asks_the_session("What did you recommend last time?")
+    assert not asks_the_session("Got any plans for the weekend, yeah?")
+    assert not asks_the_session("What made you start playing it?")
+    assert not asks_the_session("Wow! Got any paintings to show?")  # the listener left out
+    assert not asks_the_session("Any plans for the weekend?")
+    assert asks_the_session("Any news on my refund?")
+    assert not asks_the_session("Traveling is amazing, isn't it? Do you speak any other languages?")
+    assert asks_the_session("No question here.")  # nothing asked with '?': the caller's question flag decides
 
 
 def test_specificity_counts_rare_words_names_and_dates_the_session_can_match(session: ScoringContext) -> None:

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from ..errors import InvalidInput
 from ._base import Scorer, ScoringContext, embed_text, message_embed_text
 from .information import Information
-from .informativeness import Informativeness, query_specificity
+from .informativeness import Informativeness, asks_the_session, query_specificity
 from .lexical import Lexical
 from .metadata import Metadata
 from .recency import Recency
@@ -26,6 +26,7 @@ __all__ = [
     "message_embed_text",
     "Information",
     "Informativeness",
+    "asks_the_session",
     "query_specificity",
     "Lexical",
     "Metadata",

@@ -6,11 +6,11 @@ import re
 from dataclasses import dataclass
 
 from ..errors import InvalidInput
-from ..features import content_words, extract_features
+from ..features import FIRST_PERSON, content_words, extract_features
 from ..history import split_prefix
 from ._base import ScoringContext
 
-__all__ = ["Informativeness", "query_specificity"]
+__all__ = ["Informativeness", "asks_the_session", "query_specificity"]
 
 # A request for something said before, phrased as an order rather than a question.
 _REQUEST = re.compile(
@@ -20,6 +20,41 @@ _REQUEST = re.compile(
 
 
 _POSSESSIVE = re.compile(r"['\u2019]s$")
+_SENTENCES = re.compile(r"(?<=[.!?\uff1f])\s+")
+# A question put to the listener about the listener ("How did your game go?", "What made you start?") asks for
+# something new, not for what the session holds, unless it asks what was said or done before.
+_YOU = re.compile(r"\b(?:you|your|yours|yourself|you're|you've|you'll|you'd)\b", re.IGNORECASE)
+# ... and so is one that leaves the listener out: "Got any tips?", "Any plans for the weekend?", "Ever been?"
+_TO_LISTENER = re.compile(
+    r"^\W*(?:(?:wow|oh|hey|so|and|nice|cool|great|awesome)\W+)*"
+    r"(?:got|any|anything|anyone|wanna|ever|been|how\s+did\s+it\s+feel|how\s+was\s+it)\b", re.IGNORECASE)
+_BEFORE = re.compile(
+    r"\b(?:say|said|tell|told|mention(?:ed)?|recommend(?:ed)?|suggest(?:ed)?|remember|recall|remind"
+    r"|again|earlier|before|last\s+time)\b", re.IGNORECASE)
+# A tag on a statement ("…, isn't it?", "…, yeah?") or a pleasantry ("How's it going?") asks nothing.
+_CHAT = re.compile(
+    r"(?:,\s*(?:isn't|aren't|wasn't|weren't|don't|doesn't|didn't|won't|wouldn't|can't|couldn't|right|yeah|huh|eh"
+    r"|no|ya\s+know|you\s+know)(?:\s+(?:it|he|she|they|you|we|i|that|there|this))?\s*"
+    r"|\b(?:how's\s+it\s+going|what's\s+up|how\s+are\s+you|how\s+have\s+you\s+been|how\s+(?:are|were)\s+things)"
+    r"[^?\uff1f]*)[?\uff1f]\s*$", re.IGNORECASE)
+
+
+def asks_the_session(body: str) -> bool:
+    """Does a question ask for what the session holds? Not when every one of its question sentences is a
+    tag or a pleasantry ("…, isn't it?", "How's it going?") or asks the listener about the listener ("How
+    did your game go?", "Any plans for the weekend?": second person, said or left out; no first person;
+    nothing said or done before).
+
+    >>> asks_the_session("Wow! How did your game go?"), asks_the_session("What did you say the dosage was?")
+    (False, True)
+    >>> asks_the_session("Traveling is amazing, isn't it?"), asks_the_session("When did Melanie paint a sunrise?")
+    (False, True)
+    """
+    asked = [s for s in _SENTENCES.split(body.strip()) if s.rstrip().endswith(("?", "\uff1f"))]
+    return not asked or any(
+        not _CHAT.search(s)
+        and (not (_YOU.search(s) or _TO_LISTENER.search(s)) or bool(FIRST_PERSON.search(s)) or bool(_BEFORE.search(s)))
+        for s in asked)
 
 
 def query_specificity(query: str, ctx: ScoringContext, *, rare_idf: float = 3.0) -> tuple[float, bool]:
@@ -29,7 +64,9 @@ def query_specificity(query: str, ctx: ScoringContext, *, rare_idf: float = 3.0)
     its content words that occur in the session yet are rare there (IDF at
     least ``rare_idf``), its names (twice: a person or a place picks out
     few messages), and one for a date or a number. ``asks``: the query is a
-    question or a request ("tell me…", "remind me…"). A transcript line's
+    request ("tell me…", "remind me…") or a question that asks for what the
+    session holds (:func:`asks_the_session`: not a tag, a pleasantry, or a
+    question to the listener about the listener). A transcript line's
     "[date] Speaker:" label is not part of what it asks.
     """
     body = split_prefix(query)[1]
@@ -39,7 +76,7 @@ def query_specificity(query: str, ctx: ScoringContext, *, rare_idf: float = 3.0)
     names = {n for n in (_POSSESSIVE.sub("", e).lower() for e in features.entities) if ctx.idf_of(n.split()[0]) < unseen}
     rare -= {n for name in names for n in name.split()}
     spec = len(rare) + 2 * len(names) + float(bool(features.dates)) + float(bool(features.numbers))
-    return spec, features.question or bool(_REQUEST.search(body))
+    return spec, (features.question and asks_the_session(body)) or bool(_REQUEST.search(body))
 
 
 @dataclass(frozen=True)
@@ -52,7 +89,8 @@ class Informativeness:
     Melanie paint a sunrise?" names a person and a thing the session
     mentions, so relevance decides alone (one name or one word the session
     rarely uses is enough for a question: ``full=1``); a statement ("I went hiking with Anna")
-    is a weaker sign of what the next answer needs than a question.
+    is a weaker sign of what the next answer needs than a question, and so is a question that asks for
+    nothing the session holds ("How did your game go?", "…, isn't it?": :func:`asks_the_session`).
     """
 
     full: float = 1.0
