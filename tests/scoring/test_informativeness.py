@@ -85,6 +85,9 @@ def test_which_questions_ask_the_session() -> None:
     assert not asks_the_session("Any plans for the weekend?")
     assert asks_the_session("Any news on my refund?")
     assert not asks_the_session("Traveling is amazing, isn't it? Do you speak any other languages?")
+    assert not asks_the_session("How\u2019s it going?")  # a curly apostrophe, as phones type it
+    assert not asks_the_session("Wow! How did your game go?! \U0001f60a")
+    assert asks_the_session("Where did I park the car?!")
     assert asks_the_session("No question here.")  # nothing asked with '?': the caller's question flag decides
 
 

@@ -36,7 +36,8 @@ _CHAT = re.compile(
     r"(?:,\s*(?:isn't|aren't|wasn't|weren't|don't|doesn't|didn't|won't|wouldn't|can't|couldn't|right|yeah|huh|eh"
     r"|no|ya\s+know|you\s+know)(?:\s+(?:it|he|she|they|you|we|i|that|there|this))?\s*"
     r"|\b(?:how's\s+it\s+going|what's\s+up|how\s+are\s+you|how\s+have\s+you\s+been|how\s+(?:are|were)\s+things)"
-    r"[^?\uff1f]*)[?\uff1f]\s*$", re.IGNORECASE)
+    r"[^?\uff1f]*)[?\uff1f]\W*$", re.IGNORECASE)
+_ASKED = re.compile(r"[?\uff1f]\W*$")  # a question sentence: "?" with nothing but "!", quotes or an emoji after it
 
 
 def asks_the_session(body: str) -> bool:
@@ -47,10 +48,10 @@ def asks_the_session(body: str) -> bool:
 
     >>> asks_the_session("Wow! How did your game go?"), asks_the_session("What did you say the dosage was?")
     (False, True)
-    >>> asks_the_session("Traveling is amazing, isn't it?"), asks_the_session("When did Melanie paint a sunrise?")
+    >>> asks_the_session("Traveling is amazing, isn\u2019t it?"), asks_the_session("When did Melanie paint a sunrise?")
     (False, True)
     """
-    asked = [s for s in _SENTENCES.split(body.strip()) if s.rstrip().endswith(("?", "\uff1f"))]
+    asked = [s for s in _SENTENCES.split(body.strip().replace("\u2019", "'")) if _ASKED.search(s)]
     return not asked or any(
         not _CHAT.search(s)
         and (not (_YOU.search(s) or _TO_LISTENER.search(s)) or bool(FIRST_PERSON.search(s)) or bool(_BEFORE.search(s)))
