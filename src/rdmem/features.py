@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import lru_cache
 
-__all__ = ["Features", "extract_features", "content_words", "FIRST_PERSON", "STOPWORDS"]
+__all__ = ["Features", "extract_features", "content_words", "STOPWORDS"]
 
 STOPWORDS = frozenset(
     """a about above after again against all am an and any are aren't as at be because been before being below
@@ -82,7 +82,7 @@ _QUESTION_START = re.compile(
     r"have|has|had)\b",
     re.IGNORECASE,
 )
-FIRST_PERSON = re.compile(r"\b(?:i|i'm|i've|i'd|i'll|my|mine|me|we|our|we're|we've)\b", re.IGNORECASE)
+_FIRST_PERSON = re.compile(r"\b(?:i|i'm|i've|i'd|i'll|my|mine|me|we|our|we're|we've)\b", re.IGNORECASE)
 _EVENT = re.compile(
     r"\b(?:went|visited|started|joined|bought|moved|got|married|born|graduated|adopted|finished|won|lost|met|"
     r"signed|travel(?:l)?ed|attended|painted|ran|read|wrote|made|took|gave|received|celebrated|launched|"
@@ -281,7 +281,7 @@ def extract_features(text: str, role: str, *, has_tool_calls: bool = False) -> F
         directive=is_directive,
         question=question,
         correction=bool(_CORRECTION.search(text)) and role in ("user", "system", "assistant"),
-        first_person=bool(FIRST_PERSON.search(text)),
+        first_person=bool(_FIRST_PERSON.search(text)),
         event=bool(_EVENT.search(text)),
         tool_call=has_tool_calls,
         tool_result=role == "tool",

@@ -6,56 +6,62 @@ import re
 from dataclasses import dataclass
 
 from ..errors import InvalidInput
-from ..features import FIRST_PERSON, content_words, extract_features
+from ..features import content_words, extract_features
 from ..history import split_prefix
 from ._base import ScoringContext
 
 __all__ = ["Informativeness", "asks_the_session", "query_specificity"]
 
-# A request for something said before, phrased as an order rather than a question.
+# A request for something said before, phrased as an order rather than a question ("Can you summarise it?" too).
 _REQUEST = re.compile(
-    r"(?:^|[.!;:]\s+)(?:please\s+)?(?:tell|remind|show|list|find|recall|summari[sz]e|explain|describe|look\s+up)\b",
+    r"(?:^|[.!?;:\uff1f]\s+)(?:(?:can|could|would|will)\s+you\s+)?(?:please\s+)?"
+    r"(?:tell|remind|show|list|find|recall|summari[sz]e|explain|describe|look\s+up)\b",
     re.IGNORECASE,
 )
 
 
 _POSSESSIVE = re.compile(r"['\u2019]s$")
 _SENTENCES = re.compile(r"(?<=[.!?\uff1f])\s+")
-# A question put to the listener about the listener ("How did your game go?", "What made you start?") asks for
-# something new, not for what the session holds, unless it asks what was said or done before.
+_APOSTROPHES = str.maketrans("\u2018\u2019\u02bc\uff07`", "'" * 5)  # as phones and other keyboards type them
+_END = r"[?\uff1f][^\w?\uff1f]*$"  # "?" with nothing after it but "!", quotes, brackets or an emoji
+_ASKED = re.compile(_END)
+# The speaker in it ("…for me?", "Where did I park?") or what was said or done before: the session may hold it.
+_ME = re.compile(r"\b(?:i|i'm|i've|i'd|i'll|me|my|mine|myself|we|we're|we've|we'd|we'll|us|our|ours|ourselves)\b",
+                 re.IGNORECASE)
+_BEFORE = re.compile(
+    r"\b(?:say|said|tell|told|mention(?:ed)?|recommend(?:ed)?|suggest(?:ed)?|remember|recall|remind|forgot|forget"
+    r"|again|earlier|before|last\s+time)\b", re.IGNORECASE)
+# Otherwise, a question put to the listener about the listener ("How did your game go?", "What made you start?")
+# asks for something new; so does one that leaves the listener out ("Got any tips?", "Any plans for the weekend?").
 _YOU = re.compile(r"\b(?:you|your|yours|yourself|you're|you've|you'll|you'd)\b", re.IGNORECASE)
-# ... and so is one that leaves the listener out: "Got any tips?", "Any plans for the weekend?", "Ever been?"
 _TO_LISTENER = re.compile(
     r"^\W*(?:(?:wow|oh|hey|so|and|nice|cool|great|awesome)\W+)*"
-    r"(?:got|any|anything|anyone|wanna|ever|been|how\s+did\s+it\s+feel|how\s+was\s+it)\b", re.IGNORECASE)
-_BEFORE = re.compile(
-    r"\b(?:say|said|tell|told|mention(?:ed)?|recommend(?:ed)?|suggest(?:ed)?|remember|recall|remind"
-    r"|again|earlier|before|last\s+time)\b", re.IGNORECASE)
-# A tag on a statement ("…, isn't it?", "…, yeah?") or a pleasantry ("How's it going?") asks nothing.
+    r"(?:got|any\b(?!\s+idea)|anything|anyone|wanna|ever|been|how\s+did\s+it\s+feel|how\s+was\s+it)\b", re.IGNORECASE)
+# A tag on a statement ("…, isn't it?", "…, yeah?") or a pleasantry ("Hi John, how's it going?") asks nothing.
 _CHAT = re.compile(
-    r"(?:,\s*(?:isn't|aren't|wasn't|weren't|don't|doesn't|didn't|won't|wouldn't|can't|couldn't|right|yeah|huh|eh"
-    r"|no|ya\s+know|you\s+know)(?:\s+(?:it|he|she|they|you|we|i|that|there|this))?\s*"
-    r"|\b(?:how's\s+it\s+going|what's\s+up|how\s+are\s+you|how\s+have\s+you\s+been|how\s+(?:are|were)\s+things)"
-    r"[^?\uff1f]*)[?\uff1f]\W*$", re.IGNORECASE)
-_ASKED = re.compile(r"[?\uff1f]\W*$")  # a question sentence: "?" with nothing but "!", quotes or an emoji after it
+    r",\s*(?:isn't|aren't|wasn't|weren't|don't|doesn't|didn't|won't|wouldn't|can't|couldn't|right|yeah|huh|eh|no"
+    r"|ya\s+know|you\s+know)(?:\s+(?:it|he|she|they|you|we|i|that|there|this))?\s*" + _END
+    + r"|^\W*(?:(?:hi|hey|hello|so|oh|wow|well)\b[^?\uff1f]{0,40}?[,!.]\s*)?"
+    r"(?:how's\s+it\s+going|what's\s+up|how\s+are\s+you|how\s+have\s+you\s+been|how\s+(?:are|were)\s+things)"
+    r"(?:\s+(?:doing|today|lately|these\s+days))?\s*" + _END, re.IGNORECASE)
 
 
 def asks_the_session(body: str) -> bool:
     """Does a question ask for what the session holds? Not when every one of its question sentences is a
     tag or a pleasantry ("…, isn't it?", "How's it going?") or asks the listener about the listener ("How
-    did your game go?", "Any plans for the weekend?": second person, said or left out; no first person;
-    nothing said or done before).
+    did your game go?", "Any plans for the weekend?": second person, said or left out), none names the
+    speaker ("…for me?"), and nothing in the query speaks of what was said or done before ("…last time?",
+    "I forgot the dosage you gave me").
 
     >>> asks_the_session("Wow! How did your game go?"), asks_the_session("What did you say the dosage was?")
     (False, True)
     >>> asks_the_session("Traveling is amazing, isn\u2019t it?"), asks_the_session("When did Melanie paint a sunrise?")
     (False, True)
     """
-    asked = [s for s in _SENTENCES.split(body.strip().replace("\u2019", "'")) if _ASKED.search(s)]
-    return not asked or any(
-        not _CHAT.search(s)
-        and (not (_YOU.search(s) or _TO_LISTENER.search(s)) or bool(FIRST_PERSON.search(s)) or bool(_BEFORE.search(s)))
-        for s in asked)
+    body = body.strip().translate(_APOSTROPHES)
+    asked = [s for s in _SENTENCES.split(body) if _ASKED.search(s)]
+    return not asked or bool(_BEFORE.search(body)) or any(
+        bool(_ME.search(s)) or not (_CHAT.search(s) or _YOU.search(s) or _TO_LISTENER.search(s)) for s in asked)
 
 
 def query_specificity(query: str, ctx: ScoringContext, *, rare_idf: float = 3.0) -> tuple[float, bool]:
