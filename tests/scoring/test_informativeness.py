@@ -100,6 +100,18 @@ def test_which_questions_ask_the_session() -> None:
     assert asks_the_session("No question here.")  # nothing asked with '?': the caller's question flag decides
 
 
+@pytest.mark.parametrize("query", [
+    "Which files did you change?", "What command did you run?", "Which hotel did you book?",
+    "What was the name of the function you refactored?", "What were your findings?", "Any update on the ticket?",
+    "Anything in the logs?", "Got the link to that doc?", "Ever figured out the memory leak?", "How was it resolved?",
+    "La reuni\u00f3n es a las 3, no?",  # a tag in English only
+])
+def test_what_an_agent_did_or_found_is_asked_of_the_session(query: str) -> None:
+    # An assistant's user asks it about its own work: a question to the listener about the listener, but about
+    # what it did or produced, which the session holds (a review of the first version: all counted a quarter).
+    assert asks_the_session(query)
+
+
 def test_a_request_to_the_listener_is_a_request(session: ScoringContext) -> None:
     for query in ("Can you summarise the support group for me?", "How's it going? Remind me about the sunrise."):
         assert query_specificity(query, session)[1]

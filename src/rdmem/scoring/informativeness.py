@@ -29,17 +29,28 @@ _ASKED = re.compile(_END)
 _ME = re.compile(r"\b(?:i|i'm|i've|i'd|i'll|me|my|mine|myself|we|we're|we've|we'd|we'll|us|our|ours|ourselves)\b",
                  re.IGNORECASE)
 _BEFORE = re.compile(
-    r"\b(?:say|said|tell|told|mention(?:ed)?|recommend(?:ed)?|suggest(?:ed)?|remember|recall|remind|forgot|forget"
-    r"|again|earlier|before|last\s+time)\b", re.IGNORECASE)
+    r"\b(?:say|said|tell|told|mention\w*|recommend\w*|suggest\w*|remember|recall|remind|forgot|forget"
+    r"|again|earlier|before|last\s+time)\b"
+    # what the assistant did or produced, asked of it: "Which file did you change?", "What were your findings?"
+    r"|\b(?:did|have)\s+you\s+(?:change|modify|edit|run|fix|add|remove|delete|put|pin|install|update|revert|commit"
+    r"|push|merge|book|order|find|decide|pick|choose|use|write|create|rename|move|set|configure|deploy|apply|save"
+    r"|send|learn|go\s+with|end\s+up)\b"
+    r"|\byou\s+(?:changed|modified|edited|ran|fixed|added|removed|deleted|pinned|installed|updated|reverted|committed"
+    r"|pushed|merged|booked|ordered|found|decided|picked|chose|used|wrote|created|renamed|moved|configured|deployed"
+    r"|applied|saved|sent|refactored|learned)\b"
+    r"|\byour\s+(?:conclusion|findings?|answer|notes?|results?|search|analysis|summary|fix|changes?|diff|patch"
+    r"|output|reply)\b", re.IGNORECASE)
 # Otherwise, a question put to the listener about the listener ("How did your game go?", "What made you start?")
 # asks for something new; so does one that leaves the listener out ("Got any tips?", "Any plans for the weekend?").
 _YOU = re.compile(r"\b(?:you|your|yours|yourself|you're|you've|you'll|you'd)\b", re.IGNORECASE)
 _TO_LISTENER = re.compile(
     r"^\W*(?:(?:wow|oh|hey|so|and|nice|cool|great|awesome)\W+)*"
-    r"(?:got|any\b(?!\s+idea)|anything|anyone|wanna|ever|been|how\s+did\s+it\s+feel|how\s+was\s+it)\b", re.IGNORECASE)
+    r"(?:got\b(?!\s+(?:the|that|those|it)\b)|any\b(?!\s+(?:idea|update|news|luck|progress|errors?|word)\b)"
+    r"|anything\b(?!\s+(?:in|from|on|about)\b)|anyone|wanna|ever\b(?!\s+(?:figure|f[io]u?nd|fix|solve|resolve|hear)\w*)"
+    r"|been\b(?!\s+able)|how\s+did\s+it\s+feel|how\s+was\s+it\s*(?=[?\uff1f,!]|$))", re.IGNORECASE)
 # A tag on a statement ("…, isn't it?", "…, yeah?") or a pleasantry ("Hi John, how's it going?") asks nothing.
 _CHAT = re.compile(
-    r",\s*(?:isn't|aren't|wasn't|weren't|don't|doesn't|didn't|won't|wouldn't|can't|couldn't|right|yeah|huh|eh|no"
+    r",\s*(?:isn't|aren't|wasn't|weren't|don't|doesn't|didn't|won't|wouldn't|can't|couldn't|right|yeah|huh"
     r"|ya\s+know|you\s+know)(?:\s+(?:it|he|she|they|you|we|i|that|there|this))?\s*" + _END
     + r"|^\W*(?:(?:hi|hey|hello|so|oh|wow|well)\b[^?\uff1f]{0,40}?[,!.]\s*)?"
     r"(?:how's\s+it\s+going|what's\s+up|how\s+are\s+you|how\s+have\s+you\s+been|how\s+(?:are|were)\s+things)"
