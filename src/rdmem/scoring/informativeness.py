@@ -26,6 +26,7 @@ _APOSTROPHES = str.maketrans("\u2018\u2019\u02bc\uff07`", "'" * 5)  # as phones 
 _END = r"[?\uff1f][^\w?\uff1f]*$"  # "?" with nothing after it but "!", quotes, brackets or an emoji
 _ASKED = re.compile(_END)
 # The speaker in it ("…for me?", "Where did I park?") or what was said or done before: the session may hold it.
+# (Wider than the prior's first-person feature, rdmem.features, which stays as the value model was fitted.)
 _ME = re.compile(r"\b(?:i|i'm|i've|i'd|i'll|me|my|mine|myself|we|we're|we've|we'd|we'll|us|our|ours|ourselves)\b",
                  re.IGNORECASE)
 _BEFORE = re.compile(
@@ -62,7 +63,7 @@ def asks_the_session(body: str) -> bool:
     tag or a pleasantry ("…, isn't it?", "How's it going?") or asks the listener about the listener ("How
     did your game go?", "Any plans for the weekend?": second person, said or left out), none names the
     speaker ("…for me?"), and nothing in the query speaks of what was said or done before ("…last time?",
-    "I forgot the dosage you gave me").
+    "I forgot the dosage you gave me") or of what the listener did or produced ("Which files did you change?").
 
     >>> asks_the_session("Wow! How did your game go?"), asks_the_session("What did you say the dosage was?")
     (False, True)
