@@ -63,8 +63,9 @@ def points(roles: Sequence[str], every: int) -> list[int]:
     return out
 
 
-def replay(conv, budget: int, every: int, work: Path) -> dict[str, list[tuple[int, float]]]:
-    """One conversation through a fresh server: ``{way: [(point, recall of one question), ...]}``."""
+def replay(conv, budget: int, every: int, work: Path) -> tuple[dict[str, list[tuple[int, float]]], list[int]]:
+    """One conversation through a fresh server: ``{way: [(point, recall of one question), ...]}`` and the
+    forwarded requests' tokens."""
     import httpx
     import openai
 
@@ -106,8 +107,7 @@ def replay(conv, budget: int, every: int, work: Path) -> dict[str, list[tuple[in
     finally:
         server.stop()
         fake.stop()
-    out["tokens"] = [(0, float(t)) for t in tokens]
-    return out
+    return out, tokens
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -132,10 +132,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             t0 = time.perf_counter()
             runs = [replay(c, budget, args.every, Path(tmp)) for c in convs]
             took = time.perf_counter() - t0
-            toks = [t for r in runs for _, t in r["tokens"]]
+            toks = [t for _, tokens in runs for t in tokens]
             for way in WAYS:
-                every_point = [v for r in runs for _, v in r[way]]
-                last = [v for r in runs for p, v in r[way] if p == max(q for q, _ in r[way])]
+                every_point = [v for r, _ in runs for _, v in r[way]]
+                last = [v for r, _ in runs for p, v in r[way] if p == max(q for q, _ in r[way])]
                 print(f"| {budget:,} | {way} | {np.mean(every_point):.3f} | {np.mean(last):.3f} | "
                       f"{int(np.median(toks))} / {int(max(toks))} | {took:.0f} |", flush=True)
     return 0

@@ -46,7 +46,22 @@ SYSTEM = "You are a travel assistant for Lisbon. Answer briefly."
 ANSWER = "Try the grilled fish at Taberna da Rua; their kitchen uses no peanuts."
 
 
+def _chain(*nodes: tuple[str, Any]) -> Any:
+    """A LangGraph graph over MessagesState that runs ``nodes`` (name, node) one after another."""
+    from langgraph.graph import END, START, MessagesState, StateGraph
+
+    graph = StateGraph(MessagesState)
+    names = [START]
+    for name, node in nodes:
+        graph.add_node(name, node)
+        graph.add_edge(names[-1], name)
+        names.append(name)
+    graph.add_edge(names[-1], END)
+    return graph
+
+
 # -- the test's own converter and fake model --------------------------------------------------------
+
 def as_chat(messages: list[BaseMessage]) -> list[dict[str, Any]]:
     """OpenAI chat dicts for LangChain messages, written here from the chat API's rules."""
     roles = {"system": "system", "human": "user", "ai": "assistant", "tool": "tool"}
@@ -424,15 +439,11 @@ def test_a_new_message_equal_to_an_older_one_is_stored_and_given_to_the_model(tm
 def test_an_agent_made_a_node_of_a_graph_keeps_its_thread_s_memory(tmp_path, hashing_embedder):
     """An agent that is a node of the user's own graph shares the graph's messages: it is the thread's
     conversation (a first fix for sub-agents gave every nested run no memory, this one too)."""
-    from langgraph.graph import END, START, MessagesState, StateGraph
 
     store = f"sqlite:///{tmp_path}/m.db"
     inner = create_agent(RecordingModel(messages=iter(["hi"])), tools=[],
                          middleware=[RdmemMiddleware(budget=BUDGET, store=store, embedder=hashing_embedder)])
-    graph = StateGraph(MessagesState)
-    graph.add_node("agent", inner)
-    graph.add_edge(START, "agent")
-    graph.add_edge("agent", END)
+    graph = _chain(("agent", inner))
     with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)
         graph.compile(checkpointer=InMemorySaver()).invoke({"messages": [HumanMessage("I am Carol")]},
@@ -448,7 +459,6 @@ def test_an_agent_a_node_invokes_with_its_own_input_is_warned_about_and_session_
     stored there, silently until now: a warning says so, and ``session=`` keeps it apart. Its memory is not taken
     away (a first fix did, and so took the thread's memory from an agent made a node of a graph without a
     checkpointer, whose state also holds only the new message: the last test below)."""
-    from langgraph.graph import END, START, MessagesState, StateGraph
 
     def run(helper_session):
         store = f"sqlite:///{tmp_path}/{helper_session is None}.db"
@@ -463,13 +473,7 @@ def test_an_agent_a_node_invokes_with_its_own_input_is_warned_about_and_session_
             titler.invoke({"messages": [HumanMessage("Write a 3-word title for: " + state["messages"][-1].content)]})
             return {}
 
-        graph = StateGraph(MessagesState)
-        graph.add_node("chat", chat)
-        graph.add_node("make_title", make_title)
-        graph.add_edge(START, "chat")
-        graph.add_edge("chat", "make_title")
-        graph.add_edge("make_title", END)
-        app = graph.compile(checkpointer=InMemorySaver() if checkpointer else None)
+        app = _chain(("chat", chat), ("make_title", make_title)).compile(checkpointer=InMemorySaver() if checkpointer else None)
         config = {"configurable": {"thread_id": "alice"}}
         for text in ("My card PIN is 4711, keep it private", "Give me a title"):
             app.invoke({"messages": [HumanMessage(text)]}, config)
@@ -494,7 +498,6 @@ def test_an_agent_a_node_invokes_with_its_own_input_is_warned_about_and_session_
 def test_an_agent_made_a_node_of_a_graph_without_a_checkpointer_keeps_its_thread_s_memory(tmp_path, hook):
     """The graph built again for every request (a web server, a restarted process), no checkpointer: rdmem is the
     thread's memory. The node's state holds only the new message; its agent still gets the thread's."""
-    from langgraph.graph import END, START, MessagesState, StateGraph
 
     store = f"sqlite:///{tmp_path}/m.db"
     replies = iter(["Noted, Carol.", "You are Carol."])
@@ -508,10 +511,7 @@ def test_an_agent_made_a_node_of_a_graph_without_a_checkpointer_keeps_its_thread
         else:
             agent = create_agent(model, tools=[], middleware=[RdmemMiddleware(budget=BUDGET, policy="window",
                                                                               store=store)])
-        graph = StateGraph(MessagesState)
-        graph.add_node("chat", agent)
-        graph.add_edge(START, "chat")
-        graph.add_edge("chat", END)
+        graph = _chain(("chat", agent))
         with warnings.catch_warnings():
             warnings.simplefilter("error", RuntimeWarning)
             graph.compile().invoke({"messages": [HumanMessage(text)]}, {"configurable": {"thread_id": "carol"}})
